@@ -1,0 +1,139 @@
+"""Weight shapes of a DeepSeek-V3-style model: the single place parameter counts come from
+(docs/model.md §1). Every function takes a model spec or a SpecView of one; results are
+element counts (multiply by bytes per element for memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def qk_head_dim(m) -> int:
+    a = m.attention
+    return a.qk_nope_head_dim + a.qk_rope_head_dim
+
+
+def latent_dim(m) -> int:
+    """Width of one cached MLA token per layer: compressed KV + decoupled RoPE key."""
+    a = m.attention
+    return a.kv_lora_rank + a.qk_rope_head_dim
+
+
+def mla_weights(m) -> dict[str, int]:
+    """MLA projection matrices of one layer (docs/model.md §1.1).
+
+    In decode the up-projection ``kv_b`` is absorbed: its key half (W_UK) multiplies the
+    query, its value half (W_UV) the attention output; the element counts are the same."""
+    h, a = m.hidden_size, m.attention
+    return {
+        "q_a": h * a.q_lora_rank,
+        "q_b": a.q_lora_rank * a.num_heads * qk_head_dim(m),
+        "kv_a": h * latent_dim(m),
+        "kv_b_k": a.kv_lora_rank * a.num_heads * a.qk_nope_head_dim,  # W_UK
+        "kv_b_v": a.kv_lora_rank * a.num_heads * a.v_head_dim,  # W_UV
+        "o": a.num_heads * a.v_head_dim * h,
+    }
+
+
+def mla_norm_weights(m) -> int:
+    """RMSNorm weights of one layer: input norm, q_a norm, kv_a norm, post-attention norm."""
+    return 2 * m.hidden_size + m.attention.q_lora_rank + m.attention.kv_lora_rank
+
+
+def swiglu_params(hidden: int, intermediate: int) -> int:
+    """gate, up (hidden -> intermediate) and down (intermediate -> hidden)."""
+    return 3 * hidden * intermediate
+
+
+def expert_params(m) -> int:
+    return swiglu_params(m.hidden_size, m.moe.expert_intermediate_size)
+
+
+def dense_ffn_params(m) -> int:
+    return swiglu_params(m.hidden_size, m.dense_ffn.intermediate_size)
+
+
+def router_params(m) -> int:
+    """Gate matrix plus the per-expert score-correction bias (DeepSeek-V3 aux-free balancing)."""
+    return m.moe.routed_experts * m.hidden_size + m.moe.routed_experts
+
+
+def moe_layers(m) -> int:
+    return m.num_layers - m.first_dense_layers
+
+
+def embedding_params(m) -> int:
+    return m.vocab_size * m.hidden_size
+
+
+def mtp_module_params(m) -> int:
+    """One MTP module without the shared embedding/head: enorm, hnorm, eh_proj (2h -> h), one
+    MoE transformer block, and the shared-head norm."""
+    h = m.hidden_size
+    block = sum(mla_weights(m).values()) + mla_norm_weights(m) + moe_layer_params(m)
+    return 3 * h + 2 * h * h + block
+
+
+def moe_layer_params(m) -> int:
+    mo = m.moe
+    return (mo.routed_experts + mo.shared_experts) * expert_params(m) + router_params(m)
+
+
+@dataclass(frozen=True)
+class ParamBreakdown:
+    mla: int
+    dense_ffn: int
+    routed_experts: int
+    shared_experts: int
+    router: int
+    norms: int
+    embedding: int
+    head: int
+    mtp: int
+    mtp_embedding_and_head_copies: int
+
+    @property
+    def total(self) -> int:
+        """Main model (what "671B" counts): everything but the MTP module."""
+        return (self.mla + self.dense_ffn + self.routed_experts + self.shared_experts + self.router
+                + self.norms + self.embedding + self.head)
+
+    @property
+    def total_with_mtp(self) -> int:
+        """As stored on disk: main model + MTP module + its own copies of embedding and head."""
+        return self.total + self.mtp + self.mtp_embedding_and_head_copies
+
+
+def param_breakdown(m) -> ParamBreakdown:
+    n_moe = moe_layers(m)
+    emb = embedding_params(m)
+    copies = 2 * emb if m.mtp.shares_embedding_and_head else 0
+    return ParamBreakdown(
+        mla=m.num_layers * sum(mla_weights(m).values()),
+        dense_ffn=m.first_dense_layers * dense_ffn_params(m),
+        routed_experts=n_moe * m.moe.routed_experts * expert_params(m),
+        shared_experts=n_moe * m.moe.shared_experts * expert_params(m),
+        router=n_moe * router_params(m),
+        norms=m.num_layers * mla_norm_weights(m) + m.hidden_size,
+        embedding=emb,
+        head=0 if m.tie_word_embeddings else emb,
+        mtp=m.mtp.modules * mtp_module_params(m),
+        mtp_embedding_and_head_copies=m.mtp.modules * copies,
+    )
+
+
+def activated_matmul_params(m) -> int:
+    """Weights one token multiplies through in the main model: all attention and dense
+    weights, top-k routed + shared experts, router, and the LM head (the embedding is a
+    lookup, not a matmul)."""
+    n_moe = moe_layers(m)
+    mo = m.moe
+    per_moe = (mo.experts_per_token + mo.shared_experts) * expert_params(m) + router_params(m)
+    head = embedding_params(m)
+    return (m.num_layers * sum(mla_weights(m).values()) + m.first_dense_layers * dense_ffn_params(m)
+            + n_moe * per_moe + head)
+
+
+def kv_bytes_per_token(m, dtype_bytes: float, layers: int | None = None) -> float:
+    """Latent KV cache per token: (kv_lora_rank + rope dim) x layers x bytes (docs/model.md §1.2)."""
+    return latent_dim(m) * (m.num_layers if layers is None else layers) * dtype_bytes

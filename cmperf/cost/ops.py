@@ -1,0 +1,218 @@
+"""Per-operator work of DeepSeek-R1 on one die: FLOPs, HBM bytes, network bytes and
+messages, engine (docs/model.md §1-§4). Each builder takes the model view ``m``, the
+hardware view ``hw`` and per-die, per-microbatch token counts (scalars or grid arrays) and
+returns :class:`~cmperf.cost.roofline.Op` records; the schedules (cmperf.schedule) decide
+which stream runs them and how they overlap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import arch
+from .roofline import Op, collective_startup_s, dtype_bytes
+
+
+@dataclass
+class Bytes:
+    """Bytes per element of each tensor family, from the model's precision section."""
+
+    weight: int
+    act: int
+    hidden: int
+    attn: int
+    kv: int
+    head: int
+    emb: int
+
+    @classmethod
+    def of(cls, m) -> "Bytes":
+        p = m.precision
+        return cls(weight=dtype_bytes(p.matmul), act=dtype_bytes(p.matmul), hidden=dtype_bytes(p.hidden),
+                   attn=dtype_bytes(p.attention), kv=dtype_bytes(p.kv_cache), head=dtype_bytes(p.head),
+                   emb=dtype_bytes(p.embedding))
+
+
+# --------------------------------------------------------------------------- messages
+def dispatch_message_B(m, pad_B: int = 512) -> int:
+    """One token sent to one expert: INT8 hidden vector + FP32 per-token scale, padded to
+    512 B (paper §4.2.1: 7,168 + 4 -> 7,680 B = 7.5 KiB)."""
+    raw = m.hidden_size * dtype_bytes(m.precision.matmul) + 4
+    return int(-(-raw // pad_B) * pad_B)
+
+
+def combine_message_B(m) -> int:
+    """One expert output returned to its token: BF16 hidden vector (14 KiB)."""
+    return m.hidden_size * dtype_bytes(m.precision.hidden)
+
+
+# --------------------------------------------------------------------------- MLA
+def mla_decode_ops(m, T, R, L) -> list[Op]:
+    """Absorbed MLA for ``T`` tokens of ``R`` requests with ``L`` cached tokens each
+    (docs/model.md §1.1, §2.1): MLAProlog, FusedAttention over the latent cache, O-proj."""
+    b, a, h = Bytes.of(m), m.attention, m.hidden_size
+    w = arch.mla_weights(m)
+    lat = arch.latent_dim(m)
+    prolog_w = w["q_a"] + w["q_b"] + w["kv_a"] + w["kv_b_k"]
+    out_w = w["kv_b_v"] + w["o"]
+    prolog = Op(
+        "mla_prolog", "cube", flops=2 * T * prolog_w, dtype=m.precision.matmul,
+        hbm_bytes=prolog_w * b.weight + T * h * b.hidden + T * a.num_heads * lat * b.attn + T * lat * b.kv,
+        weight_bytes=prolog_w * b.weight,
+    )
+    core = Op(
+        "attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
+        flops=2 * T * a.num_heads * (lat + a.kv_lora_rank) * L,
+        hbm_bytes=R * L * lat * b.kv + T * a.num_heads * (lat + a.kv_lora_rank) * b.attn,
+    )
+    o_proj = Op(
+        "o_proj", "cube", flops=2 * T * out_w, dtype=m.precision.matmul,
+        hbm_bytes=out_w * b.weight + T * a.num_heads * a.kv_lora_rank * b.attn + T * h * b.hidden,
+        weight_bytes=out_w * b.weight,
+    )
+    return [prolog, core, o_proj]
+
+
+def mla_prefill_ops(m, hw, T, P, tp) -> list[Op]:
+    """Non-absorbed MLA as causal 128-head MHA for ``T`` tokens of prompts of length ``P``,
+    hybrid SP -> TP(``tp``) -> SP (paper §4.3.1, docs/model.md §2.2). Returns, in order:
+    down-projection, all-gather, up-projection + FlashAttention, all-to-all, O-proj."""
+    b, a, h = Bytes.of(m), m.attention, m.hidden_size
+    w = arch.mla_weights(m)
+    lat, qk = arch.latent_dim(m), arch.qk_head_dim(m)
+    tp = np.asarray(tp, dtype=float)
+    down_w = w["q_a"] + w["kv_a"]
+    up_w = w["q_b"] + w["kv_b_k"] + w["kv_b_v"]
+    compressed = a.q_lora_rank + lat  # per token, gathered across the TP group
+    down = Op("mla_down", "cube", flops=2 * T * down_w, dtype=m.precision.matmul,
+              hbm_bytes=down_w * b.weight + T * h * b.hidden + T * compressed * b.hidden,
+              weight_bytes=down_w * b.weight)
+    gather = Op("attn_allgather", "dma", launches=1, tier="ub",
+                net_bytes=(tp - 1) * T * compressed * b.hidden, net_messages=0.0,
+                hbm_bytes=tp * T * compressed * b.hidden,
+                startup_s=collective_startup_s(hw, None, tp) * (tp > 1))
+    up = Op("mla_up", "cube", flops=2 * T * up_w, dtype=m.precision.matmul,
+            hbm_bytes=up_w * b.weight / tp + T * compressed * b.hidden + T * a.num_heads * (2 * qk + a.v_head_dim) * b.attn,
+            weight_bytes=up_w * b.weight / tp)
+    core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
+              flops=2 * T * a.num_heads * (qk + a.v_head_dim) * (np.asarray(P, dtype=float) + 1) / 2,
+              hbm_bytes=T * a.num_heads * (2 * qk + 2 * a.v_head_dim) * b.attn + T * lat * b.kv)
+    a2a = Op("attn_alltoall", "dma", launches=1, tier="ub",
+             net_bytes=T * (tp - 1) / tp * a.num_heads * a.v_head_dim * b.hidden, net_messages=0.0,
+             hbm_bytes=T * a.num_heads * a.v_head_dim * b.hidden,
+             startup_s=collective_startup_s(hw, None, tp) * (tp > 1))
+    o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul,
+                hbm_bytes=w["o"] * b.weight + T * a.num_heads * a.v_head_dim * b.attn + T * h * b.hidden,
+                weight_bytes=w["o"] * b.weight)
+    return [down, gather, up, core, a2a, o_proj]
+
+
+# --------------------------------------------------------------------------- MoE
+@dataclass
+class Placement:
+    """Expert instances on the busiest die and the rows (tokens) they receive
+    (docs/model.md §2.3). All fields are arrays over the grid."""
+
+    instances_per_die: np.ndarray
+    rows: np.ndarray  # tokens processed by the busiest die's experts
+    padded_rows: np.ndarray  # the same, each instance padded to whole GEMM tiles
+    shared_local: np.ndarray  # every die holds a copy of the shared expert
+    remote_routed_fraction: np.ndarray
+
+
+def placement(m, T, ep, redundant, shared_copies, imbalance, tile_rows) -> Placement:
+    """Routed instances (256 + redundant) and shared-expert copies spread over ``ep`` dies.
+
+    A die holds ``n = (routed + redundant + shared copies) / ep`` instances; when they do
+    not split evenly, dies hold ceil or floor of the routed share and fill up with shared
+    copies, and the busiest of the two kinds sets the pace. ``imbalance`` (max/mean tokens
+    of a die's routed experts) scales the routed rows of the busiest die."""
+    mo = m.moe
+    ep = np.asarray(ep, dtype=float)
+    R = mo.routed_experts + np.asarray(redundant, dtype=float)
+    S = np.asarray(shared_copies, dtype=float)
+    n = (R + S) / ep
+    rows_r = T * ep * mo.experts_per_token / R * imbalance
+    rows_s = np.where(S > 0, T * ep * mo.shared_experts / np.maximum(S, 1), 0.0)
+    tile = float(tile_rows)
+
+    def pad(x):
+        return np.ceil(x / tile) * tile
+
+    best_rows, best_pad = None, None
+    for r in (np.ceil(R / ep), np.floor(R / ep)):
+        s = np.maximum(n - r, 0)
+        rows = r * rows_r + s * rows_s
+        padded = r * pad(rows_r) + s * pad(rows_s)
+        best_rows = rows if best_rows is None else np.maximum(best_rows, rows)
+        best_pad = padded if best_pad is None else np.maximum(best_pad, padded)
+    shared_local = (S >= ep) & (np.mod(S, ep) == 0)
+    return Placement(instances_per_die=n, rows=best_rows, padded_rows=np.maximum(best_pad, best_rows),
+                     shared_local=shared_local, remote_routed_fraction=(ep - 1) / ep)
+
+
+def moe_ops(m, hw, T, ep, pl: Placement) -> list[Op]:
+    """Gate, dispatch, grouped-GEMM experts (+ SwiGLU + re-quantisation) and combine for
+    ``T`` tokens per die (paper §4.2, docs/model.md §2.3, §4.2)."""
+    b, mo, h = Bytes.of(m), m.moe, m.hidden_size
+    I = mo.expert_intermediate_size
+    ep = np.asarray(ep, dtype=float)
+    shared_msgs = np.where(pl.shared_local, 0.0, mo.shared_experts)
+    fanout = mo.experts_per_token * pl.remote_routed_fraction + shared_msgs
+    rows_remote = pl.rows * pl.remote_routed_fraction
+    d_B, c_B = dispatch_message_B(m), combine_message_B(m)
+
+    router_w = mo.routed_experts * h
+    gate = Op("gate", "cube", flops=2 * T * router_w, dtype=m.precision.hidden,
+              hbm_bytes=router_w * b.hidden + T * h * b.hidden + T * mo.routed_experts * 4,
+              weight_bytes=router_w * b.hidden)
+    dispatch = Op("dispatch", "vector", tier="ub",
+                  net_messages=T * fanout, net_bytes=np.maximum(T * fanout, rows_remote) * d_B,
+                  hbm_bytes=T * h * b.hidden + (T * fanout + rows_remote) * d_B,
+                  startup_s=collective_startup_s(hw, "dispatch", ep))
+    e_w = arch.expert_params(m)
+    rows = pl.rows
+    experts = Op("experts", "cube", flops=2 * rows * e_w, dtype=m.precision.matmul,
+                 tile_efficiency=rows / np.maximum(pl.padded_rows, 1e-30),
+                 hbm_bytes=pl.instances_per_die * e_w * b.weight
+                 + rows * (h * b.act + 2 * 2 * I * b.hidden + I * b.act + h * b.hidden),
+                 weight_bytes=pl.instances_per_die * e_w * b.weight)
+    combine = Op("combine", "vector", tier="ub",
+                 net_messages=rows_remote, net_bytes=np.maximum(T * fanout, rows_remote) * c_B,
+                 hbm_bytes=(T * fanout + rows_remote) * c_B + T * h * b.hidden,
+                 startup_s=collective_startup_s(hw, "combine", ep))
+    return [gate, dispatch, experts, combine]
+
+
+def dense_ffn_op(m, T) -> Op:
+    """SwiGLU FFN of the first dense layers, data-parallel (each die its own tokens)."""
+    b, h, I = Bytes.of(m), m.hidden_size, m.dense_ffn.intermediate_size
+    w = arch.dense_ffn_params(m)
+    return Op("dense_ffn", "cube", flops=2 * T * w, dtype=m.precision.matmul,
+              hbm_bytes=w * b.weight + T * (h * b.act + 2 * 2 * I * b.hidden + I * b.act + h * b.hidden),
+              weight_bytes=w * b.weight)
+
+
+# --------------------------------------------------------------------------- per iteration
+def embedding_op(m, T) -> Op:
+    b = Bytes.of(m)
+    return Op("embedding", "vector", hbm_bytes=2 * T * m.hidden_size * b.emb)
+
+
+def head_op(m, T, name: str = "lm_head") -> Op:
+    """Final RMSNorm + LM head over ``T`` tokens, logits written in FP32, then sampling."""
+    b, h, V = Bytes.of(m), m.hidden_size, m.vocab_size
+    return Op(name, "cube", flops=2 * T * V * h, dtype=m.precision.head,
+              hbm_bytes=V * h * b.head + T * h * b.hidden + T * V * 4, weight_bytes=V * h * b.head,
+              launches=2)
+
+
+def mtp_proj_op(m, T) -> Op:
+    """MTP module entry: RMSNorm of hidden state and of the next token's embedding,
+    concatenation, eh_proj (2h -> h)."""
+    b, h = Bytes.of(m), m.hidden_size
+    w = 2 * h * h
+    return Op("mtp_eh_proj", "cube", flops=2 * T * w, dtype=m.precision.matmul,
+              hbm_bytes=w * b.weight + 3 * T * h * b.hidden, weight_bytes=w * b.weight)

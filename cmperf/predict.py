@@ -1,0 +1,134 @@
+"""Python API: predictions as pandas DataFrames (one row per configuration).
+
+    >>> from cmperf.predict import predict
+    >>> r = predict("decode", {"batch": [8, 96]})
+    >>> r.table[["batch", "tpot_ms", "throughput_per_npu"]]
+
+A single prediction and a sweep take the same path: the grid is evaluated as numpy arrays
+by cmperf.schedule; nothing loops over configurations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .errors import ConfigError
+from .schedule.decode import decode
+from .schedule.memory import decode_memory, prefill_memory
+from .schedule.prefill import prefill
+from .scenario import make_grid, validate
+from .specs.loader import Hardware, load_hardware, load_model, split_overrides
+from .specs.schema import ModelSpec
+from .specs.view import SpecView
+
+PHASES = ("decode", "prefill")
+
+
+@dataclass
+class Specs:
+    """Validated specs and their numeric views (with swept fields as grid arrays)."""
+
+    hardware: Hardware
+    model: ModelSpec
+
+    def views(self, sweeps: Mapping[str, np.ndarray] | None = None):
+        sweeps = sweeps or {}
+        pick = lambda prefix: {k[len(prefix):]: v for k, v in sweeps.items() if k.startswith(prefix)}
+        hw = _HwView(SpecView(self.hardware.system, pick("system.")), SpecView(self.hardware.chip, pick("chip.")))
+        return hw, SpecView(self.model, pick("model."))
+
+
+@dataclass
+class _HwView:
+    system: SpecView
+    chip: SpecView
+
+
+def load_specs(hardware: str = "cloudmatrix384", model: str = "deepseek-r1", sets: Iterable[str] = ()) -> Specs:
+    overrides = split_overrides(sets)
+    hw = load_hardware(hardware, overrides)
+    m, _ = load_model(model, overrides)
+    return Specs(hardware=hw, model=m)
+
+
+@dataclass
+class Prediction:
+    phase: str
+    table: pd.DataFrame  # inputs + outputs, one row per configuration (valid rows only)
+    invalid: pd.DataFrame  # rows rejected by validation, with their reason
+    schedules: Any = field(repr=False, default=None)
+
+    def breakdown(self, row: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Per-operator and per-section tables of one configuration (docs/model.md §5-§6)."""
+        s1, s2 = self.schedules
+        choice = int(self.table["microbatches_used"].iat[row])
+        sched = s2 if choice == 2 else s1
+        pick = lambda x: float(np.broadcast_to(np.asarray(x, dtype=float), (len(self.table),))[row])
+        ops = []
+        for p in sched.parts:
+            t = p.t
+            calls = pick(p.calls)
+            if calls == 0:
+                continue
+            per = pick(t.time_s)
+            ops.append({
+                "section": p.section, "stream": p.stream, "op": t.name, "engine": t.engine,
+                "calls": calls, "time_us": per * 1e6, "total_ms": per * calls * 1e3,
+                "compute_us": pick(t.compute_s) * 1e6, "memory_us": pick(t.memory_s) * 1e6,
+                "network_us": pick(t.network_s) * 1e6, "latency_us": pick(t.latency_s) * 1e6,
+                "bound": np.broadcast_to(t.bound(), (len(self.table),))[row],
+                "flops": pick(t.flops), "hbm_bytes": pick(t.hbm_bytes), "net_bytes": pick(t.net_bytes),
+            })
+        sections = []
+        for s in sched.sections:
+            count = pick(s.count)
+            if count == 0:
+                continue
+            sections.append({"section": s.name, "rule": s.rule, "time_us": pick(s.time_s) * 1e6,
+                             "count": count, "total_ms": pick(s.time_s) * count * 1e3})
+        return pd.DataFrame(ops), pd.DataFrame(sections)
+
+
+def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | None = None,
+            sweeps: Mapping[str, Iterable[float]] | None = None, strict: bool = True) -> Prediction:
+    """Predict ``phase`` for every combination of ``values`` (and of swept spec fields).
+
+    ``sweeps`` maps a spec path (``system.tiers.ub.bandwidth_Bps``) to the values it takes;
+    they join the cartesian product. With ``strict``, an invalid configuration raises
+    :class:`ConfigError`; otherwise invalid rows are returned in ``Prediction.invalid``."""
+    if phase not in PHASES:
+        raise ConfigError(f"unknown phase '{phase}' (expected decode or prefill)")
+    specs = specs or load_specs()
+    values = dict(values or {})
+    sweep_cols = {k: list(v) for k, v in (sweeps or {}).items()}
+    grid = make_grid(phase, values) if not sweep_cols else _with_sweeps(phase, values, sweep_cols)
+    hw0, m0 = specs.views()
+    valid, reason = validate(phase, grid, m0, hw0)
+    invalid = grid.loc[~valid].assign(reason=reason[~valid])
+    if strict and not valid.all():
+        raise ConfigError(str(reason[~valid][0]))
+    g = grid.loc[valid].reset_index(drop=True)
+    if len(g) == 0:
+        return Prediction(phase, g, invalid, None)
+    cols = {c: g[c].to_numpy() for c in g.columns}
+    hw, m = specs.views({k: cols[k].astype(float) for k in sweep_cols})
+    out = decode(hw, m, cols) if phase == "decode" else prefill(hw, m, cols)
+    mem = decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
+    table = g.copy()
+    n = len(g)
+    for k, v in {**out, **mem}.items():
+        if not k.startswith("_"):
+            table[k] = np.broadcast_to(np.asarray(v), (n,))
+    table.insert(0, "phase", phase)
+    return Prediction(phase, table, invalid, out["_schedules"])
+
+
+def _with_sweeps(phase, values, sweep_cols) -> pd.DataFrame:
+    base = make_grid(phase, values)
+    idx = pd.MultiIndex.from_product([range(len(base)), *sweep_cols.values()], names=["_row", *sweep_cols])
+    extra = idx.to_frame(index=False)
+    return base.iloc[extra["_row"]].reset_index(drop=True).join(extra.drop(columns="_row"))

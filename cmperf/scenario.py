@@ -1,0 +1,136 @@
+"""Scenario inputs: the parallel configuration and workload of a prediction, as a grid.
+
+A grid is a pandas DataFrame with one row per configuration and one column per input; a
+single prediction is a grid of one row. Defaults are the paper's deployment (reference
+§4); each carries its source. Validation is vectorised: every row gets ``valid`` and, when
+it is not, the first ``reason``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Default:
+    value: Any
+    source: str
+    help: str
+
+
+DECODE_DEFAULTS: dict[str, Default] = {
+    "batch": Default(96, "paper Table 4 (D1): batch 96 per NPU", "requests per NPU (each emits one token stream)"),
+    "prompt_len": Default(4096, "paper Table 4-5: 4K prompts", "prompt tokens per request"),
+    "output_len": Default(256, "paper Table 5 (D2): output 256", "output tokens per request"),
+    "kv_len": Default(float("nan"), "paper Table 4: KV length 4,096; unset = prompt + output/2", "cached tokens attended per decode step (unset: prompt + output/2)"),
+    "dies": Default(320, "paper §4.1: 160 NPUs = 320 dies", "dies in the decode instance"),
+    "ep": Default(0, "paper §4.2: EP320 (unset = all dies)", "expert-parallel degree (0 = all dies)"),
+    "microbatches": Default(0, "paper §4.2.3: 2 microbatches; 0 = auto (the faster)", "1, 2 or 0 (auto)"),
+    "mtp": Default(1, "paper §5.1: MTP on", "multi-token prediction on (1) / off (0)"),
+    "mtp_k": Default(1, "paper §5.1: 1 speculative token", "speculative tokens per step"),
+    "mtp_acceptance": Default(0.7, "paper §5.1: 70 % acceptance", "acceptance rate of each speculative token"),
+    "expert_imbalance": Default(1.0, "paper §4.2: EPLB with redundant experts; 1.0 = perfect balance", "max/mean tokens on a die's routed experts"),
+    "redundant_experts": Default(32, "paper §4.2: 32 redundant routed experts", "extra copies of hot routed experts"),
+    "shared_copies": Default(32, "paper §4.2: 32 shared-expert copies", "copies of the shared expert"),
+    "attention_share": Default(2 / 3, "paper §4.2.3: stream 0 gets 16 of 24 AIC and 32 of 48 AIV", "fraction of cores for the attention stream when overlapping"),
+}
+
+PREFILL_DEFAULTS: dict[str, Default] = {
+    "tokens_per_npu": Default(16384, "paper Table 3: 16K tokens per NPU", "prompt tokens per NPU per forward pass"),
+    "prompt_len": Default(4096, "paper Table 3: 4K prompts", "tokens per prompt"),
+    "dies": Default(32, "paper §4.3: 16 NPUs = 32 dies per prefill instance", "dies in the prefill instance"),
+    "ep": Default(0, "paper §4.3: EP32 (unset = all dies)", "expert-parallel degree (0 = all dies)"),
+    "attn_tp": Default(4, "ASSUMPTION (paper MISSING: exact prefill TP degree); docs/model.md §2.2", "tensor-parallel degree of prefill attention"),
+    "microbatches": Default(0, "paper §4.3.2: 2 microbatches; 0 = auto (the faster)", "1, 2 or 0 (auto)"),
+    "mtp": Default(1, "paper §5.1: MTP module runs in prefill to seed the first draft", "MTP module on (1) / off (0)"),
+    "expert_imbalance": Default(1.0, "paper Table 3 P1: perfect balance", "max/mean tokens on a die's routed experts"),
+    "redundant_experts": Default(32, "paper §4.3: 1 redundant expert per die (32)", "extra copies of hot routed experts"),
+    "shared_copies": Default(0, "paper §4.3: 1 shared-expert copy per die (0 = one per die)", "copies of the shared expert (0 = one per die)"),
+}
+
+PHASE_DEFAULTS = {"decode": DECODE_DEFAULTS, "prefill": PREFILL_DEFAULTS}
+
+
+def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Cartesian product of the given values (scalars or lists) with defaults elsewhere."""
+    defaults = PHASE_DEFAULTS[phase]
+    values = dict(values or {})
+    unknown = set(values) - set(defaults)
+    if unknown:
+        raise ConfigError(f"unknown {phase} input(s): {', '.join(sorted(unknown))} (expected: {', '.join(defaults)})")
+    cols: dict[str, list] = {}
+    for k, d in defaults.items():
+        v = values.get(k, d.value)
+        if v is None:
+            v = d.value
+        cols[k] = list(v) if isinstance(v, (list, tuple, np.ndarray, pd.Series)) else [v]
+    rows = list(itertools.product(*cols.values()))
+    df = pd.DataFrame(rows, columns=list(cols))
+    return resolve_defaults(phase, df)
+
+
+def resolve_defaults(phase: str, df: pd.DataFrame) -> pd.DataFrame:
+    """Fill the inputs whose default depends on others (EP = dies, kv_len, shared copies)."""
+    df = df.copy()
+    df["ep"] = np.where(df["ep"] <= 0, df["dies"], df["ep"])
+    if phase == "decode":
+        df["kv_len"] = np.where(np.isnan(df["kv_len"].astype(float)), df["prompt_len"] + df["output_len"] / 2, df["kv_len"])
+    else:
+        df["shared_copies"] = np.where(df["shared_copies"] <= 0, df["ep"], df["shared_copies"])
+    return df
+
+
+def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised checks; returns (valid mask, reason per row: '' when valid)."""
+    reason = np.full(len(df), "", dtype=object)
+
+    def check(bad, msg):
+        bad = np.asarray(bad, dtype=bool) & (reason == "")
+        if bad.any():
+            reason[bad] = [msg(i) for i in np.flatnonzero(bad)]
+
+    g = df
+    mo = m.moe
+    dies_per_pkg = hw.chip.dies_per_package
+    ub_dies = hw.system.supernode.nodes * hw.system.node.npus * dies_per_pkg
+    check(g["dies"] <= 0, lambda i: f"--dies must be positive (got {g['dies'].iat[i]})")
+    check(g["ep"] > g["dies"], lambda i: f"--ep {g['ep'].iat[i]} exceeds --dies {g['dies'].iat[i]}")
+    check(np.mod(g["dies"], g["ep"]) != 0,
+          lambda i: f"--ep {g['ep'].iat[i]} does not divide --dies {g['dies'].iat[i]} (the instance must hold whole EP groups)")
+    check(g["ep"] > ub_dies,
+          lambda i: f"--ep {g['ep'].iat[i]} exceeds the {ub_dies} dies of one UB domain (EP must stay within the supernode)")
+    inst = mo.routed_experts + g["redundant_experts"] + g["shared_copies"]
+    check(np.mod(inst, g["ep"]) != 0,
+          lambda i: (f"--ep {g['ep'].iat[i]} does not divide the {inst.iat[i]} expert instances "
+                     f"({mo.routed_experts} routed + {g['redundant_experts'].iat[i]} redundant + {g['shared_copies'].iat[i]} shared copies); "
+                     f"change --redundant-experts/--shared-copies or pick an EP that divides {inst.iat[i]}"))
+    check(g["redundant_experts"] < 0, lambda i: "--redundant-experts must be >= 0")
+    check(g["expert_imbalance"] < 1, lambda i: f"--expert-imbalance must be >= 1 (1 = perfect balance; got {g['expert_imbalance'].iat[i]})")
+    check(~g["microbatches"].isin([0, 1, 2]), lambda i: f"--microbatches must be 1, 2 or auto (got {g['microbatches'].iat[i]})")
+    check(g["prompt_len"] < 1, lambda i: f"--prompt-len must be >= 1 (got {g['prompt_len'].iat[i]})")
+    check(~g["mtp"].isin([0, 1]), lambda i: "--mtp must be on or off")
+    if phase == "decode":
+        check(g["batch"] <= 0, lambda i: f"--batch must be > 0 requests per NPU (got {g['batch'].iat[i]})")
+        check(g["output_len"] < 1, lambda i: f"--output-len must be >= 1 (got {g['output_len'].iat[i]})")
+        check(g["kv_len"] < 1, lambda i: f"--kv-len must be >= 1 (got {g['kv_len'].iat[i]})")
+        check((g["mtp_acceptance"] < 0) | (g["mtp_acceptance"] > 1),
+              lambda i: f"--mtp-acceptance must be within [0, 1] (got {g['mtp_acceptance'].iat[i]})")
+        check((g["mtp"] == 1) & (g["mtp_k"] < 1), lambda i: f"--mtp-k must be >= 1 (got {g['mtp_k'].iat[i]})")
+        check((g["mtp"] == 1) & (m.mtp.modules < 1), lambda i: "MTP requested but the model has no MTP module")
+        check((g["attention_share"] <= 0) | (g["attention_share"] >= 1),
+              lambda i: f"attention_share must be within (0, 1) (got {g['attention_share'].iat[i]})")
+    else:
+        check(g["tokens_per_npu"] <= 0, lambda i: f"--tokens-per-npu must be > 0 (got {g['tokens_per_npu'].iat[i]})")
+        check(g["attn_tp"] < 1, lambda i: f"--attn-tp must be >= 1 (got {g['attn_tp'].iat[i]})")
+        check(np.mod(g["dies"], g["attn_tp"]) != 0,
+              lambda i: f"--attn-tp {g['attn_tp'].iat[i]} does not divide --dies {g['dies'].iat[i]}")
+        check(np.mod(m.attention.num_heads, g["attn_tp"]) != 0,
+              lambda i: f"--attn-tp {g['attn_tp'].iat[i]} does not divide the {m.attention.num_heads} attention heads")
+    return reason == "", reason

@@ -1,0 +1,208 @@
+"""Find, parse and validate spec files; apply ``--set key.path=value`` overrides.
+
+A spec is named either by a built-in name (``ascend-910c``, ``cloudmatrix384``,
+``deepseek-r1``) or by a path to a YAML file of the user's own. Built-in specs ship inside
+the wheel (``cmperf/_data``) and, in a source checkout, are read from the repository's
+``hardware/`` and ``models/`` folders.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ..errors import SpecError
+from .schema import SPEC_KINDS, ChipSpec, ModelSpec, SystemSpec
+
+SPEC_DIRS = {"chip": "hardware", "system": "hardware", "model": "models"}
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads ``1e12`` / ``376.0e12`` as floats (YAML 1.1 wants ``1.0e+12``)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def builtin_dirs(folder: str) -> list[Path]:
+    pkg = Path(__file__).resolve().parent.parent
+    return [p for p in (pkg / "_data" / folder, pkg.parent / folder) if p.is_dir()]
+
+
+def list_builtin(kind: str) -> list[tuple[str, Path]]:
+    """Built-in specs of one kind as (name, path), sorted by name."""
+    found: dict[str, Path] = {}
+    for d in builtin_dirs(SPEC_DIRS[kind]):
+        for f in sorted(d.glob("*.yaml")):
+            if f.stem not in found and _peek_kind(f) == kind:
+                found[f.stem] = f
+    return sorted(found.items())
+
+
+def _peek_kind(path: Path) -> str | None:
+    try:
+        raw = yaml.load(path.read_text(), Loader=_Loader)
+    except (OSError, yaml.YAMLError):
+        return None
+    return raw.get("kind") if isinstance(raw, dict) else None
+
+
+def resolve(kind: str, name_or_path: str | Path, near: Path | None = None) -> Path:
+    """The file for a spec name or path; a clear error when there is none."""
+    text = str(name_or_path)
+    looks_like_path = any(s in text for s in ("/", "\\")) or text.endswith((".yaml", ".yml"))
+    if looks_like_path or Path(text).is_file():
+        p = Path(text).expanduser()
+        if not p.is_file():
+            raise SpecError(f"{text}: no such {kind} spec file (expected a readable YAML file)")
+        return p
+    if near is not None and (near / f"{text}.yaml").is_file():
+        return near / f"{text}.yaml"
+    for d in builtin_dirs(SPEC_DIRS[kind]):
+        if (d / f"{text}.yaml").is_file() and _peek_kind(d / f"{text}.yaml") == kind:
+            return d / f"{text}.yaml"
+    names = ", ".join(n for n, _ in list_builtin(kind)) or "none"
+    raise SpecError(f"unknown {kind} spec '{text}' (expected one of: {names}, or a path to a YAML file)")
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read file ({e.strerror})") from None
+    try:
+        raw = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{path}: malformed YAML at {where}{problem}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: expected a mapping of fields at the top level, got {type(raw).__name__}")
+    return raw
+
+
+# --------------------------------------------------------------------------- overrides
+def parse_value(text: str) -> Any:
+    """A --set value: int, float (1e12 forms too), bool, or string."""
+    t = text.strip()
+    for conv in (int, float):
+        try:
+            return conv(t)
+        except ValueError:
+            pass
+    return yaml.load(t, Loader=_Loader)
+
+
+def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
+    """Set ``path`` (dotted, without the spec prefix) in a raw spec mapping, in place.
+
+    A path that ends on a sourced ``{value, source}`` pair sets its value and marks the
+    source as an override."""
+    keys = path.split(".")
+    node: Any = raw
+    for i, k in enumerate(keys):
+        if not isinstance(node, dict) or k not in node:
+            where = ".".join(keys[:i]) or "(top level)"
+            options = ", ".join(sorted(node)) if isinstance(node, dict) else "none (not a mapping)"
+            raise SpecError(f"--set {label}.{path}: no field '{k}' under {where} (expected one of: {options})")
+        if i == len(keys) - 1:
+            if isinstance(node[k], dict) and "value" in node[k]:
+                node[k] = {**node[k], "value": value, "source": f"--set override of {label}.{path}"}
+            elif isinstance(node[k], dict):
+                raise SpecError(f"--set {label}.{path}: '{k}' is a section, not a number (its fields: {', '.join(sorted(node[k]))})")
+            else:
+                node[k] = value
+        node = node[k]
+
+
+# --------------------------------------------------------------------------- validation
+def _format_validation(path: Path, err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        msg = "unknown field (not in the schema; check the spelling)"
+    elif kind == "missing":
+        msg = "required field is missing"
+    else:
+        msg = f"{first['msg']} (got {first.get('input')!r})"
+    more = len(err.errors()) - 1
+    tail = f" [and {more} more problem{'s' if more > 1 else ''}]" if more else ""
+    return f"{path}: field '{loc}': {msg}{tail}"
+
+
+def validate(kind: str, raw: Mapping, path: Path) -> BaseModel:
+    schema = SPEC_KINDS[kind]
+    found = raw.get("kind")
+    if found != kind:
+        raise SpecError(f"{path}: field 'kind': expected '{kind}', got {found!r}")
+    try:
+        return schema.model_validate(raw)
+    except ValidationError as e:
+        raise SpecError(_format_validation(path, e)) from None
+
+
+def load(kind: str, name_or_path: str | Path, overrides: Mapping[str, Any] | None = None,
+         label: str | None = None, near: Path | None = None) -> tuple[BaseModel, Path]:
+    path = resolve(kind, name_or_path, near)
+    raw = read_yaml(path)
+    for key, value in (overrides or {}).items():
+        apply_override(raw, key, value, label or kind)
+    return validate(kind, raw, path), path
+
+
+# --------------------------------------------------------------------------- bundles
+@dataclass(frozen=True)
+class Hardware:
+    """A system together with the chip it is built from."""
+
+    system: SystemSpec
+    chip: ChipSpec
+    system_path: Path
+    chip_path: Path
+
+
+def split_overrides(sets: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``["chip.die.hbm_bandwidth_Bps=3.2e12", ...]`` -> {"chip": {"die.hbm_bandwidth_Bps": 3.2e12}}."""
+    out: dict[str, dict[str, Any]] = {"chip": {}, "system": {}, "model": {}}
+    for item in sets:
+        if "=" not in item:
+            raise SpecError(f"--set {item}: expected KEY.PATH=VALUE, e.g. chip.die.hbm_bandwidth_Bps=3.2e12")
+        key, value = item.split("=", 1)
+        prefix, _, rest = key.strip().partition(".")
+        if prefix not in out or not rest:
+            raise SpecError(f"--set {item}: the path must start with chip., system. or model. (e.g. system.tiers.ub.bandwidth_Bps=270e9)")
+        out[prefix][rest] = parse_value(value)
+    return out
+
+
+def load_hardware(name_or_path: str | Path = "cloudmatrix384", sets: Mapping[str, Mapping[str, Any]] | None = None) -> Hardware:
+    sets = sets or {}
+    system, spath = load("system", name_or_path, sets.get("system"), "system")
+    chip, cpath = load("chip", system.chip, sets.get("chip"), "chip", near=spath.parent)
+    return Hardware(system=system, chip=chip, system_path=spath, chip_path=cpath)
+
+
+def load_model(name_or_path: str | Path = "deepseek-r1", sets: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[ModelSpec, Path]:
+    return load("model", name_or_path, (sets or {}).get("model"), "model")
+
+
+def load_chip(name_or_path: str | Path, sets: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[ChipSpec, Path]:
+    return load("chip", name_or_path, (sets or {}).get("chip"), "chip")

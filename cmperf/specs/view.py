@@ -1,0 +1,40 @@
+"""Read-only numeric view of validated specs, for the vectorised cost model.
+
+``SpecView(spec, overrides)`` gives attribute access like the pydantic model, but unwraps
+sourced values to their number and substitutes a numpy array wherever a dotted path is
+swept (``overrides={"die.hbm_bandwidth_Bps": np.array([...])}``). So a formula written once,
+``bytes / v.die.hbm_bandwidth_Bps``, evaluates a single point or a whole sweep.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pydantic import BaseModel
+
+from .schema import Sourced
+
+
+class SpecView:
+    __slots__ = ("_obj", "_over", "_prefix")
+
+    def __init__(self, obj: BaseModel, overrides: Mapping[str, Any] | None = None, _prefix: str = ""):
+        self._obj = obj
+        self._over = overrides or {}
+        self._prefix = _prefix
+
+    def __getattr__(self, name: str) -> Any:
+        path = f"{self._prefix}{name}"
+        if path in self._over:
+            return self._over[path]
+        value = getattr(self._obj, name)
+        if isinstance(value, Sourced):
+            return value.value
+        if isinstance(value, BaseModel):
+            return SpecView(value, self._over, f"{path}.")
+        return value
+
+    @property
+    def spec(self) -> BaseModel:
+        """The underlying validated spec (sources, names)."""
+        return self._obj
