@@ -17,15 +17,17 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
+from .schedule.collective import collective
 from .schedule.decode import decode
 from .schedule.memory import decode_memory, prefill_memory
 from .schedule.prefill import prefill
-from .scenario import make_grid, validate
+from .scenario import grid_from_rows, make_grid, validate
 from .specs.loader import Hardware, load_hardware, load_model, split_overrides
 from .specs.schema import ModelSpec
 from .specs.view import SpecView
 
-PHASES = ("decode", "prefill")
+PHASES = ("decode", "prefill", "collective")
+RUN = {"decode": decode, "prefill": prefill, "collective": collective}
 
 
 @dataclass
@@ -78,7 +80,8 @@ class Prediction:
             ops.append({
                 "section": p.section, "stream": p.stream, "op": t.name, "engine": t.engine,
                 "calls": calls, "time_us": per * 1e6, "total_ms": per * calls * 1e3,
-                "compute_us": pick(t.compute_s) * 1e6, "memory_us": pick(t.memory_s) * 1e6,
+                "compute_us": pick(t.compute_s) * 1e6, "vector_us": pick(t.vector_s) * 1e6,
+                "memory_us": pick(t.memory_s) * 1e6,
                 "network_us": pick(t.network_s) * 1e6, "latency_us": pick(t.latency_s) * 1e6,
                 "bound": np.broadcast_to(t.bound(), (len(self.table),))[row],
                 "flops": pick(t.flops), "hbm_bytes": pick(t.hbm_bytes), "net_bytes": pick(t.net_bytes),
@@ -94,21 +97,28 @@ class Prediction:
 
 
 def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | None = None,
-            sweeps: Mapping[str, Iterable[float]] | None = None, strict: bool = True) -> Prediction:
+            sweeps: Mapping[str, Iterable[float]] | None = None, strict: bool = True,
+            rows: list[Mapping[str, Any]] | None = None) -> Prediction:
     """Predict ``phase`` for every combination of ``values`` (and of swept spec fields).
 
     ``sweeps`` maps a spec path (``system.tiers.ub.bandwidth_Bps``) to the values it takes;
-    they join the cartesian product. With ``strict``, an invalid configuration raises
-    :class:`ConfigError`; otherwise invalid rows are returned in ``Prediction.invalid``."""
+    they join the cartesian product. ``rows`` instead lists configurations one by one. With
+    ``strict``, an invalid configuration raises :class:`ConfigError`; otherwise invalid rows
+    are returned in ``Prediction.invalid``."""
     if phase not in PHASES:
-        raise ConfigError(f"unknown phase '{phase}' (expected decode or prefill)")
+        raise ConfigError(f"unknown phase '{phase}' (expected one of: {', '.join(PHASES)})")
     specs = specs or load_specs()
     values = dict(values or {})
     sweep_cols = {k: list(v) for k, v in (sweeps or {}).items()}
-    grid = make_grid(phase, values) if not sweep_cols else _with_sweeps(phase, values, sweep_cols)
+    base = grid_from_rows(phase, rows) if rows is not None else make_grid(phase, values)
+    grid = _with_sweeps(base, sweep_cols) if sweep_cols else base
     hw0, m0 = specs.views()
+    if "expert_imbalance" in grid:  # 'default' = the model's documented real-traffic balance
+        default = specs.model.serving.default_expert_imbalance.value
+        grid["_default_imbalance"] = grid["expert_imbalance"].astype(str) == "default"
+        grid["expert_imbalance"] = _numeric(grid["expert_imbalance"].replace("default", default), "--expert-imbalance")
     valid, reason = validate(phase, grid, m0, hw0)
-    invalid = grid.loc[~valid].assign(reason=reason[~valid])
+    invalid = grid.loc[~valid].drop(columns="_default_imbalance", errors="ignore").assign(reason=reason[~valid])
     if strict and not valid.all():
         raise ConfigError(str(reason[~valid][0]))
     g = grid.loc[valid].reset_index(drop=True)
@@ -116,8 +126,13 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         return Prediction(phase, g, invalid, None)
     cols = {c: g[c].to_numpy() for c in g.columns}
     hw, m = specs.views({k: cols[k].astype(float) for k in sweep_cols})
-    out = decode(hw, m, cols) if phase == "decode" else prefill(hw, m, cols)
-    mem = decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
+    if "_default_imbalance" in cols:  # a swept default balance reaches the rows that asked for it
+        cols["expert_imbalance"] = np.where(cols.pop("_default_imbalance"), m.serving.default_expert_imbalance,
+                                            cols["expert_imbalance"]).astype(float)
+        g = g.drop(columns="_default_imbalance").assign(expert_imbalance=cols["expert_imbalance"])
+    out = RUN[phase](hw, m, cols)
+    mem = ({} if phase == "collective" else decode_memory(hw, m, cols) if phase == "decode"
+           else prefill_memory(hw, m, cols, out["_choice"]))
     table = g.copy()
     n = len(g)
     for k, v in {**out, **mem}.items():
@@ -127,8 +142,14 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     return Prediction(phase, table, invalid, out["_schedules"])
 
 
-def _with_sweeps(phase, values, sweep_cols) -> pd.DataFrame:
-    base = make_grid(phase, values)
+def _with_sweeps(base: pd.DataFrame, sweep_cols) -> pd.DataFrame:
     idx = pd.MultiIndex.from_product([range(len(base)), *sweep_cols.values()], names=["_row", *sweep_cols])
     extra = idx.to_frame(index=False)
     return base.iloc[extra["_row"]].reset_index(drop=True).join(extra.drop(columns="_row"))
+
+
+def _numeric(col: pd.Series, flag: str) -> pd.Series:
+    out = pd.to_numeric(col, errors="coerce")
+    if out.isna().any():
+        raise ConfigError(f"{flag}: expected a number or 'default' (got {col[out.isna()].iat[0]!r})")
+    return out

@@ -55,7 +55,16 @@ PREFILL_DEFAULTS: dict[str, Default] = {
     "shared_copies": Default(0, "paper §4.3: 1 shared-expert copy per die (0 = one per die)", "copies of the shared expert (0 = one per die)"),
 }
 
-PHASE_DEFAULTS = {"decode": DECODE_DEFAULTS, "prefill": PREFILL_DEFAULTS}
+COLLECTIVE_DEFAULTS: dict[str, Default] = {
+    "tokens": Default(128, "paper Table 7: 128 tokens per rank", "tokens per die"),
+    "ep": Default(8, "paper Table 7: EP8 ... EP256", "expert-parallel degree"),
+    "dies": Default(0, "= EP (unset)", "dies (0 = EP)"),
+    "redundant_experts": Default(0, "paper Table 7: plain top-8 over 256 experts", "extra routed copies"),
+    "shared_copies": Default(0, "paper Table 7: no shared expert", "shared-expert copies"),
+    "expert_imbalance": Default(1.0, "uniform routing", "max/mean tokens per die"),
+}
+
+PHASE_DEFAULTS = {"decode": DECODE_DEFAULTS, "prefill": PREFILL_DEFAULTS, "collective": COLLECTIVE_DEFAULTS}
 
 
 def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> pd.DataFrame:
@@ -76,9 +85,23 @@ def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> pd.DataFra
     return resolve_defaults(phase, df)
 
 
+def grid_from_rows(phase: str, rows: list[Mapping[str, Any]]) -> pd.DataFrame:
+    """One configuration per mapping (missing keys take the defaults), no cartesian product."""
+    defaults = PHASE_DEFAULTS[phase]
+    for r in rows:
+        unknown = set(r) - set(defaults)
+        if unknown:
+            raise ConfigError(f"unknown {phase} input(s): {', '.join(sorted(unknown))} (expected: {', '.join(defaults)})")
+    df = pd.DataFrame([{k: r.get(k, d.value) for k, d in defaults.items()} for r in rows], columns=list(defaults))
+    return resolve_defaults(phase, df)
+
+
 def resolve_defaults(phase: str, df: pd.DataFrame) -> pd.DataFrame:
     """Fill the inputs whose default depends on others (EP = dies, kv_len, shared copies)."""
     df = df.copy()
+    if phase == "collective":
+        df["dies"] = np.where(df["dies"] <= 0, df["ep"], df["dies"])
+        return df
     df["ep"] = np.where(df["ep"] <= 0, df["dies"], df["ep"])
     if phase == "decode":
         df["kv_len"] = np.where(np.isnan(df["kv_len"].astype(float)), df["prompt_len"] + df["output_len"] / 2, df["kv_len"])
@@ -113,6 +136,9 @@ def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarra
                      f"change --redundant-experts/--shared-copies or pick an EP that divides {inst.iat[i]}"))
     check(g["redundant_experts"] < 0, lambda i: "--redundant-experts must be >= 0")
     check(g["expert_imbalance"] < 1, lambda i: f"--expert-imbalance must be >= 1 (1 = perfect balance; got {g['expert_imbalance'].iat[i]})")
+    if phase == "collective":
+        check(g["tokens"] <= 0, lambda i: f"tokens must be > 0 (got {g['tokens'].iat[i]})")
+        return reason == "", reason
     check(~g["microbatches"].isin([0, 1, 2]), lambda i: f"--microbatches must be 1, 2 or auto (got {g['microbatches'].iat[i]})")
     check(g["prompt_len"] < 1, lambda i: f"--prompt-len must be >= 1 (got {g['prompt_len'].iat[i]})")
     check(~g["mtp"].isin([0, 1]), lambda i: "--mtp must be on or off")

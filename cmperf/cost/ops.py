@@ -35,6 +35,22 @@ class Bytes:
                    emb=dtype_bytes(p.embedding))
 
 
+# --------------------------------------------------------------------------- vector work
+# Element operations per element on the AI Vector cores (docs/model.md §2.4). They are
+# operation counts of the textbook kernels, not fitted; the fitted quantity is the rate at
+# which a die executes them (chip.die.vector_ops_per_s).
+VEC_RMSNORM = 4  # square, reduce, scale by rsqrt, multiply by weight
+VEC_QUANT = 3  # abs-max reduce, scale, cast (dynamic per-token INT8)
+VEC_DEQUANT = 2  # INT32 accumulator x weight scale x token scale -> BF16
+VEC_ROPE = 4  # two multiplies, one add, one rotate
+VEC_SOFTMAX = 5  # online softmax per score: max, subtract, exp, sum, cast
+VEC_SWIGLU = 5  # sigmoid (exp, add, divide) and two multiplies
+VEC_RESIDUAL = 1
+VEC_COMBINE = 2  # multiply by routing weight and accumulate
+VEC_ROUTING = 10  # sigmoid, bias, group top-k, top-k, normalise, per expert score
+VEC_SAMPLING = 3  # softmax / argmax over the vocabulary, per logit
+
+
 # --------------------------------------------------------------------------- messages
 def dispatch_message_B(m, pad_B: int = 512) -> int:
     """One token sent to one expert: INT8 hidden vector + FP32 per-token scale, padded to
@@ -55,20 +71,29 @@ def mla_decode_ops(m, T, R, L) -> list[Op]:
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
     w = arch.mla_weights(m)
     lat = arch.latent_dim(m)
+    qk_dim = arch.qk_head_dim(m)
     prolog_w = w["q_a"] + w["q_b"] + w["kv_a"] + w["kv_b_k"]
     out_w = w["kv_b_v"] + w["o"]
+    nope, rope, H = a.qk_nope_head_dim, a.qk_rope_head_dim, a.num_heads
+    prolog_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (a.q_lora_rank + lat)
+                  + VEC_RMSNORM * (a.q_lora_rank + a.kv_lora_rank) + VEC_QUANT * a.q_lora_rank
+                  + VEC_DEQUANT * H * qk_dim + VEC_ROPE * (H + 1) * rope + VEC_QUANT * H * nope
+                  + VEC_DEQUANT * H * a.kv_lora_rank)
     prolog = Op(
-        "mla_prolog", "cube", flops=2 * T * prolog_w, dtype=m.precision.matmul,
+        "mla_prolog", "cube", flops=2 * T * prolog_w, dtype=m.precision.matmul, vector_ops=T * prolog_vec,
         hbm_bytes=prolog_w * b.weight + T * h * b.hidden + T * a.num_heads * lat * b.attn + T * lat * b.kv,
         weight_bytes=prolog_w * b.weight,
     )
     core = Op(
         "attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
         flops=2 * T * a.num_heads * (lat + a.kv_lora_rank) * L,
+        vector_ops=VEC_SOFTMAX * T * a.num_heads * L,
         hbm_bytes=R * L * lat * b.kv + T * a.num_heads * (lat + a.kv_lora_rank) * b.attn,
     )
+    o_vec = (VEC_QUANT * H * a.kv_lora_rank + VEC_DEQUANT * H * a.v_head_dim + VEC_QUANT * H * a.v_head_dim
+             + VEC_DEQUANT * h + VEC_RESIDUAL * h)
     o_proj = Op(
-        "o_proj", "cube", flops=2 * T * out_w, dtype=m.precision.matmul,
+        "o_proj", "cube", flops=2 * T * out_w, dtype=m.precision.matmul, vector_ops=T * o_vec,
         hbm_bytes=out_w * b.weight + T * a.num_heads * a.kv_lora_rank * b.attn + T * h * b.hidden,
         weight_bytes=out_w * b.weight,
     )
@@ -86,24 +111,31 @@ def mla_prefill_ops(m, hw, T, P, tp) -> list[Op]:
     down_w = w["q_a"] + w["kv_a"]
     up_w = w["q_b"] + w["kv_b_k"] + w["kv_b_v"]
     compressed = a.q_lora_rank + lat  # per token, gathered across the TP group
-    down = Op("mla_down", "cube", flops=2 * T * down_w, dtype=m.precision.matmul,
+    H, rope = a.num_heads, a.qk_rope_head_dim
+    down_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * compressed
+                + VEC_RMSNORM * (a.q_lora_rank + a.kv_lora_rank) + VEC_ROPE * rope)
+    up_vec = (VEC_QUANT * (a.q_lora_rank + a.kv_lora_rank) + VEC_DEQUANT * H * (qk + a.qk_nope_head_dim + a.v_head_dim)
+              + VEC_ROPE * H * rope)
+    o_vec = VEC_QUANT * H * a.v_head_dim + VEC_DEQUANT * h + VEC_RESIDUAL * h
+    down = Op("mla_down", "cube", flops=2 * T * down_w, dtype=m.precision.matmul, vector_ops=T * down_vec,
               hbm_bytes=down_w * b.weight + T * h * b.hidden + T * compressed * b.hidden,
               weight_bytes=down_w * b.weight)
     gather = Op("attn_allgather", "dma", launches=1, tier="ub",
                 net_bytes=(tp - 1) * T * compressed * b.hidden, net_messages=0.0,
                 hbm_bytes=tp * T * compressed * b.hidden,
-                startup_s=collective_startup_s(hw, None, tp) * (tp > 1))
-    up = Op("mla_up", "cube", flops=2 * T * up_w, dtype=m.precision.matmul,
+                startup_s=collective_startup_s(hw, tp) * (tp > 1))
+    up = Op("mla_up", "cube", flops=2 * T * up_w, dtype=m.precision.matmul, vector_ops=T * up_vec,
             hbm_bytes=up_w * b.weight / tp + T * compressed * b.hidden + T * a.num_heads * (2 * qk + a.v_head_dim) * b.attn,
             weight_bytes=up_w * b.weight / tp)
     core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
               flops=2 * T * a.num_heads * (qk + a.v_head_dim) * (np.asarray(P, dtype=float) + 1) / 2,
+              vector_ops=VEC_SOFTMAX * T * a.num_heads * (np.asarray(P, dtype=float) + 1) / 2,
               hbm_bytes=T * a.num_heads * (2 * qk + 2 * a.v_head_dim) * b.attn + T * lat * b.kv)
     a2a = Op("attn_alltoall", "dma", launches=1, tier="ub",
              net_bytes=T * (tp - 1) / tp * a.num_heads * a.v_head_dim * b.hidden, net_messages=0.0,
              hbm_bytes=T * a.num_heads * a.v_head_dim * b.hidden,
-             startup_s=collective_startup_s(hw, None, tp) * (tp > 1))
-    o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul,
+             startup_s=collective_startup_s(hw, tp) * (tp > 1))
+    o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec,
                 hbm_bytes=w["o"] * b.weight + T * a.num_heads * a.v_head_dim * b.attn + T * h * b.hidden,
                 weight_bytes=w["o"] * b.weight)
     return [down, gather, up, core, a2a, o_proj]
@@ -118,7 +150,7 @@ class Placement:
     instances_per_die: np.ndarray
     rows: np.ndarray  # tokens processed by the busiest die's experts
     padded_rows: np.ndarray  # the same, each instance padded to whole GEMM tiles
-    shared_local: np.ndarray  # every die holds a copy of the shared expert
+    shared_remote: np.ndarray  # tokens travel to a shared-expert copy on another die
     remote_routed_fraction: np.ndarray
 
 
@@ -148,9 +180,9 @@ def placement(m, T, ep, redundant, shared_copies, imbalance, tile_rows) -> Place
         padded = r * pad(rows_r) + s * pad(rows_s)
         best_rows = rows if best_rows is None else np.maximum(best_rows, rows)
         best_pad = padded if best_pad is None else np.maximum(best_pad, padded)
-    shared_local = (S >= ep) & (np.mod(S, ep) == 0)
+    every_die = (S >= ep) & (np.mod(S, ep) == 0)
     return Placement(instances_per_die=n, rows=best_rows, padded_rows=np.maximum(best_pad, best_rows),
-                     shared_local=shared_local, remote_routed_fraction=(ep - 1) / ep)
+                     shared_remote=(S > 0) & ~every_die, remote_routed_fraction=(ep - 1) / ep)
 
 
 def moe_ops(m, hw, T, ep, pl: Placement) -> list[Op]:
@@ -159,30 +191,32 @@ def moe_ops(m, hw, T, ep, pl: Placement) -> list[Op]:
     b, mo, h = Bytes.of(m), m.moe, m.hidden_size
     I = mo.expert_intermediate_size
     ep = np.asarray(ep, dtype=float)
-    shared_msgs = np.where(pl.shared_local, 0.0, mo.shared_experts)
+    shared_msgs = np.where(pl.shared_remote, mo.shared_experts, 0.0)
     fanout = mo.experts_per_token * pl.remote_routed_fraction + shared_msgs
     rows_remote = pl.rows * pl.remote_routed_fraction
     d_B, c_B = dispatch_message_B(m), combine_message_B(m)
 
     router_w = mo.routed_experts * h
     gate = Op("gate", "cube", flops=2 * T * router_w, dtype=m.precision.hidden,
+              vector_ops=T * (VEC_RMSNORM * h + VEC_ROUTING * mo.routed_experts),
               hbm_bytes=router_w * b.hidden + T * h * b.hidden + T * mo.routed_experts * 4,
               weight_bytes=router_w * b.hidden)
-    dispatch = Op("dispatch", "vector", tier="ub",
+    dispatch = Op("dispatch", "vector", tier="ub", vector_ops=T * VEC_QUANT * h,
                   net_messages=T * fanout, net_bytes=np.maximum(T * fanout, rows_remote) * d_B,
                   hbm_bytes=T * h * b.hidden + (T * fanout + rows_remote) * d_B,
-                  startup_s=collective_startup_s(hw, "dispatch", ep))
+                  startup_s=collective_startup_s(hw, ep))
     e_w = arch.expert_params(m)
     rows = pl.rows
     experts = Op("experts", "cube", flops=2 * rows * e_w, dtype=m.precision.matmul,
+                 vector_ops=rows * (VEC_SWIGLU * I + VEC_QUANT * I + VEC_DEQUANT * (2 * I + h)),
                  tile_efficiency=rows / np.maximum(pl.padded_rows, 1e-30),
                  hbm_bytes=pl.instances_per_die * e_w * b.weight
                  + rows * (h * b.act + 2 * 2 * I * b.hidden + I * b.act + h * b.hidden),
                  weight_bytes=pl.instances_per_die * e_w * b.weight)
-    combine = Op("combine", "vector", tier="ub",
+    combine = Op("combine", "vector", tier="ub", vector_ops=T * h * (VEC_COMBINE * (fanout + 1) + VEC_RESIDUAL),
                  net_messages=rows_remote, net_bytes=np.maximum(T * fanout, rows_remote) * c_B,
                  hbm_bytes=(T * fanout + rows_remote) * c_B + T * h * b.hidden,
-                 startup_s=collective_startup_s(hw, "combine", ep))
+                 startup_s=collective_startup_s(hw, ep))
     return [gate, dispatch, experts, combine]
 
 
@@ -190,7 +224,9 @@ def dense_ffn_op(m, T) -> Op:
     """SwiGLU FFN of the first dense layers, data-parallel (each die its own tokens)."""
     b, h, I = Bytes.of(m), m.hidden_size, m.dense_ffn.intermediate_size
     w = arch.dense_ffn_params(m)
-    return Op("dense_ffn", "cube", flops=2 * T * w, dtype=m.precision.matmul,
+    vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (2 * I + h) + VEC_SWIGLU * I + VEC_QUANT * I
+           + VEC_RESIDUAL * h)
+    return Op("dense_ffn", "cube", flops=2 * T * w, dtype=m.precision.matmul, vector_ops=T * vec,
               hbm_bytes=w * b.weight + T * (h * b.act + 2 * 2 * I * b.hidden + I * b.act + h * b.hidden),
               weight_bytes=w * b.weight)
 
@@ -205,6 +241,7 @@ def head_op(m, T, name: str = "lm_head") -> Op:
     """Final RMSNorm + LM head over ``T`` tokens, logits written in FP32, then sampling."""
     b, h, V = Bytes.of(m), m.hidden_size, m.vocab_size
     return Op(name, "cube", flops=2 * T * V * h, dtype=m.precision.head,
+              vector_ops=T * (VEC_RMSNORM * h + VEC_SAMPLING * V),
               hbm_bytes=V * h * b.head + T * h * b.hidden + T * V * 4, weight_bytes=V * h * b.head,
               launches=2)
 
@@ -215,4 +252,5 @@ def mtp_proj_op(m, T) -> Op:
     b, h = Bytes.of(m), m.hidden_size
     w = 2 * h * h
     return Op("mtp_eh_proj", "cube", flops=2 * T * w, dtype=m.precision.matmul,
+              vector_ops=T * (2 * VEC_RMSNORM * h + VEC_QUANT * 2 * h + VEC_DEQUANT * h),
               hbm_bytes=w * b.weight + 3 * T * h * b.hidden, weight_bytes=w * b.weight)

@@ -3,9 +3,13 @@
 
     t_compute = FLOPs / (peak[dtype] x efficiency[kind] x tile_efficiency x share)
     t_memory  = HBM bytes / (HBM bandwidth x memory efficiency x share)
+    t_vector  = element operations / (vector_ops_per_s x share)
     t_network = max(bytes / tier bandwidth, messages x message_issue_s / share)
     t_latency = launches x kernel_launch_s + startup_s
-    t         = max(t_compute, t_memory, t_network) + t_latency
+    t         = max(t_compute, t_vector, t_memory, t_network) + t_latency
+
+Cube, vector, load/store and network engines of a fused kernel work in a pipeline, so the
+slowest sets the pace (the roofline's max); fixed costs add.
 
 ``share`` is the fraction of the die's cube/vector cores (and so of their load/store
 engines) that the operator's stream owns: 1 when it runs alone, 16/24 for the attention
@@ -21,7 +25,7 @@ import numpy as np
 
 from ..specs.schema import DTYPE_BYTES
 
-BOUNDS = ("compute", "memory", "network", "latency")
+BOUNDS = ("compute", "vector", "memory", "network", "latency")
 
 
 @dataclass
@@ -38,6 +42,7 @@ class Op:
     flop_kind: str = "matmul"  # "matmul" | "attention": which efficiency applies
     dtype: str = "int8"
     hbm_bytes: Any = 0.0
+    vector_ops: Any = 0.0  # element operations on the AI Vector cores (docs/model.md §2.4)
     tile_efficiency: Any = 1.0
     net_bytes: Any = 0.0
     net_messages: Any = 0.0
@@ -52,6 +57,7 @@ class OpTime:
     name: str
     engine: str
     compute_s: np.ndarray
+    vector_s: np.ndarray
     memory_s: np.ndarray
     network_s: np.ndarray
     latency_s: np.ndarray
@@ -62,11 +68,11 @@ class OpTime:
 
     @property
     def time_s(self) -> np.ndarray:
-        return np.maximum(np.maximum(self.compute_s, self.memory_s), self.network_s) + self.latency_s
+        return np.maximum.reduce([self.compute_s, self.vector_s, self.memory_s, self.network_s]) + self.latency_s
 
     def bound(self) -> np.ndarray:
-        """Which term dominates: compute, memory, network or latency (floor + start-up)."""
-        stack = np.stack(np.broadcast_arrays(self.compute_s, self.memory_s, self.network_s, self.latency_s))
+        """Which term dominates: compute, vector, memory, network or latency (floor + start-up)."""
+        stack = np.stack(np.broadcast_arrays(self.compute_s, self.vector_s, self.memory_s, self.network_s, self.latency_s))
         return np.asarray(BOUNDS, dtype=object)[np.argmax(stack, axis=0)]
 
 
@@ -88,6 +94,7 @@ def op_time(op: Op, hw, share=1.0) -> OpTime:
     flops = np.asarray(op.flops, dtype=float)
     compute = flops / (peak * kind_eff * op.tile_efficiency * share)
     memory = np.asarray(op.hbm_bytes, dtype=float) / (die.hbm_bandwidth_Bps * eff.memory_bandwidth * share)
+    vector = np.asarray(op.vector_ops, dtype=float) / (die.vector_ops_per_s * share)
     if op.tier is not None:
         bw = tier_bandwidth_Bps(hw, op.tier)
         issue = np.asarray(op.net_messages, dtype=float) * hw.system.collectives.message_issue_s / share
@@ -95,18 +102,17 @@ def op_time(op: Op, hw, share=1.0) -> OpTime:
     else:
         network = np.zeros_like(compute)
     latency = np.asarray(op.launches, dtype=float) * hw.chip.latency.kernel_launch_s + op.startup_s
-    return OpTime(op.name, op.engine, *np.broadcast_arrays(compute, memory, network, latency),
+    return OpTime(op.name, op.engine, *np.broadcast_arrays(compute, vector, memory, network, latency),
                   flops=flops, hbm_bytes=np.asarray(op.hbm_bytes, dtype=float),
                   net_bytes=np.asarray(op.net_bytes, dtype=float))
 
 
-def collective_startup_s(hw, kind: str | None, group):
-    """Fixed cost of one collective over ``group`` dies: the kernel's start-up plus one
-    synchronisation round per doubling of the group (dissemination barrier: ceil(log2 P)
-    rounds), docs/model.md §4.2."""
+def collective_startup_s(hw, group):
+    """Fixed cost of one collective over ``group`` dies beyond its kernel launch: one
+    synchronisation round per doubling of the group (a dissemination barrier needs
+    ceil(log2 P) rounds), docs/model.md §4.2."""
     rounds = np.ceil(np.log2(np.maximum(np.asarray(group, dtype=float), 1.0)))
-    start = getattr(hw.system.collectives, f"{kind}_startup_s") if kind else 0.0
-    return start + rounds * hw.system.tiers.ub.sync_round_s
+    return rounds * hw.system.tiers.ub.sync_round_s
 
 
 def dtype_bytes(name: str) -> int:

@@ -34,6 +34,7 @@ class Section:
 class Schedule:
     parts: list[Part] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
+    streams: dict = field(default_factory=dict)  # section -> (stream A, stream B) per microbatch
 
     def add_ops(self, section: str, stream: str, ops: list[Op], hw, share, calls) -> np.ndarray:
         """Time ``ops`` with ``share`` of the cores, record them, return their summed time."""

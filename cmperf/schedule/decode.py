@@ -37,6 +37,7 @@ def moe_layer(sched: Schedule, section: str, hw, m, g, T_die, R_die, n: int, cal
     start = len(sched.parts)
     a = sched.add_ops(section, "A (attention)", attn, hw, share, calls * n)
     b = sched.add_ops(section, "B (moe)", moe, hw, 1.0 - share, calls * n)
+    sched.streams[section] = (a, b)
     hbm = n * hbm_bound_s(sched.parts[start:], hw)
     t = np.maximum(n * np.maximum(a, b), hbm)
     sched.sections.append(Section(section, f"max({n} x max(stream A, stream B), HBM bytes of both / HBM bandwidth)", t, calls))
@@ -80,7 +81,10 @@ def emitted_tokens(g) -> np.ndarray:
 
 
 def decode(hw, m, g) -> dict:
-    """Vectorised decode prediction for grid ``g`` (a mapping of column -> array)."""
+    """Vectorised decode prediction for grid ``g`` (a mapping of column -> array).
+
+    ``stream_a_us`` / ``stream_b_us`` are the per-microbatch times of the two streams of
+    the two-microbatch MoE layer (paper §4.2.3 reports about 600 us each)."""
     it1, s1, l1 = iteration(hw, m, g, 1)
     it2, s2, l2 = iteration(hw, m, g, 2)
     mb = np.asarray(g["microbatches"])
@@ -91,11 +95,14 @@ def decode(hw, m, g) -> dict:
     dpp = hw.chip.dies_per_package
     throughput = g["batch"] / tpot
     peak_pkg = dpp * getattr(hw.chip.die.peak_flops_per_s, m.precision.matmul)
+    stream_a, stream_b = s2.streams["moe_layer"]
     return {
         "microbatches_used": choice,
         "iteration_ms": it * 1e3,
         "tpot_ms": tpot * 1e3,
         "layer_us": select(choice, l1, l2) * 1e6,
+        "stream_a_us": stream_a * 1e6,
+        "stream_b_us": stream_b * 1e6,
         "tokens_per_iteration": emitted,
         "throughput_per_npu": throughput,
         "tokens_per_s_per_user": 1.0 / tpot,

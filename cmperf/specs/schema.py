@@ -60,6 +60,7 @@ class Die(Strict):
     cube_cores: Count
     vector_cores: Count
     peak_flops_per_s: PeakFlops
+    vector_ops_per_s: Positive
     hbm_capacity_B: Positive
     hbm_bandwidth_Bps: Positive
     ports: Ports
@@ -144,8 +145,6 @@ class Tiers(Strict):
 
 
 class Collectives(Strict):
-    dispatch_startup_s: NonNegative
-    combine_startup_s: NonNegative
     message_issue_s: NonNegative
 
 
@@ -199,6 +198,10 @@ class Precision(Strict):
     kv_cache: Dtype
 
 
+class Serving(Strict):
+    default_expert_imbalance: Sourced
+
+
 class ModelSpec(Strict):
     kind: Literal["model"]
     name: str
@@ -214,6 +217,7 @@ class ModelSpec(Strict):
     moe: MoE
     mtp: MTP
     precision: Precision
+    serving: Serving
 
     @field_validator("first_dense_layers")
     @classmethod
