@@ -64,6 +64,11 @@ def combine_message_B(m) -> int:
     return m.hidden_size * dtype_bytes(m.precision.hidden)
 
 
+def _startup(hw, group):
+    """Collective start-up; ``hw=None`` (work counts only, no timing) gives 0."""
+    return 0.0 if hw is None else collective_startup_s(hw, group)
+
+
 # --------------------------------------------------------------------------- MLA
 def mla_decode_ops(m, T, R, L) -> list[Op]:
     """Absorbed MLA for ``T`` tokens of ``R`` requests with ``L`` cached tokens each
@@ -123,7 +128,7 @@ def mla_prefill_ops(m, hw, T, P, tp) -> list[Op]:
     gather = Op("attn_allgather", "dma", launches=1, tier="ub",
                 net_bytes=(tp - 1) * T * compressed * b.hidden, net_messages=0.0,
                 hbm_bytes=tp * T * compressed * b.hidden,
-                startup_s=collective_startup_s(hw, tp) * (tp > 1))
+                startup_s=_startup(hw, tp) * (tp > 1))
     up = Op("mla_up", "cube", flops=2 * T * up_w, dtype=m.precision.matmul, vector_ops=T * up_vec,
             hbm_bytes=up_w * b.weight / tp + T * compressed * b.hidden + T * a.num_heads * (2 * qk + a.v_head_dim) * b.attn,
             weight_bytes=up_w * b.weight / tp)
@@ -134,7 +139,7 @@ def mla_prefill_ops(m, hw, T, P, tp) -> list[Op]:
     a2a = Op("attn_alltoall", "dma", launches=1, tier="ub",
              net_bytes=T * (tp - 1) / tp * a.num_heads * a.v_head_dim * b.hidden, net_messages=0.0,
              hbm_bytes=T * a.num_heads * a.v_head_dim * b.hidden,
-             startup_s=collective_startup_s(hw, tp) * (tp > 1))
+             startup_s=_startup(hw, tp) * (tp > 1))
     o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec,
                 hbm_bytes=w["o"] * b.weight + T * a.num_heads * a.v_head_dim * b.attn + T * h * b.hidden,
                 weight_bytes=w["o"] * b.weight)
@@ -204,7 +209,7 @@ def moe_ops(m, hw, T, ep, pl: Placement) -> list[Op]:
     dispatch = Op("dispatch", "vector", tier="ub", vector_ops=T * VEC_QUANT * h,
                   net_messages=T * fanout, net_bytes=np.maximum(T * fanout, rows_remote) * d_B,
                   hbm_bytes=T * h * b.hidden + (T * fanout + rows_remote) * d_B,
-                  startup_s=collective_startup_s(hw, ep))
+                  startup_s=_startup(hw, ep))
     e_w = arch.expert_params(m)
     rows = pl.rows
     experts = Op("experts", "cube", flops=2 * rows * e_w, dtype=m.precision.matmul,
@@ -216,7 +221,7 @@ def moe_ops(m, hw, T, ep, pl: Placement) -> list[Op]:
     combine = Op("combine", "vector", tier="ub", vector_ops=T * h * (VEC_COMBINE * (fanout + 1) + VEC_RESIDUAL),
                  net_messages=rows_remote, net_bytes=np.maximum(T * fanout, rows_remote) * c_B,
                  hbm_bytes=(T * fanout + rows_remote) * c_B + T * h * b.hidden,
-                 startup_s=collective_startup_s(hw, ep))
+                 startup_s=_startup(hw, ep))
     return [gate, dispatch, experts, combine]
 
 
@@ -254,3 +259,34 @@ def mtp_proj_op(m, T) -> Op:
     return Op("mtp_eh_proj", "cube", flops=2 * T * w, dtype=m.precision.matmul,
               vector_ops=T * (2 * VEC_RMSNORM * h + VEC_QUANT * 2 * h + VEC_DEQUANT * h),
               hbm_bytes=w * b.weight + 3 * T * h * b.hidden, weight_bytes=w * b.weight)
+
+
+# --------------------------------------------------------------------------- per-token facts
+def flops_per_token(m, context, phase: str = "decode") -> dict[str, float]:
+    """FLOPs one token costs through the main model (no MTP), from the same operator
+    builders the schedules use (docs/model.md §1.3).
+
+    ``decode``: one new token attending to ``context`` cached tokens (absorbed MLA).
+    ``prefill``: the average token of a ``context``-long prompt (causal MHA)."""
+    mo = m.moe
+    if phase == "decode":
+        attn = mla_decode_ops(m, 1.0, 1.0, context)
+    else:
+        attn = [o for o in mla_prefill_ops(m, None, 1.0, context, 1.0) if o.tier is None]
+    one_token = Placement(instances_per_die=np.asarray(1.0), rows=np.asarray(float(mo.experts_per_token + mo.shared_experts)),
+                          padded_rows=np.asarray(float(mo.experts_per_token + mo.shared_experts)),
+                          shared_remote=np.asarray(False), remote_routed_fraction=np.asarray(1.0))
+    gate, _, experts, _ = moe_ops(m, None, 1.0, 1.0, one_token)
+    n_dense, n_moe = m.first_dense_layers, m.num_layers - m.first_dense_layers
+    attn_core = sum(float(o.flops) for o in attn if o.flop_kind == "attention")
+    attn_linear = sum(float(o.flops) for o in attn if o.flop_kind != "attention")
+    out = {
+        "attention_core": m.num_layers * attn_core,
+        "attention_projections": m.num_layers * attn_linear,
+        "dense_ffn": n_dense * float(dense_ffn_op(m, 1.0).flops),
+        "moe": n_moe * (float(gate.flops) + float(experts.flops)),
+        # prefill runs the head on the last prompt token only: amortised over the prompt
+        "lm_head": float(head_op(m, 1.0).flops) / (1.0 if phase == "decode" else float(context)),
+    }
+    out["total"] = sum(out.values())
+    return out

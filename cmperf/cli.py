@@ -1,0 +1,318 @@
+"""Command line: ``cmperf hw|model|predict|validate|search ...`` (README.md has the tour).
+
+The CLI only parses flags, calls the Python API and renders; it computes nothing itself.
+Bad input ends in one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+from . import __version__
+from .errors import CmperfError
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Analytical performance model of DeepSeek-R1 serving on Huawei CloudMatrix384 (Ascend 910C).\n\n"
+         "Example: cmperf predict decode --batch 64 --set system.tiers.ub.bandwidth_Bps=270e9",
+)
+hw_app = typer.Typer(no_args_is_help=True, help="Hardware specs (chips, systems). Example: cmperf hw show cloudmatrix384")
+model_app = typer.Typer(no_args_is_help=True, help="Model specs and derived facts. Example: cmperf model show deepseek-r1 --context 32768")
+predict_app = typer.Typer(no_args_is_help=True, help="Predict one configuration (or a small grid). Example: cmperf predict decode --batch 8")
+app.add_typer(hw_app, name="hw")
+app.add_typer(model_app, name="model")
+app.add_typer(predict_app, name="predict")
+
+FormatOpt = typer.Option("table", "--format", "-f", help="table | json | csv (json/csv: data only on stdout)")
+HardwareOpt = typer.Option("cloudmatrix384", "--hardware", help="system spec: built-in name or path to a YAML file")
+ModelOpt = typer.Option("deepseek-r1", "--model", help="model spec: built-in name or path to a YAML file")
+SetOpt = typer.Option(None, "--set", help="override a spec field, e.g. chip.die.hbm_bandwidth_Bps=3.2e12 (repeatable)")
+
+
+def _version(value: bool):
+    if value:
+        typer.echo(f"cmperf {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version and exit")):
+    pass
+
+
+# --------------------------------------------------------------------------- hw / model
+@hw_app.command("list")
+def hw_list(fmt: str = FormatOpt):
+    """List built-in chips and systems. Example: cmperf hw list"""
+    from .report import check_format, print_records
+    from .specs.loader import list_builtin, validate as _v, read_yaml
+
+    records = []
+    for kind in ("system", "chip"):
+        for name, path in list_builtin(kind):
+            spec = _v(kind, read_yaml(path), path)
+            records.append({"section": kind, "quantity": name, "value": spec.description, "unit": "", "note": str(path)})
+    print_records(records, check_format(fmt), "hardware specs")
+
+
+@hw_app.command("show")
+def hw_show(name: str = typer.Argument("cloudmatrix384", help="chip or system: built-in name or YAML path"),
+            fmt: str = FormatOpt, sets: Optional[List[str]] = SetOpt):
+    """Peaks, ridge points and network tiers of a chip, or topology and totals of a system.
+    Example: cmperf hw show ascend-910c"""
+    from .facts import chip_facts, system_facts
+    from .report import check_format, print_records
+    from .specs.loader import load_chip, load_hardware, split_overrides, list_builtin, resolve, read_yaml
+
+    check_format(fmt)
+    overrides = split_overrides(sets or [])
+    is_chip = name in dict(list_builtin("chip"))
+    if not is_chip and name not in dict(list_builtin("system")):
+        raw = read_yaml(resolve("system", name)) if not name.endswith((".yaml", ".yml")) else read_yaml(resolve("chip", name))
+        is_chip = raw.get("kind") == "chip"
+    if is_chip:
+        chip, _ = load_chip(name, overrides)
+        print_records(chip_facts(chip), fmt, f"{chip.name}: {chip.description}")
+    else:
+        hw = load_hardware(name, overrides)
+        print_records(system_facts(hw) + chip_facts(hw.chip), fmt, f"{hw.system.name}: {hw.system.description}")
+
+
+@model_app.command("list")
+def model_list(fmt: str = FormatOpt):
+    """List built-in models. Example: cmperf model list"""
+    from .report import check_format, print_records
+    from .specs.loader import list_builtin, read_yaml, validate as _v
+
+    records = [{"section": "model", "quantity": n, "value": _v("model", read_yaml(p), p).description, "unit": "", "note": str(p)}
+               for n, p in list_builtin("model")]
+    print_records(records, check_format(fmt), "model specs")
+
+
+@model_app.command("show")
+def model_show(name: str = typer.Argument("deepseek-r1", help="built-in name or YAML path"),
+               context: int = typer.Option(4096, "--context", min=1, help="context length for FLOPs per token"),
+               fmt: str = FormatOpt, sets: Optional[List[str]] = SetOpt):
+    """Parameter counts, KV-cache bytes per token, FLOPs per token at a context length.
+    Example: cmperf model show deepseek-r1 --context 32768"""
+    from .facts import model_facts
+    from .report import check_format, print_records
+    from .specs.loader import load_model, split_overrides
+
+    check_format(fmt)
+    m, _ = load_model(name, split_overrides(sets or []))
+    print_records(model_facts(m, context), fmt, f"{m.name}: {m.description}")
+
+
+# --------------------------------------------------------------------------- predict
+def _microbatches(v: Optional[str]) -> Optional[int]:
+    if v is None:
+        return None
+    table = {"1": 1, "2": 2, "auto": 0}
+    if v not in table:
+        raise CmperfError(f"--microbatches {v}: expected 1, 2 or auto")
+    return table[v]
+
+
+def _imbalance(v: Optional[str]):
+    if v is None or v == "default":
+        return v
+    try:
+        return float(v)
+    except ValueError:
+        raise CmperfError(f"--expert-imbalance {v}: expected a number >= 1 or 'default'") from None
+
+
+def _kv_sets(sets: Optional[List[str]], kv_dtype: Optional[str]) -> list[str]:
+    out = list(sets or [])
+    if kv_dtype is not None:
+        if kv_dtype not in ("bf16", "fp16", "int8"):
+            raise CmperfError(f"--kv-dtype {kv_dtype}: expected bf16, fp16 or int8")
+        out.append(f"model.precision.kv_cache={kv_dtype}")
+    return out
+
+
+DECODE_SUMMARY = ["phase", "batch", "kv_len", "dies", "ep", "mtp", "microbatches_used", "tpot_ms", "iteration_ms",
+                  "layer_us", "stream_a_us", "stream_b_us", "tokens_per_iteration", "throughput_per_npu",
+                  "tokens_per_s_per_user", "tokens_per_s_per_tflops", "memory_per_die_bytes", "weights_per_die_bytes",
+                  "kv_cache_per_die_bytes", "buffers_per_die_bytes", "hbm_per_die_bytes", "max_batch_per_npu", "fits"]
+PREFILL_SUMMARY = ["phase", "tokens_per_npu", "prompt_len", "dies", "ep", "attn_tp", "microbatches_used", "ttft_ms",
+                   "forward_ms", "kv_transfer_ms", "throughput_per_npu", "tokens_per_s_per_tflops",
+                   "memory_per_die_bytes", "weights_per_die_bytes", "kv_cache_per_die_bytes", "buffers_per_die_bytes",
+                   "hbm_per_die_bytes", "max_tokens_per_npu", "fits"]
+UNITS = {"memory_per_die_bytes": "B", "weights_per_die_bytes": "B", "kv_cache_per_die_bytes": "B",
+         "buffers_per_die_bytes": "B", "hbm_per_die_bytes": "B", "flops": "FLOP", "hbm_bytes": "B", "net_bytes": "B"}
+
+
+def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list[str], breakdown: bool,
+                 fmt: str, out: Optional[str]):
+    from .predict import load_specs, predict
+    from .report import check_format, human, print_csv, print_json, print_table, warn, write_csv
+
+    check_format(fmt)
+    specs = load_specs(hardware, model, sets)
+    result = predict(phase, {k: v for k, v in values.items() if v is not None}, specs)
+    table = result.table
+    for i in range(len(table)):
+        if not bool(table["fits"].iat[i]):
+            need, have = table["memory_per_die_bytes"].iat[i], table["hbm_per_die_bytes"].iat[i]
+            warn(f"does not fit: needs {human(need, 'B')} per die (weights {human(table['weights_per_die_bytes'].iat[i], 'B')}, "
+                 f"KV {human(table['kv_cache_per_die_bytes'].iat[i], 'B')}, buffers {human(table['buffers_per_die_bytes'].iat[i], 'B')}) "
+                 f"but a die has {human(have, 'B')}")
+    if out:
+        write_csv(table, out)
+    ops, sections = result.breakdown(0) if breakdown else (None, None)
+    summary = DECODE_SUMMARY if phase == "decode" else PREFILL_SUMMARY
+    if fmt == "json":
+        obj = table.to_dict(orient="records")
+        obj = obj[0] if len(obj) == 1 else obj
+        if breakdown:
+            obj = {**obj, "breakdown": ops.to_dict(orient="records"), "sections": sections.to_dict(orient="records")} \
+                if isinstance(obj, dict) else obj
+        print_json(obj)
+    elif fmt == "csv":
+        print_csv(ops if breakdown else table)
+    else:
+        row = table.iloc[0]
+        shown = [(c, human(row[c], UNITS.get(c, ""))) for c in summary if c in table.columns]
+        import pandas as pd
+        print_table(pd.DataFrame(shown, columns=["quantity", "value"]), f"{phase} prediction ({hardware}, {model})")
+        if breakdown:
+            cols = ["section", "stream", "op", "calls", "time_us", "compute_us", "vector_us", "memory_us", "network_us",
+                    "latency_us", "bound", "total_ms"]
+            print_table(ops[cols].round(2), "per-operator time (one call = one microbatch; bound = largest term)")
+            print_table(sections.round(3), "how the operators combine")
+
+
+@predict_app.command("decode")
+def predict_decode(
+    batch: Optional[float] = typer.Option(None, "--batch", help="requests per NPU [96]"),
+    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help="prompt tokens per request [4096]"),
+    output_len: Optional[int] = typer.Option(None, "--output-len", help="output tokens per request [256]"),
+    kv_len: Optional[float] = typer.Option(None, "--kv-len", help="cached tokens per decode step [prompt + output/2]"),
+    dies: Optional[int] = typer.Option(None, "--dies", help="dies in the decode instance [320]"),
+    ep: Optional[int] = typer.Option(None, "--ep", help="expert-parallel degree [= dies]"),
+    microbatches: Optional[str] = typer.Option(None, "--microbatches", help="1, 2 or auto [auto: the faster]"),
+    mtp: Optional[bool] = typer.Option(None, "--mtp/--no-mtp", help="multi-token prediction [on]"),
+    mtp_k: Optional[int] = typer.Option(None, "--mtp-k", help="speculative tokens per step [1]"),
+    mtp_acceptance: Optional[float] = typer.Option(None, "--mtp-acceptance", help="acceptance rate [0.7]"),
+    expert_imbalance: Optional[str] = typer.Option(None, "--expert-imbalance", help="max/mean expert load, or 'default' [1.0]"),
+    redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help="redundant routed experts [32]"),
+    shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help="shared-expert copies [32]"),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype bf16|int8 [model spec: bf16]"),
+    hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
+    breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
+    fmt: str = FormatOpt,
+    out: Optional[str] = typer.Option(None, "--out", help="also write the result table to this CSV file"),
+):
+    """TPOT, throughput per NPU, per-layer time and memory of a decode instance (default: the
+    paper's EP320 deployment, batch 96). Example: cmperf predict decode --batch 8 --breakdown"""
+    values = dict(batch=batch, prompt_len=prompt_len, output_len=output_len, kv_len=kv_len, dies=dies, ep=ep,
+                  microbatches=_microbatches(microbatches), mtp=None if mtp is None else int(mtp), mtp_k=mtp_k,
+                  mtp_acceptance=mtp_acceptance, expert_imbalance=_imbalance(expert_imbalance),
+                  redundant_experts=redundant_experts, shared_copies=shared_copies)
+    _run_predict("decode", values, hardware, model, _kv_sets(sets, kv_dtype), breakdown, fmt, out)
+
+
+@predict_app.command("prefill")
+def predict_prefill(
+    tokens_per_npu: Optional[float] = typer.Option(None, "--tokens-per-npu", help="prompt tokens per NPU per pass [16384]"),
+    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help="tokens per prompt [4096]"),
+    dies: Optional[int] = typer.Option(None, "--dies", help="dies in the prefill instance [32]"),
+    ep: Optional[int] = typer.Option(None, "--ep", help="expert-parallel degree [= dies]"),
+    attn_tp: Optional[int] = typer.Option(None, "--attn-tp", help="tensor parallelism of attention [4]"),
+    microbatches: Optional[str] = typer.Option(None, "--microbatches", help="1, 2 or auto [auto]"),
+    mtp: Optional[bool] = typer.Option(None, "--mtp/--no-mtp", help="run the MTP module [on]"),
+    expert_imbalance: Optional[str] = typer.Option(None, "--expert-imbalance", help="max/mean expert load, or 'default' [1.0]"),
+    redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help="redundant routed experts [32]"),
+    shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help="shared-expert copies [one per die]"),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype bf16|int8 [model spec: bf16]"),
+    hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
+    breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
+    fmt: str = FormatOpt,
+    out: Optional[str] = typer.Option(None, "--out", help="also write the result table to this CSV file"),
+):
+    """TTFT, throughput per NPU and memory of a prefill instance (default: the paper's 16-NPU
+    EP32 instance, 16K tokens per NPU of 4K prompts). Example: cmperf predict prefill --prompt-len 32768"""
+    values = dict(tokens_per_npu=tokens_per_npu, prompt_len=prompt_len, dies=dies, ep=ep, attn_tp=attn_tp,
+                  microbatches=_microbatches(microbatches), mtp=None if mtp is None else int(mtp),
+                  expert_imbalance=_imbalance(expert_imbalance), redundant_experts=redundant_experts,
+                  shared_copies=shared_copies)
+    _run_predict("prefill", values, hardware, model, _kv_sets(sets, kv_dtype), breakdown, fmt, out)
+
+
+# --------------------------------------------------------------------------- validate
+@app.command("validate")
+def validate_cmd(
+    files: Optional[List[str]] = typer.Argument(None, help="reference files [the built-in CloudMatrix384 paper rows]"),
+    sensitivity: bool = typer.Option(False, "--sensitivity", help="also show how headline rows move when each parameter moves +-10 %"),
+    fmt: str = FormatOpt, sets: Optional[List[str]] = SetOpt,
+):
+    """Replay published results: predicted vs paper, error, pass/fail; exit 1 if a row fails.
+    Example: cmperf validate --sensitivity"""
+    import pandas as pd
+
+    from .predict import load_specs
+    from .report import check_format, print_csv, print_json, print_table
+    from .validate import BUILTIN_REFERENCE, evaluate, fitted_parameters, load_reference
+    from .validate import sensitivity as sens
+
+    check_format(fmt)
+    results, fitted, sens_tables = [], None, []
+    for f in files or [str(BUILTIN_REFERENCE)]:
+        ref = load_reference(f)
+        specs = load_specs(ref.hardware, ref.model, sets or [])
+        res = evaluate(ref, specs)
+        res.insert(0, "file", ref.name)
+        results.append(res)
+        fitted = fitted_parameters(specs)
+        if sensitivity:
+            sens_tables.append(sens(ref, specs))
+    res = pd.concat(results, ignore_index=True)
+    failed = int((~res["pass"]).sum())
+    abs_err = res["error_pct"].abs()
+    stats = {"rows": len(res), "failed": failed, "mean_abs_error_pct": float(abs_err.mean()),
+             "max_abs_error_pct": float(abs_err.max())}
+    if fmt == "json":
+        obj = {"rows": res.to_dict(orient="records"), "summary": stats,
+               "fitted_parameters": fitted.to_dict(orient="records")}
+        if sensitivity:
+            obj["sensitivity"] = pd.concat(sens_tables).to_dict(orient="records")
+        print_json(obj)
+    elif fmt == "csv":
+        print_csv(res)
+    else:
+        shown = res[["id", "where", "metric", "predicted", "paper", "error_pct", "tolerance_pct", "pass"]].copy()
+        shown["predicted"] = shown["predicted"].map(lambda v: f"{v:.4g}")
+        shown["error_pct"] = shown["error_pct"].map(lambda v: f"{v:+.1f} %")
+        shown["tolerance_pct"] = shown["tolerance_pct"].map(lambda v: f"±{v:g} %")
+        shown["pass"] = shown["pass"].map(lambda v: "pass" if v else "FAIL")
+        print_table(shown, "predicted vs published")
+        typer.echo(f"mean |error| {stats['mean_abs_error_pct']:.2f} %, max |error| {stats['max_abs_error_pct']:.2f} %, "
+                   f"{len(res) - failed}/{len(res)} rows pass")
+        print_table(fitted.assign(value=fitted["value"].map(lambda v: f"{v:.4g}")),
+                    f"fitted parameters ({len(fitted)}; re-fit with: python -m cmperf.calibrate)")
+        for t in sens_tables:
+            cols = [c for c in t.columns if c not in ("value",)]
+            print_table(t[cols].head(15).round(2), "sensitivity: % change of each headline row (top 15 parameters)")
+    if failed:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Entry point: typer handles usage errors itself (message + exit 2); our own input
+    errors arrive here as CmperfError."""
+    try:
+        app()
+    except CmperfError as e:
+        sys.stderr.write(f"cmperf: error: {e}\n")
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

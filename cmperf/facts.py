@@ -1,0 +1,108 @@
+"""Derived facts of the specs, computed, never typed in: ``cmperf model show`` and
+``cmperf hw show`` (docs/specs.md §Derived facts). Each fact is a record
+(section, quantity, value, unit); the CLI renders them as a table, JSON or CSV."""
+
+from __future__ import annotations
+
+from .cost import arch
+from .cost.ops import combine_message_B, dispatch_message_B, flops_per_token
+from .cost.roofline import tier_bandwidth_Bps
+from .specs.loader import Hardware
+from .specs.schema import DTYPE_BYTES, ChipSpec, ModelSpec
+from .specs.view import SpecView
+
+
+def _r(section, quantity, value, unit, note=""):
+    return {"section": section, "quantity": quantity, "value": value, "unit": unit, "note": note}
+
+
+def model_facts(m: ModelSpec, context: int = 4096) -> list[dict]:
+    pb = arch.param_breakdown(m)
+    out = [_r("parameters", "total (main model, without MTP)", pb.total, "params", "the '671B'"),
+           _r("parameters", "total with MTP module (as on disk)", pb.total_with_mtp, "params",
+              "MTP block + its own embedding/head copies"),
+           _r("parameters", "activated per token (matmuls)", arch.activated_matmul_params(m), "params",
+              "attention + dense FFN + top-k routed + shared experts + router + LM head")]
+    for part in ("mla", "dense_ffn", "routed_experts", "shared_experts", "router", "norms", "embedding", "head", "mtp"):
+        out.append(_r("parameters by part", part, getattr(pb, part), "params"))
+    out.append(_r("parameters by part", "mtp embedding+head copies", pb.mtp_embedding_and_head_copies, "params",
+                  "shared with the main model at run time"))
+    out.append(_r("layers", "dense / MoE / MTP", f"{m.first_dense_layers} / {m.num_layers - m.first_dense_layers} / {m.mtp.modules}", ""))
+    for dt, b in DTYPE_BYTES.items():
+        if dt == "fp16":
+            continue
+        out.append(_r("KV cache per token", dt, arch.kv_bytes_per_token(m, b), "B",
+                      f"({m.attention.kv_lora_rank} + {m.attention.qk_rope_head_dim}) x {m.num_layers} layers x {b} B"))
+    out.append(_r("EP messages", "dispatch per token per expert", dispatch_message_B(m), "B", "INT8 hidden + scale, 512 B aligned"))
+    out.append(_r("EP messages", "combine per token per expert", combine_message_B(m), "B", "BF16 hidden"))
+    for phase, note in (("decode", f"one new token attending to {context} cached tokens"),
+                        ("prefill", f"average token of a {context}-token prompt (causal)")):
+        for part, v in flops_per_token(m, context, phase).items():
+            out.append(_r(f"FLOPs per token, {phase}", part, v, "FLOP", note if part == "total" else ""))
+    return out
+
+
+def chip_facts(chip: ChipSpec) -> list[dict]:
+    v = SpecView(chip)
+    d, n = v.die, v.dies_per_package
+    out = [_r("package", "dies", n, ""),
+           _r("die", "AI Cube / AI Vector cores", f"{d.cube_cores} / {d.vector_cores}", "")]
+    for dt in ("bf16", "fp16", "int8"):
+        peak = getattr(d.peak_flops_per_s, dt)
+        out.append(_r("dense peak", f"{dt} per die", peak, "FLOP/s"))
+        out.append(_r("dense peak", f"{dt} per package", peak * n, "FLOP/s"))
+    out += [_r("HBM", "capacity per die", d.hbm_capacity_B, "B"),
+            _r("HBM", "capacity per package", d.hbm_capacity_B * n, "B"),
+            _r("HBM", "bandwidth per die", d.hbm_bandwidth_Bps, "B/s"),
+            _r("HBM", "bandwidth per package", d.hbm_bandwidth_Bps * n, "B/s")]
+    for dt in ("bf16", "int8"):
+        peak = getattr(d.peak_flops_per_s, dt)
+        out.append(_r("ridge point", f"{dt} (peak / HBM bandwidth)", peak / d.hbm_bandwidth_Bps, "FLOP/B",
+                      "operators with fewer FLOPs per byte are memory-bound"))
+        out.append(_r("ridge point", f"{dt} achievable (with efficiencies)",
+                      peak * v.efficiency.matmul_compute / (d.hbm_bandwidth_Bps * v.efficiency.memory_bandwidth), "FLOP/B"))
+    out.append(_r("vector", "element operations per die", d.vector_ops_per_s, "op/s", "fitted"))
+    for port in ("die_to_die_Bps", "ub_Bps", "rdma_Bps"):
+        out.append(_r("ports (per die, unidirectional)", port.removesuffix("_Bps"), getattr(d.ports, port), "B/s"))
+    for name in type(chip.efficiency).model_fields:
+        out.append(_r("efficiency", name, getattr(v.efficiency, name), "", getattr(chip.efficiency, name).source))
+    for name in type(chip.latency).model_fields:
+        out.append(_r("latency", name, getattr(v.latency, name), "s", getattr(chip.latency, name).source))
+    return out
+
+
+def system_facts(hw: Hardware) -> list[dict]:
+    s, c = SpecView(hw.system), SpecView(hw.chip)
+    node, sn = s.node, s.supernode
+    npus = sn.nodes * node.npus
+    dies = npus * c.dies_per_package
+    ub_npu = c.die.ports.ub_Bps * c.dies_per_package
+    uplink = node.l1_switch_chips * node.l1_uplink_links * node.l1_uplink_link_Bps
+    l2 = sn.l2_subplanes * sn.l2_chips_per_subplane * sn.l2_ports_per_chip * sn.l2_port_Bps
+    out = [_r("topology", "chip", hw.chip.name, ""),
+           _r("topology", "nodes", sn.nodes, ""),
+           _r("topology", "NPUs", npus, ""),
+           _r("topology", "dies", dies, ""),
+           _r("topology", "CPUs", sn.nodes * node.cpus, ""),
+           _r("topology", "L1 UB switch chips", sn.nodes * node.l1_switch_chips, ""),
+           _r("topology", "L2 UB switch chips", sn.l2_subplanes * sn.l2_chips_per_subplane, ""),
+           _r("totals", "HBM", dies * c.die.hbm_capacity_B, "B"),
+           _r("totals", "HBM bandwidth", dies * c.die.hbm_bandwidth_Bps, "B/s"),
+           _r("totals", "dense INT8", dies * c.die.peak_flops_per_s.int8, "FLOP/s"),
+           _r("totals", "dense BF16", dies * c.die.peak_flops_per_s.bf16, "FLOP/s"),
+           _r("UB", "per NPU (unidirectional)", ub_npu, "B/s"),
+           _r("UB", "node uplink to L2", uplink, "B/s", f"= {node.npus} NPUs x {ub_npu / 1e9:.0f} GB/s: non-blocking" if abs(uplink - node.npus * ub_npu) < 1 else "oversubscribed"),
+           _r("UB", "L2 port capacity", l2, "B/s"),
+           _r("UB", "bisection (unidirectional)", npus / 2 * ub_npu, "B/s", "half the NPUs at full UB rate")]
+    for name in type(hw.system.tiers).model_fields:
+        t = getattr(hw.system.tiers, name)
+        out.append(_r("tier " + name, "scope", t.scope, ""))
+        out.append(_r("tier " + name, "bandwidth per die", tier_bandwidth_Bps(_Hw(s, c), name), "B/s",
+                      t.bandwidth_Bps.source if t.bandwidth_Bps else (f"chip port {t.port}" if t.port else t.node_bandwidth_Bps.source)))
+        out.append(_r("tier " + name, "latency", t.latency_s.value, "s", t.latency_s.source))
+    return out
+
+
+class _Hw:
+    def __init__(self, system, chip):
+        self.system, self.chip = system, chip

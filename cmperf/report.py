@@ -1,0 +1,123 @@
+"""Rendering: rich tables for people, JSON and CSV for programs (stdout carries only the
+data), and whole-or-nothing file writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from .errors import ConfigError
+
+FORMATS = ("table", "json", "csv")
+
+_PREFIX = [(1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+
+
+def human(value: Any, unit: str = "") -> str:
+    """1.6e12, 'B/s' -> '1.6 TB/s'; seconds to ms/us; plain numbers with thousands separators."""
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, str) or value is None:
+        return "" if value is None else value
+    v = float(value)
+    if math.isnan(v):
+        return "-"
+    if unit == "s":
+        for scale, u in ((1, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+            if abs(v) >= scale or u == "ns":
+                return f"{v / scale:.3g} {u}" if v else "0 s"
+    if unit in ("B", "B/s", "FLOP/s", "FLOP", "params", "op/s"):
+        for scale, p in _PREFIX:
+            if abs(v) >= scale:
+                return f"{v / scale:.4g} {p}{unit}"
+        return f"{v:.4g} {unit}"
+    if v.is_integer() and abs(v) < 1e15:
+        return f"{int(v):,} {unit}".strip()
+    return f"{v:.4g} {unit}".strip()
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    return x
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(_jsonable(obj), indent=2) + "\n")
+
+
+def print_csv(df: pd.DataFrame) -> None:
+    df.to_csv(sys.stdout, index=False)
+
+
+def print_table(df: pd.DataFrame, title: str | None = None, units: dict[str, str] | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    units = units or {}
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for c in df.columns:
+        t.add_column(str(c), justify="right" if pd.api.types.is_numeric_dtype(df[c]) else "left",
+                     overflow="fold")
+    for _, row in df.iterrows():
+        t.add_row(*[human(row[c], units.get(c, "")) if not isinstance(row[c], str) else row[c] for c in df.columns])
+    Console(width=max(100, min(220, Console().width))).print(t)
+
+
+def print_records(records: list[dict], fmt: str, title: str) -> None:
+    """Facts (section, quantity, value, unit, note) in the requested format."""
+    df = pd.DataFrame(records)
+    if fmt == "json":
+        print_json(records)
+    elif fmt == "csv":
+        print_csv(df)
+    else:
+        shown = df.assign(value=[human(v, u) for v, u in zip(df["value"], df["unit"])]).drop(columns="unit")
+        print_table(shown, title)
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def write_atomic(path: str | Path, write: Any) -> None:
+    """Write a file whole or not at all: ``write(tmp_path)`` then rename over ``path``."""
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        raise ConfigError(f"{path}: directory {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_csv(df: pd.DataFrame, path: str | Path) -> None:
+    write_atomic(path, lambda tmp: df.to_csv(tmp, index=False))
+
+
+def warn(message: str) -> None:
+    sys.stderr.write(f"cmperf: warning: {message}\n")
+
+
+def columns_present(df: pd.DataFrame, cols: Iterable[str]) -> list[str]:
+    return [c for c in cols if c in df.columns]
