@@ -75,7 +75,8 @@ def print_table(df: pd.DataFrame, title: str | None = None, units: dict[str, str
                      overflow="fold")
     for _, row in df.iterrows():
         t.add_row(*[human(row[c], units.get(c, "")) if not isinstance(row[c], str) else row[c] for c in df.columns])
-    Console(width=max(100, min(220, Console().width))).print(t)
+    console = Console()
+    Console(width=console.width if console.is_terminal else 200).print(t)
 
 
 def print_records(records: list[dict], fmt: str, title: str) -> None:

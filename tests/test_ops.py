@@ -1,0 +1,103 @@
+"""Per-operator work against hand-derived values (reference §3-§4): FLOPs and bytes per
+token at 4K context, dispatch/combine bytes per die at EP320, buffer memory of Eq. 1-2."""
+
+import numpy as np
+import pytest
+
+from cmperf.cost.ops import (combine_message_B, dense_ffn_op, dispatch_message_B, mla_decode_ops,
+                             mla_prefill_ops, moe_ops, placement)
+from cmperf.schedule.memory import buffer_bytes
+
+H = 7168
+W_UK = W_UV = 512 * 128 * 128
+EXPERT = 3 * H * 2048
+
+
+def test_decode_mla_per_token_at_4k(model):
+    prolog, core, o_proj = mla_decode_ops(model, T=1.0, R=1.0, L=4096)
+    assert prolog.flops == 2 * (H * 1536 + 1536 * 128 * 192 + H * 576 + W_UK)  # 122,552,320
+    assert prolog.weight_bytes == H * 1536 + 1536 * 128 * 192 + H * 576 + W_UK  # INT8: 1 B/weight
+    assert core.flops == 2 * 128 * (576 + 512) * 4096  # scores over 576 dims, output over 512
+    kv_read = 4096 * 576 * 2  # BF16 latent cache of one request, read once
+    assert core.hbm_bytes == pytest.approx(kv_read + 128 * (576 + 512) * 2)
+    assert o_proj.flops == 2 * (W_UV + 128 * 128 * H)
+    # one request, two tokens (MTP): the cache is read once, the work doubles
+    _, core2, _ = mla_decode_ops(model, T=2.0, R=1.0, L=4096)
+    assert core2.flops == 2 * core.flops
+    assert core2.hbm_bytes - 2 * 128 * (576 + 512) * 2 == pytest.approx(kv_read)
+
+
+def test_prefill_mha_per_token_at_4k(model):
+    down, gather, up, core, a2a, o_proj = mla_prefill_ops(model, None, T=4096.0, P=4096, tp=4)
+    assert down.flops == 2 * 4096 * (H * 1536 + H * 576)
+    assert up.flops == 2 * 4096 * (1536 * 128 * 192 + 512 * 128 * 256)
+    # causal: token i attends to i keys; sum over i = P (P + 1) / 2
+    assert core.flops == pytest.approx(2 * 128 * (192 + 128) * 4096 * 4097 / 2)
+    assert o_proj.flops == 2 * 4096 * 128 * 128 * H
+    # SP -> TP: every die receives the compressed q/kv (1536 + 576 BF16) of the 3 other dies
+    assert gather.net_bytes == pytest.approx(3 * 4096 * (1536 + 576) * 2)
+    # TP -> SP: 3/4 of the attention outputs (128 heads x 128, BF16) leave the die
+    assert a2a.net_bytes == pytest.approx(4096 * 0.75 * 128 * 128 * 2)
+
+
+def test_dense_ffn_per_token(model):
+    op = dense_ffn_op(model, 1.0)
+    assert op.flops == 2 * 3 * H * 18432
+
+
+def test_message_sizes(model):
+    assert dispatch_message_B(model) == 7680  # 7,168 INT8 + 4 B scale, padded to 512 B = 7.5 KiB
+    assert combine_message_B(model) == 14336  # BF16 = 14 KiB
+
+
+def _decode_moe(model, specs, T):
+    from cmperf.predict import load_specs
+    hw, m = specs.views()
+    pl = placement(m, T, 320, 32, 32, 1.0, 128)
+    return pl, moe_ops(m, hw, T, 320, pl)
+
+
+def test_ep320_placement_one_expert_per_die(model, specs):
+    pl, _ = _decode_moe(model, specs, 48.0)
+    assert float(pl.instances_per_die) == 1.0  # (256 + 32 + 32) / 320
+    # busiest die: a shared-expert copy serving 320 dies x 48 tokens / 32 copies = 480 rows
+    # (a routed die gets 48 x 320 x 8 / 288 = 426.7)
+    assert float(pl.rows) == pytest.approx(480.0)
+    assert bool(pl.shared_remote)
+
+
+def test_dispatch_combine_bytes_per_die_ep320_batch96(model, specs):
+    # batch 96 per NPU = 48 requests per die; with MTP each sends 2 tokens: 96 tokens per die
+    T = 96.0
+    pl, (gate, dispatch, experts, combine) = _decode_moe(model, specs, T)
+    fanout = 8 * 319 / 320 + 1  # 8 routed experts, 1/320 of them local, + the remote shared copy
+    sent = T * fanout
+    received = 96 * 320 / 32 * 319 / 320  # the shared-expert die receives from all others
+    assert float(dispatch.net_messages) == pytest.approx(sent)
+    assert float(dispatch.net_bytes) == pytest.approx(max(sent, received) * 7680)
+    assert float(combine.net_bytes) == pytest.approx(max(sent, received) * 14336)
+    assert float(dispatch.net_bytes) == pytest.approx(7.35e6, rel=0.01)  # ~7.4 MB per die per layer
+    assert float(experts.flops) == pytest.approx(2 * 960 * EXPERT)
+
+
+def test_dispatch_combine_buffers_645_mib(model):
+    # paper Eq. 1-2 at EP320 and 96 tokens per die: 96 x 320 x (7.5 KiB + 14 KiB)
+    b = float(buffer_bytes(model, 96, 320))
+    assert b == 96 * 320 * (7680 + 14336) == 676_331_520
+    assert b / 2**20 == pytest.approx(645, abs=1)  # the paper's "MB" are MiB
+
+
+def test_prefill_placement_ten_experts_per_die(model, specs):
+    hw, m = specs.views()
+    pl = placement(m, 8192.0, 32, 32, 32, 1.0, 128)
+    assert float(pl.instances_per_die) == 10.0  # 8 routed + 1 redundant + 1 shared
+    assert not bool(pl.shared_remote)  # one shared copy on every die: served locally
+    # 9 routed instances x (8192 x 32 x 8 / 288 tokens) + 8192 shared rows
+    assert float(pl.rows) == pytest.approx(9 * 8192 * 32 * 8 / 288 + 8192)
+
+
+def test_imbalance_scales_routed_rows_only(model, specs):
+    hw, m = specs.views()
+    a = placement(m, 8192.0, 32, 32, 32, 1.0, 128)
+    b = placement(m, 8192.0, 32, 32, 32, 1.5, 128)
+    assert float(b.rows - a.rows) == pytest.approx(0.5 * 9 * 8192 * 32 * 8 / 288)
