@@ -298,8 +298,14 @@ def validate_cmd(
         print_table(fitted.assign(value=fitted["value"].map(lambda v: f"{v:.4g}")),
                     f"fitted parameters ({len(fitted)}; re-fit with: python -m cmperf.calibrate)")
         for t in sens_tables:
-            cols = [c for c in t.columns if c not in ("value",)]
-            print_table(t[cols].head(15).round(2), "sensitivity: % change of each headline row (top 15 parameters)")
+            t = t[t["max_abs_change_pct"] > 0.05]
+            rows = sorted({c.rsplit(" ", 1)[0] for c in t.columns if c.endswith("%") and " " in c})
+            compact = pd.DataFrame({"parameter": t["parameter"]})
+            for r in rows:
+                minus = next(c for c in t.columns if c.startswith(f"{r} -"))
+                plus = next(c for c in t.columns if c.startswith(f"{r} +"))
+                compact[r] = [f"{a:+.1f}/{b:+.1f}" for a, b in zip(t[minus], t[plus])]
+            print_table(compact, "sensitivity: % change of each headline row when the parameter moves -10 % / +10 %")
     if failed:
         raise typer.Exit(1)
 
