@@ -115,7 +115,8 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     hw0, m0 = specs.views()
     if "expert_imbalance" in grid:  # 'default' = the model's documented real-traffic balance
         default = specs.model.serving.default_expert_imbalance.value
-        grid["_default_imbalance"] = grid["expert_imbalance"].astype(str) == "default"
+        col = grid["expert_imbalance"]  # a numeric column cannot hold the word: skip the per-row str()
+        grid["_default_imbalance"] = False if pd.api.types.is_numeric_dtype(col) else col.astype(str) == "default"
         grid["expert_imbalance"] = _numeric(grid["expert_imbalance"].replace("default", default), "--expert-imbalance")
     valid, reason = validate(phase, grid, m0, hw0)
     invalid = grid.loc[~valid].drop(columns="_default_imbalance", errors="ignore").assign(reason=reason[~valid])

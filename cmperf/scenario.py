@@ -8,7 +8,7 @@ it is not, the first ``reason``.
 
 from __future__ import annotations
 
-import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -80,9 +80,21 @@ def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> pd.DataFra
         if v is None:
             v = d.value
         cols[k] = list(v) if isinstance(v, (list, tuple, np.ndarray, pd.Series)) else [v]
-    rows = list(itertools.product(*cols.values()))
-    df = pd.DataFrame(rows, columns=list(cols))
-    return resolve_defaults(phase, df)
+    return resolve_defaults(phase, _product(cols))
+
+
+def _product(cols: dict[str, list]) -> pd.DataFrame:
+    """Cartesian product as columns (first column slowest, like itertools.product), built
+    with numpy repeat/tile: the loop runs over columns, not over configurations."""
+    n = math.prod(len(v) for v in cols.values())
+    if n == 0:
+        return pd.DataFrame([], columns=list(cols))
+    data, inner = {}, n
+    for k, v in cols.items():
+        values = pd.Series(v).to_numpy()  # pandas' own dtype inference: int, float, bool or object
+        inner //= len(v)
+        data[k] = np.tile(np.repeat(values, inner), n // (inner * len(v)))
+    return pd.DataFrame(data, columns=list(cols))
 
 
 def grid_from_rows(phase: str, rows: list[Mapping[str, Any]]) -> pd.DataFrame:
