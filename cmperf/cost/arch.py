@@ -134,6 +134,11 @@ def activated_matmul_params(m) -> int:
             + n_moe * per_moe + head)
 
 
+def kv_layers(m, mtp_on=0):
+    """Layers that keep a KV cache: the main model's, plus the MTP module's when it runs."""
+    return m.num_layers + m.mtp.modules * mtp_on
+
+
 def kv_bytes_per_token(m, dtype_bytes: float, layers: int | None = None) -> float:
     """Latent KV cache per token: (kv_lora_rank + rope dim) x layers x bytes (docs/model.md §1.2)."""
     return latent_dim(m) * (m.num_layers if layers is None else layers) * dtype_bytes

@@ -55,7 +55,7 @@ def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, np.ndarray]:
     """Iteration time with ``n`` microbatches in the MoE layers; returns (time, schedule, layer time)."""
     sched = Schedule()
     R_die = g["batch"] / hw.chip.dies_per_package
-    k = np.where(g["mtp"] == 1, g["mtp_k"], 0)
+    k = draft_tokens(g)
     T_die = R_die * (1 + k)
     n_dense = m.first_dense_layers
     n_moe = m.num_layers - n_dense
@@ -71,10 +71,15 @@ def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, np.ndarray]:
     return sched.total_s(), sched, layer
 
 
+def draft_tokens(g) -> np.ndarray:
+    """Speculative (MTP) tokens each request verifies per iteration: ``mtp_k`` when MTP is on."""
+    return np.where(np.asarray(g["mtp"]) == 1, g["mtp_k"], 0).astype(float)
+
+
 def emitted_tokens(g) -> np.ndarray:
     """Tokens a request emits per iteration: 1 + a + a^2 + ... + a^k (each draft is kept only
     if all before it were accepted; docs/model.md §5.3)."""
-    k = np.where(g["mtp"] == 1, g["mtp_k"], 0).astype(float)
+    k = draft_tokens(g)
     a = np.asarray(g["mtp_acceptance"], dtype=float)
     geometric = np.where(np.isclose(a, 1.0), k, a * (1 - a ** k) / np.where(np.isclose(a, 1.0), 1.0, 1 - a))
     return 1.0 + geometric

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost import arch
-from ..cost.ops import Bytes, combine_message_B, dispatch_message_B
+from ..cost.ops import Bytes, combine_message_B, dispatch_message_B, placement
+from .decode import draft_tokens
 
 
 def weight_bytes(m, g, attn_tp=1.0) -> np.ndarray:
@@ -16,11 +17,12 @@ def weight_bytes(m, g, attn_tp=1.0) -> np.ndarray:
     module included."""
     b = Bytes.of(m)
     w = arch.mla_weights(m)
-    mtp_layers = m.mtp.modules * np.asarray(g["mtp"], dtype=float)
-    layers = m.num_layers + mtp_layers
+    mtp_on = np.asarray(g["mtp"], dtype=float)
+    mtp_layers = m.mtp.modules * mtp_on
+    layers = arch.kv_layers(m, mtp_on)
     up = w["q_b"] + w["kv_b_k"] + w["kv_b_v"]
     mla = (sum(w.values()) - up + up / np.asarray(attn_tp, dtype=float)) * b.weight
-    instances = (m.moe.routed_experts + g["redundant_experts"] + g["shared_copies"]) / g["ep"]
+    instances = placement(m, 0.0, g["ep"], g["redundant_experts"], g["shared_copies"], 1.0, 1).instances_per_die
     n_moe = m.num_layers - m.first_dense_layers + mtp_layers
     return (layers * mla
             + m.first_dense_layers * arch.dense_ffn_params(m) * b.weight
@@ -47,10 +49,8 @@ def activation_bytes(m, tokens) -> np.ndarray:
 def decode_memory(hw, m, g) -> dict:
     dpp = hw.chip.dies_per_package
     R_die = g["batch"] / dpp
-    k = np.where(g["mtp"] == 1, g["mtp_k"], 0)
-    tpr = 1 + k
-    layers = m.num_layers + m.mtp.modules * np.asarray(g["mtp"], dtype=float)
-    kv_tok = arch.kv_bytes_per_token(m, Bytes.of(m).kv, layers)
+    tpr = 1 + draft_tokens(g)
+    kv_tok = arch.kv_bytes_per_token(m, Bytes.of(m).kv, arch.kv_layers(m, np.asarray(g["mtp"], dtype=float)))
     context = g["prompt_len"] + g["output_len"]
     fixed = weight_bytes(m, g) + hw.chip.memory.runtime_reserved_B
     per_request = context * kv_tok + tpr * (buffer_bytes(m, 1.0, g["ep"]) + activation_bytes(m, 1.0)
@@ -73,8 +73,7 @@ def prefill_memory(hw, m, g, microbatches) -> dict:
     dpp = hw.chip.dies_per_package
     T_die = g["tokens_per_npu"] / dpp
     T_mb = T_die / microbatches
-    layers = m.num_layers + m.mtp.modules * np.asarray(g["mtp"], dtype=float)
-    kv_tok = arch.kv_bytes_per_token(m, Bytes.of(m).kv, layers)
+    kv_tok = arch.kv_bytes_per_token(m, Bytes.of(m).kv, arch.kv_layers(m, np.asarray(g["mtp"], dtype=float)))
     fixed = weight_bytes(m, g, g["attn_tp"]) + hw.chip.memory.runtime_reserved_B
     per_token = kv_tok + (buffer_bytes(m, 1.0, g["ep"]) + activation_bytes(m, 1.0)) / microbatches
     total = fixed + T_die * per_token

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost.arch import kv_bytes_per_token
+from ..cost.arch import kv_bytes_per_token, kv_layers
 from ..cost.ops import Bytes, dense_ffn_op, embedding_op, head_op, mla_prefill_ops, moe_ops, mtp_proj_op, placement
 from ..cost.roofline import tier_bandwidth_Bps
 from .common import Schedule, Section, select
@@ -70,7 +70,7 @@ def forward(hw, m, g, n: int) -> tuple[np.ndarray, Schedule]:
 def kv_transfer_s(hw, m, g) -> np.ndarray:
     """Whole KV cache of a die's prompts sent once to the decode instance over RDMA
     (paper §4.1): bytes / RDMA bandwidth + latency (docs/model.md §4.3)."""
-    layers = m.num_layers + m.mtp.modules * np.asarray(g["mtp"], dtype=float)
+    layers = kv_layers(m, np.asarray(g["mtp"], dtype=float))
     T_die = g["tokens_per_npu"] / hw.chip.dies_per_package
     bytes_ = T_die * kv_bytes_per_token(m, Bytes.of(m).kv, layers)
     return bytes_ / tier_bandwidth_Bps(hw, "rdma") + hw.system.tiers.rdma.latency_s
