@@ -101,3 +101,24 @@ def test_imbalance_scales_routed_rows_only(model, specs):
     a = placement(m, 8192.0, 32, 32, 32, 1.0, 128)
     b = placement(m, 8192.0, 32, 32, 32, 1.5, 128)
     assert float(b.rows - a.rows) == pytest.approx(0.5 * 9 * 8192 * 32 * 8 / 288)
+
+
+def test_moe_ops_per_token(model, specs):
+    # one token routed to 8 experts + 1 shared on a die holding one instance
+    from cmperf.cost.ops import Placement
+    one = Placement(instances_per_die=np.asarray(1.0), rows=np.asarray(9.0), padded_rows=np.asarray(128.0),
+                    shared_remote=np.asarray(True), remote_routed_fraction=np.asarray(1.0))
+    gate, dispatch, experts, combine = moe_ops(model, None, 1.0, 320, one)
+    assert gate.flops == 2 * 256 * H  # BF16 router
+    assert float(experts.flops) == 2 * 9 * EXPERT
+    assert float(experts.weight_bytes) == EXPERT  # one INT8 instance read per microbatch
+    assert float(experts.tile_efficiency) == pytest.approx(9 / 128)  # M padded to one 128-row tile
+    assert float(dispatch.net_messages) == 9  # 8 routed + 1 shared, all remote
+    assert float(combine.net_bytes) == 9 * 14336
+
+
+def test_dense_ffn_bytes_per_token(model):
+    op = dense_ffn_op(model, 1.0)
+    weights = 3 * H * 18432
+    activations = H * 1 + 2 * 2 * 18432 * 2 + 18432 * 1 + H * 2  # INT8 in, BF16 gate/up out+in, INT8 down in, BF16 out
+    assert op.hbm_bytes == weights + activations
