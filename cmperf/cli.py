@@ -27,6 +27,8 @@ predict_app = typer.Typer(no_args_is_help=True, help="Predict one configuration 
 app.add_typer(hw_app, name="hw")
 app.add_typer(model_app, name="model")
 app.add_typer(predict_app, name="predict")
+from .cli_search import search_app
+app.add_typer(search_app, name="search")
 
 FormatOpt = typer.Option("table", "--format", "-f", help="table | json | csv (json/csv: data only on stdout)")
 HardwareOpt = typer.Option("cloudmatrix384", "--hardware", help="system spec: built-in name or path to a YAML file")
@@ -67,14 +69,11 @@ def hw_show(name: str = typer.Argument("cloudmatrix384", help="chip or system: b
     Example: cmperf hw show ascend-910c"""
     from .facts import chip_facts, system_facts
     from .report import check_format, print_records
-    from .specs.loader import load_chip, load_hardware, split_overrides, list_builtin, resolve, read_yaml
+    from .specs.loader import hardware_kind, load_chip, load_hardware, split_overrides
 
     check_format(fmt)
     overrides = split_overrides(sets or [])
-    is_chip = name in dict(list_builtin("chip"))
-    if not is_chip and name not in dict(list_builtin("system")):
-        raw = read_yaml(resolve("system", name)) if not name.endswith((".yaml", ".yml")) else read_yaml(resolve("chip", name))
-        is_chip = raw.get("kind") == "chip"
+    is_chip = hardware_kind(name) == "chip"
     if is_chip:
         chip, _ = load_chip(name, overrides)
         print_records(chip_facts(chip), fmt, f"{chip.name}: {chip.description}")

@@ -9,7 +9,7 @@ from .cost.ops import combine_message_B, dispatch_message_B, flops_per_token
 from .cost.roofline import tier_bandwidth_Bps
 from .specs.loader import Hardware
 from .specs.schema import DTYPE_BYTES, ChipSpec, ModelSpec
-from .specs.view import SpecView
+from .specs.view import HardwareView, SpecView
 
 
 def _r(section, quantity, value, unit, note=""):
@@ -97,12 +97,7 @@ def system_facts(hw: Hardware) -> list[dict]:
     for name in type(hw.system.tiers).model_fields:
         t = getattr(hw.system.tiers, name)
         out.append(_r("tier " + name, "scope", t.scope, ""))
-        out.append(_r("tier " + name, "bandwidth per die", tier_bandwidth_Bps(_Hw(s, c), name), "B/s",
+        out.append(_r("tier " + name, "bandwidth per die", tier_bandwidth_Bps(HardwareView(s, c), name), "B/s",
                       t.bandwidth_Bps.source if t.bandwidth_Bps else (f"chip port {t.port}" if t.port else t.node_bandwidth_Bps.source)))
         out.append(_r("tier " + name, "latency", t.latency_s.value, "s", t.latency_s.source))
     return out
-
-
-class _Hw:
-    def __init__(self, system, chip):
-        self.system, self.chip = system, chip

@@ -24,7 +24,7 @@ from .schedule.prefill import prefill
 from .scenario import grid_from_rows, make_grid, validate
 from .specs.loader import Hardware, load_hardware, load_model, split_overrides
 from .specs.schema import ModelSpec
-from .specs.view import SpecView
+from .specs.view import HardwareView, SpecView
 
 PHASES = ("decode", "prefill", "collective")
 RUN = {"decode": decode, "prefill": prefill, "collective": collective}
@@ -40,14 +40,8 @@ class Specs:
     def views(self, sweeps: Mapping[str, np.ndarray] | None = None):
         sweeps = sweeps or {}
         pick = lambda prefix: {k[len(prefix):]: v for k, v in sweeps.items() if k.startswith(prefix)}
-        hw = _HwView(SpecView(self.hardware.system, pick("system.")), SpecView(self.hardware.chip, pick("chip.")))
+        hw = HardwareView(SpecView(self.hardware.system, pick("system.")), SpecView(self.hardware.chip, pick("chip.")))
         return hw, SpecView(self.model, pick("model."))
-
-
-@dataclass
-class _HwView:
-    system: SpecView
-    chip: SpecView
 
 
 def load_specs(hardware: str = "cloudmatrix384", model: str = "deepseek-r1", sets: Iterable[str] = ()) -> Specs:

@@ -81,6 +81,22 @@ def resolve(kind: str, name_or_path: str | Path, near: Path | None = None) -> Pa
     raise SpecError(f"unknown {kind} spec '{text}' (expected one of: {names}, or a path to a YAML file)")
 
 
+def hardware_kind(name_or_path: str | Path) -> str:
+    """'chip' or 'system' for a built-in hardware name or a hardware YAML path."""
+    text = str(name_or_path)
+    for kind in ("system", "chip"):
+        if text in dict(list_builtin(kind)):
+            return kind
+    if not (any(s in text for s in ("/", "\\")) or text.endswith((".yaml", ".yml")) or Path(text).is_file()):
+        names = ", ".join(n for k in ("chip", "system") for n, _ in list_builtin(k))
+        raise SpecError(f"unknown hardware spec '{text}' (expected one of: {names}, or a path to a YAML file)")
+    path = resolve("system", text)
+    kind = read_yaml(path).get("kind")
+    if kind not in ("chip", "system"):
+        raise SpecError(f"{path}: field 'kind': expected 'chip' or 'system', got {kind!r}")
+    return kind
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text()

@@ -38,3 +38,12 @@ class SpecView:
     def spec(self) -> BaseModel:
         """The underlying validated spec (sources, names)."""
         return self._obj
+
+
+class HardwareView:
+    """Views of a system and its chip, as the cost model reads them (``hw.chip``, ``hw.system``)."""
+
+    __slots__ = ("system", "chip")
+
+    def __init__(self, system: SpecView, chip: SpecView):
+        self.system, self.chip = system, chip
