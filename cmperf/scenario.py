@@ -141,12 +141,15 @@ def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarra
           lambda i: f"--ep {g['ep'].iat[i]} does not divide --dies {g['dies'].iat[i]} (the instance must hold whole EP groups)")
     check(g["ep"] > ub_dies,
           lambda i: f"--ep {g['ep'].iat[i]} exceeds the {ub_dies} dies of one UB domain (EP must stay within the supernode)")
+    check(g["redundant_experts"] < 0, lambda i: f"--redundant-experts must be >= 0 (got {g['redundant_experts'].iat[i]})")
+    if mo.shared_experts > 0 and phase != "collective":  # Table 7's benchmark routes top-8 only
+        check(g["shared_copies"] < 1,
+              lambda i: f"--shared-copies must be >= 1: the model has a shared expert that some die must hold (got {g['shared_copies'].iat[i]})")
     inst = mo.routed_experts + g["redundant_experts"] + g["shared_copies"]
     check(np.mod(inst, g["ep"]) != 0,
           lambda i: (f"--ep {g['ep'].iat[i]} does not divide the {inst.iat[i]} expert instances "
                      f"({mo.routed_experts} routed + {g['redundant_experts'].iat[i]} redundant + {g['shared_copies'].iat[i]} shared copies); "
                      f"change --redundant-experts/--shared-copies or pick an EP that divides {inst.iat[i]}"))
-    check(g["redundant_experts"] < 0, lambda i: "--redundant-experts must be >= 0")
     check(g["expert_imbalance"] < 1, lambda i: f"--expert-imbalance must be >= 1 (1 = perfect balance; got {g['expert_imbalance'].iat[i]})")
     if phase == "collective":
         check(g["tokens"] <= 0, lambda i: f"tokens must be > 0 (got {g['tokens'].iat[i]})")

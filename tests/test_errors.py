@@ -145,3 +145,16 @@ def test_validate_missing_and_malformed_reference(cli, tmp_path):
 
 def test_out_file_in_missing_directory(cli, tmp_path):
     assert_error(cli("predict", "decode", "--out", tmp_path / "no" / "x.csv"), "does not exist")
+
+
+def test_set_error_names_the_flag_not_the_file(cli):
+    line = assert_error(cli("predict", "decode", "--set", "model.precision.kv_cache=fp8"), "--set model.precision.kv_cache=fp8")
+    assert "'bf16'" in line
+
+
+def test_shared_expert_needs_a_copy(cli):
+    assert_error(cli("predict", "decode", "--shared-copies", "0"), "--shared-copies must be >= 1")
+
+
+def test_negative_redundant_experts(cli):
+    assert_error(cli("predict", "decode", "--redundant-experts", "-32"), "--redundant-experts must be >= 0")

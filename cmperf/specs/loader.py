@@ -149,9 +149,12 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
 
 
 # --------------------------------------------------------------------------- validation
-def _format_validation(path: Path, err: ValidationError) -> str:
+def _format_validation(path: Path, err: ValidationError, overrides: Mapping[str, Any] | None = None,
+                       label: str = "") -> str:
     first = err.errors()[0]
     loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+    key = loc.removesuffix(".value")
+    where = f"--set {label}.{key}={overrides[key]}" if overrides and key in overrides else f"{path}: field '{loc}'"
     kind = first["type"]
     if kind == "extra_forbidden":
         msg = "unknown field (not in the schema; check the spelling)"
@@ -161,10 +164,11 @@ def _format_validation(path: Path, err: ValidationError) -> str:
         msg = f"{first['msg']} (got {first.get('input')!r})"
     more = len(err.errors()) - 1
     tail = f" [and {more} more problem{'s' if more > 1 else ''}]" if more else ""
-    return f"{path}: field '{loc}': {msg}{tail}"
+    return f"{where}: {msg}{tail}"
 
 
-def validate(kind: str, raw: Mapping, path: Path) -> BaseModel:
+def validate(kind: str, raw: Mapping, path: Path, overrides: Mapping[str, Any] | None = None,
+             label: str = "") -> BaseModel:
     schema = SPEC_KINDS[kind]
     found = raw.get("kind")
     if found != kind:
@@ -172,7 +176,7 @@ def validate(kind: str, raw: Mapping, path: Path) -> BaseModel:
     try:
         return schema.model_validate(raw)
     except ValidationError as e:
-        raise SpecError(_format_validation(path, e)) from None
+        raise SpecError(_format_validation(path, e, overrides, label)) from None
 
 
 def load(kind: str, name_or_path: str | Path, overrides: Mapping[str, Any] | None = None,
@@ -181,7 +185,7 @@ def load(kind: str, name_or_path: str | Path, overrides: Mapping[str, Any] | Non
     raw = read_yaml(path)
     for key, value in (overrides or {}).items():
         apply_override(raw, key, value, label or kind)
-    return validate(kind, raw, path), path
+    return validate(kind, raw, path, overrides, label or kind), path
 
 
 # --------------------------------------------------------------------------- bundles
