@@ -122,3 +122,15 @@ def warn(message: str) -> None:
 
 def columns_present(df: pd.DataFrame, cols: Iterable[str]) -> list[str]:
     return [c for c in cols if c in df.columns]
+
+
+def unit_of(name: str) -> str:
+    """The unit a field's name carries by the SI-suffix convention (``hbm_bandwidth_Bps`` ->
+    ``B/s``, ``latency_s`` -> ``s``, ``peak_flops_per_s.int8`` -> ``FLOP/s``), for human()."""
+    n = name.lower()
+    if "flops_per_s" in n:
+        return "FLOP/s"
+    for suffix, unit in (("_bps", "B/s"), ("_bytes", "B"), ("_b", "B"), ("_per_s", "op/s"), ("_s", "s")):
+        if n.endswith(suffix):
+            return unit
+    return ""
