@@ -1,0 +1,296 @@
+"""``cmperf search decode|prefill|report``: design-space search under an SLO (docs/search.md).
+
+Parses flags, calls :mod:`cmperf.search` and renders; computes nothing itself. Imports only
+typer at module level so that ``cmperf predict`` starts as fast as before.
+
+Exit codes: 0 when some configuration meets the SLO and fits in memory; 1 when none does (the
+reason and the closest configuration go to stderr; reports are still written); 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+search_app = typer.Typer(
+    no_args_is_help=True,
+    help="Best configurations under a latency SLO: top-N by throughput per NPU and the Pareto frontier. "
+         "Example: cmperf search decode --tpot-slo 50 --batch 8:256:8 --sweep system.tiers.ub.bandwidth_Bps=135e9,270e9",
+)
+
+LIST = "comma list and/or start:stop[:step] ranges (stop included)"
+FormatOpt = typer.Option("table", "--format", "-f", help="table | json | csv (json/csv: data only on stdout; csv = the top-N rows)")
+HardwareOpt = typer.Option("cloudmatrix384", "--hardware", help="system spec: built-in name or path to a YAML file")
+ModelOpt = typer.Option("deepseek-r1", "--model", help="model spec: built-in name or path to a YAML file")
+SetOpt = typer.Option(None, "--set", help="fix a spec field, e.g. chip.die.hbm_bandwidth_Bps=3.2e12 (repeatable)")
+SweepOpt = typer.Option(None, "--sweep", help="vary a spec field over the grid, e.g. system.tiers.ub.bandwidth_Bps=100e9,135e9,270e9 "
+                                              "or =100e9:300e9:50e9 (repeatable)")
+TopOpt = typer.Option(10, "--top", help="how many of the best configurations to report")
+OutOpt = typer.Option(None, "--out", help="write every configuration (all inputs, outputs, slo_ms, meets_slo, on_pareto, rank) to this CSV")
+PlotOpt = typer.Option(None, "--plot", help="draw the Pareto frontier, roofline and per-operator time of the best configuration "
+                                            "to this PNG (needs: pip install 'cmperf[plot]')")
+
+MICROBATCHES = {"auto": 0}
+ONOFF = {"on": 1, "off": 0}
+IMBALANCE = {"default": "default"}
+UNITS = {"memory_per_die_bytes": "B"}
+
+
+# --------------------------------------------------------------------------- commands
+@search_app.command("decode")
+def search_decode(
+    tpot_slo: float = typer.Option(..., "--tpot-slo", help="TPOT SLO in ms (tokens/s per user = 1000 / TPOT)"),
+    batch: str = typer.Option("1:256", "--batch", help=f"requests per NPU: {LIST}"),
+    prompt_len: str = typer.Option("4096", "--prompt-len", help="prompt tokens per request"),
+    output_len: str = typer.Option("256", "--output-len", help="output tokens per request"),
+    kv_len: Optional[str] = typer.Option(None, "--kv-len", help="cached tokens per decode step [prompt + output/2]"),
+    dies: str = typer.Option("320", "--dies", help="dies in the decode instance"),
+    ep: Optional[str] = typer.Option(None, "--ep", help="expert-parallel degree [= dies]"),
+    microbatches: str = typer.Option("1,2", "--microbatches", help="1, 2 and/or auto"),
+    mtp: str = typer.Option("on", "--mtp", help="multi-token prediction: on, off or on,off"),
+    mtp_k: str = typer.Option("1", "--mtp-k", help="speculative tokens per step (with MTP on)"),
+    mtp_acceptance: str = typer.Option("0.7", "--mtp-acceptance", help="acceptance rate of each speculative token"),
+    expert_imbalance: str = typer.Option("1.0", "--expert-imbalance", help="max/mean expert load (numbers and/or 'default')"),
+    redundant_experts: Optional[str] = typer.Option(None, "--redundant-experts", help="redundant routed experts [32]"),
+    shared_copies: Optional[str] = typer.Option(None, "--shared-copies", help="shared-expert copies [32]"),
+    top: int = TopOpt, sweep: Optional[List[str]] = SweepOpt, sets: Optional[List[str]] = SetOpt,
+    hardware: str = HardwareOpt, model: str = ModelOpt, fmt: str = FormatOpt,
+    out: Optional[str] = OutOpt, plot: Optional[str] = PlotOpt,
+):
+    """Best decode configurations whose TPOT meets the SLO and that fit in HBM, by throughput
+    per NPU; and the Pareto frontier of throughput per NPU vs TPOT. Exit 1 if none qualifies.
+    Example: cmperf search decode --tpot-slo 30 --mtp-k 1,2 --out d.csv --plot d.png"""
+    from .search import parse_list
+
+    values = {
+        "batch": parse_list(batch, "--batch"),
+        "prompt_len": parse_list(prompt_len, "--prompt-len", integer=True),
+        "output_len": parse_list(output_len, "--output-len", integer=True),
+        "kv_len": None if kv_len is None else parse_list(kv_len, "--kv-len"),
+        "dies": parse_list(dies, "--dies", integer=True),
+        "ep": None if ep is None else parse_list(ep, "--ep", integer=True),
+        "microbatches": parse_list(microbatches, "--microbatches", integer=True, words=MICROBATCHES),
+        "mtp": parse_list(mtp, "--mtp", integer=True, words=ONOFF),
+        "mtp_k": parse_list(mtp_k, "--mtp-k", integer=True),
+        "mtp_acceptance": parse_list(mtp_acceptance, "--mtp-acceptance"),
+        "expert_imbalance": parse_list(expert_imbalance, "--expert-imbalance", words=IMBALANCE),
+        "redundant_experts": None if redundant_experts is None else parse_list(redundant_experts, "--redundant-experts", integer=True),
+        "shared_copies": None if shared_copies is None else parse_list(shared_copies, "--shared-copies", integer=True),
+    }
+    _run("decode", values, tpot_slo, top, sweep, sets, hardware, model, fmt, out, plot)
+
+
+@search_app.command("prefill")
+def search_prefill(
+    ttft_slo: float = typer.Option(..., "--ttft-slo", help="TTFT SLO in ms"),
+    tokens_per_npu: str = typer.Option("4096:65536:4096", "--tokens-per-npu", help=f"prompt tokens per NPU per pass: {LIST}"),
+    prompt_len: str = typer.Option("4096", "--prompt-len", help="tokens per prompt"),
+    dies: str = typer.Option("32", "--dies", help="dies in the prefill instance"),
+    ep: Optional[str] = typer.Option(None, "--ep", help="expert-parallel degree [= dies]"),
+    attn_tp: str = typer.Option("4", "--attn-tp", help="tensor-parallel degree of attention"),
+    microbatches: str = typer.Option("1,2", "--microbatches", help="1, 2 and/or auto"),
+    mtp: str = typer.Option("on", "--mtp", help="run the MTP module: on, off or on,off"),
+    expert_imbalance: str = typer.Option("1.0", "--expert-imbalance", help="max/mean expert load (numbers and/or 'default')"),
+    redundant_experts: Optional[str] = typer.Option(None, "--redundant-experts", help="redundant routed experts [32]"),
+    shared_copies: Optional[str] = typer.Option(None, "--shared-copies", help="shared-expert copies [one per die]"),
+    top: int = TopOpt, sweep: Optional[List[str]] = SweepOpt, sets: Optional[List[str]] = SetOpt,
+    hardware: str = HardwareOpt, model: str = ModelOpt, fmt: str = FormatOpt,
+    out: Optional[str] = OutOpt, plot: Optional[str] = PlotOpt,
+):
+    """Best prefill configurations whose TTFT meets the SLO and that fit in HBM, by throughput
+    per NPU; and the Pareto frontier of throughput per NPU vs TTFT. Exit 1 if none qualifies.
+    Example: cmperf search prefill --ttft-slo 2000 --attn-tp 1,2,4,8"""
+    from .search import parse_list
+
+    values = {
+        "tokens_per_npu": parse_list(tokens_per_npu, "--tokens-per-npu"),
+        "prompt_len": parse_list(prompt_len, "--prompt-len", integer=True),
+        "dies": parse_list(dies, "--dies", integer=True),
+        "ep": None if ep is None else parse_list(ep, "--ep", integer=True),
+        "attn_tp": parse_list(attn_tp, "--attn-tp", integer=True),
+        "microbatches": parse_list(microbatches, "--microbatches", integer=True, words=MICROBATCHES),
+        "mtp": parse_list(mtp, "--mtp", integer=True, words=ONOFF),
+        "expert_imbalance": parse_list(expert_imbalance, "--expert-imbalance", words=IMBALANCE),
+        "redundant_experts": None if redundant_experts is None else parse_list(redundant_experts, "--redundant-experts", integer=True),
+        "shared_copies": None if shared_copies is None else parse_list(shared_copies, "--shared-copies", integer=True),
+    }
+    _run("prefill", values, ttft_slo, top, sweep, sets, hardware, model, fmt, out, plot)
+
+
+@search_app.command("report")
+def search_report(
+    results: str = typer.Argument(..., help="CSV written by cmperf search ... --out"),
+    slo: Optional[float] = typer.Option(None, "--slo", help="re-rank under this SLO in ms [the one searched with]"),
+    top: Optional[int] = typer.Option(None, "--top", help="how many to report [as many as the search ranked]"),
+    plot: Optional[str] = PlotOpt, fmt: str = FormatOpt,
+    sets: Optional[List[str]] = typer.Option(None, "--set", help="the --set overrides the search used (for the operator breakdown)"),
+    hardware: str = HardwareOpt, model: str = ModelOpt,
+):
+    """Re-rank a saved search and redraw its figure without re-running the grid. Pass the
+    --hardware/--model/--set the search used: the plotted configuration's operators are
+    re-evaluated from them. Example: cmperf search report d.csv --slo 30 --plot d30.png"""
+    from .report import check_format
+    from .search import read_results
+
+    check_format(fmt)
+    _check_dir(plot, "--plot")
+    _plot_ready(plot)
+    result = read_results(results, slo, top)
+    specs = _specs(hardware, model, sets) if plot else None
+    _finish(result, specs, fmt, None, plot, f"{Path(results).name}")
+
+
+# --------------------------------------------------------------------------- shared
+def _run(phase, values, slo, top, sweep, sets, hardware, model, fmt, out, plot):
+    from .report import check_format
+    from .search import check_sweeps, parse_sweeps, search
+
+    check_format(fmt)
+    _check_dir(out, "--out")
+    _check_dir(plot, "--plot")
+    _plot_ready(plot)
+    sweeps = parse_sweeps(sweep or [])
+    specs = _specs(hardware, model, sets)
+    check_sweeps(sweeps, hardware, model, sets or [])
+    progress = _ChunkProgress()
+    try:
+        result = search(phase, {k: v for k, v in values.items() if v is not None}, slo, specs, sweeps, top, progress)
+    finally:
+        progress.close()
+    _finish(result, specs, fmt, out, plot, f"{hardware}, {model}")
+
+
+def _specs(hardware, model, sets):
+    from .predict import load_specs
+
+    return load_specs(hardware, model, sets or [])
+
+
+def _check_dir(path: Optional[str], flag: str) -> None:
+    from .errors import ConfigError
+
+    if path and not Path(path).resolve().parent.is_dir():
+        raise ConfigError(f"{flag} {path}: directory {Path(path).parent} does not exist")
+
+
+def _plot_ready(plot: Optional[str]) -> None:
+    if plot:
+        from .plots import _pyplot
+
+        _pyplot()  # fail before the search, not after it
+
+
+def _finish(result, specs, fmt, out, plot, label):
+    from .report import warn, write_csv
+
+    s = result.summary()
+    if s["dropped_invalid"]:
+        examples = "; ".join(result.invalid_examples(2))
+        warn(f"dropped {s['dropped_invalid']:,} of {s['configurations']:,} configurations as invalid (e.g. {examples})")
+    for k in result.inert_sweeps():
+        warn(f"--sweep {k} changed no output over this grid (the cost model does not read it, or it never limits these configurations)")
+    if out:
+        write_csv(result.table, out)
+    if plot:
+        from .plots import search_figure
+        from .search import breakdown
+
+        ops, _ = breakdown(result, specs)
+        search_figure(result, ops, specs, plot, f"{label}, {result.latency.split('_')[0].upper()} SLO {result.slo_ms:g} ms")
+    _render(result, fmt)
+    why = result.nothing_meets()
+    if why:
+        sys.stderr.write(f"cmperf: {why}\n")
+        raise typer.Exit(1)
+
+
+def _render(result, fmt: str) -> None:
+    import pandas as pd
+
+    from .report import print_csv, print_json, print_table, unit_of
+
+    top, pareto = result.top, result.pareto
+    if fmt == "json":
+        print_json({"summary": result.summary(), "invalid_examples": result.invalid_examples(),
+                    "inert_sweeps": result.inert_sweeps(), "message": result.nothing_meets(),
+                    "top": _records(top), "pareto": _records(pareto)})
+        return
+    if fmt == "csv":
+        print_csv(top)
+        return
+    s = result.summary()
+    lat = result.latency
+    typer.echo(f"{s['phase']} search: {s['configurations']:,} configurations, {s['dropped_invalid']:,} invalid, "
+               f"{s['fit_in_memory']:,} fit in memory, {s['meet_slo']:,} also meet {lat} <= {s['slo_ms']:g}")
+    cols = _shown_columns(result)
+    units = {**UNITS, **{k: unit_of(k) for k in result.sweeps}}
+    if len(top):
+        print_table(_rounded(top[["rank", *cols]]), f"top {len(top)} by throughput per NPU ({lat} <= {s['slo_ms']:g})", units)
+    shown = pareto
+    if len(pareto) > 20:  # evenly spaced along the frontier; all of it is in --format json / --out
+        shown = pareto.iloc[sorted(set(pd.Series(range(20)) * (len(pareto) - 1) // 19))]
+    title = f"Pareto frontier: throughput per NPU vs {lat} ({len(shown)} of {len(pareto)} points" + \
+            ("; all in --format json / --out)" if len(shown) < len(pareto) else ")")
+    print_table(_rounded(shown.assign(meets_slo=shown["meets_slo"])[[*cols, "meets_slo"]]), title, units)
+
+
+def _shown_columns(result) -> list[str]:
+    t = result.table
+    if result.phase == "decode":
+        always = ["batch", "dies", "ep", "microbatches_used"]
+        maybe = ["prompt_len", "output_len", "kv_len", "mtp", "mtp_k", "mtp_acceptance", "expert_imbalance",
+                 "redundant_experts", "shared_copies"]
+        outputs = ["tpot_ms", "tokens_per_s_per_user", "throughput_per_npu", "memory_per_die_bytes"]
+    else:
+        always = ["tokens_per_npu", "prompt_len", "dies", "ep", "attn_tp", "microbatches_used"]
+        maybe = ["mtp", "expert_imbalance", "redundant_experts", "shared_copies"]
+        outputs = ["ttft_ms", "throughput_per_npu", "tokens_per_s_per_tflops", "memory_per_die_bytes"]
+    varying = [c for c in maybe if c in t.columns and t[c].nunique() > 1]
+    return [*always, *varying, *result.sweeps, *outputs]
+
+
+def _rounded(df):
+    return df.round({"tpot_ms": 2, "ttft_ms": 1, "tokens_per_s_per_user": 1, "throughput_per_npu": 0,
+                     "tokens_per_s_per_tflops": 3})
+
+
+def _records(df) -> list[dict]:
+    df = df.assign(rank=df["rank"].astype(object).where(df["rank"].notna(), None))
+    return df.to_dict(orient="records")
+
+
+class _ChunkProgress:
+    """A rich progress bar on stderr, advanced once per evaluated chunk; it appears only when
+    the grid is projected to take more than a second and stderr is a terminal."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            elapsed = time.perf_counter() - self.t0
+            if done >= total or elapsed * total / max(done, 1) < 1.0:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            console = Console(stderr=True)
+            if not console.is_terminal:
+                self.bar = False
+                return
+            self.bar = Progress(TextColumn("evaluating configurations"), BarColumn(), MofNCompleteColumn(),
+                                TimeRemainingColumn(), console=console, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("grid", total=total)
+        if self.bar:
+            self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar:
+            self.bar.stop()
