@@ -191,7 +191,8 @@ def _finish(result, specs, fmt, out, plot, label):
     if s["dropped_invalid"]:
         examples = "; ".join(result.invalid_examples(2))
         warn(f"dropped {s['dropped_invalid']:,} of {s['configurations']:,} configurations as invalid (e.g. {examples})")
-    for k in result.inert_sweeps():
+    inert, why = result.inert_sweeps(), result.nothing_meets()
+    for k in inert:
         warn(f"--sweep {k} changed no output over this grid (the cost model does not read it, or it never limits these configurations)")
     if out:
         write_csv(result.table, out)
@@ -201,14 +202,13 @@ def _finish(result, specs, fmt, out, plot, label):
 
         ops, _ = breakdown(result, specs)
         search_figure(result, ops, specs, plot, f"{label}, {result.latency.split('_')[0].upper()} SLO {result.slo_ms:g} ms")
-    _render(result, fmt)
-    why = result.nothing_meets()
+    _render(result, fmt, inert, why)
     if why:
         sys.stderr.write(f"cmperf: {why}\n")
         raise typer.Exit(1)
 
 
-def _render(result, fmt: str) -> None:
+def _render(result, fmt: str, inert: list[str], why: str) -> None:
     import pandas as pd
 
     from .report import print_csv, print_json, print_table, unit_of
@@ -216,7 +216,7 @@ def _render(result, fmt: str) -> None:
     top, pareto = result.top, result.pareto
     if fmt == "json":
         print_json({"summary": result.summary(), "invalid_examples": result.invalid_examples(),
-                    "inert_sweeps": result.inert_sweeps(), "message": result.nothing_meets(),
+                    "inert_sweeps": inert, "message": why,
                     "top": _records(top), "pareto": _records(pareto)})
         return
     if fmt == "csv":
