@@ -1,4 +1,4 @@
-"""``cmperf search decode|prefill|report``: design-space search under an SLO (docs/search.md).
+"""``cmperf search decode|prefill|report``: design-space search under an SLO (README.md, "Search").
 
 Parses flags, calls :mod:`cmperf.search` and renders; computes nothing itself. Imports only
 typer at module level so that ``cmperf predict`` starts as fast as before.

@@ -1,4 +1,4 @@
-"""Search report figure (docs/search.md): Pareto frontier, roofline of one configuration's
+"""Search report figure (README.md, "Search"): Pareto frontier, roofline of one configuration's
 operators, and its per-operator time. matplotlib is an optional extra
 (``pip install 'cmperf[plot]'``), imported here only, lazily, with the Agg backend."""
 

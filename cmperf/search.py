@@ -1,4 +1,4 @@
-"""Design-space search under a latency SLO (docs/search.md).
+"""Design-space search under a latency SLO (README.md, "Search").
 
     >>> from cmperf.search import search
     >>> r = search("decode", {"batch": list(range(1, 257)), "microbatches": [1, 2]}, slo_ms=50)
@@ -28,7 +28,7 @@ SEARCH_PHASES = ("decode", "prefill")
 LATENCY = {"decode": "tpot_ms", "prefill": "ttft_ms"}
 SLO_FLAG = {"decode": "--tpot-slo", "prefill": "--ttft-slo"}
 THROUGHPUT = "throughput_per_npu"
-# Columns a search adds to the prediction table (docs/search.md, "CSV columns").
+# Columns a search adds to the prediction table (README.md, "Search": the --out CSV).
 SEARCH_COLUMNS = ("slo_ms", "meets_slo", "on_pareto", "rank")
 # Rows per predict() call. Chunks of 10-30K rows keep the intermediate arrays in cache and run
 # ~2.5x faster than one call over 100K rows (benchmarks/search_speed.py).
