@@ -61,9 +61,10 @@ def search_decode(
     hardware: str = HardwareOpt, model: str = ModelOpt, fmt: str = FormatOpt,
     out: Optional[str] = OutOpt, plot: Optional[str] = PlotOpt,
 ):
-    """Best decode configurations whose TPOT meets the SLO and that fit in HBM, by throughput
-    per NPU; and the Pareto frontier of throughput per NPU vs TPOT. Exit 1 if none qualifies.
-    Example: cmperf search decode --tpot-slo 30 --mtp-k 1,2 --out d.csv --plot d.png"""
+    """Top decode configurations by throughput per NPU with TPOT <= SLO that fit in HBM; Pareto frontier.
+
+    Exit 1 if none qualifies. Example: cmperf search decode --tpot-slo 30 --mtp-k 1,2 --out d.csv --plot d.png
+    """
     from .search import parse_list
 
     values = {
@@ -101,9 +102,10 @@ def search_prefill(
     hardware: str = HardwareOpt, model: str = ModelOpt, fmt: str = FormatOpt,
     out: Optional[str] = OutOpt, plot: Optional[str] = PlotOpt,
 ):
-    """Best prefill configurations whose TTFT meets the SLO and that fit in HBM, by throughput
-    per NPU; and the Pareto frontier of throughput per NPU vs TTFT. Exit 1 if none qualifies.
-    Example: cmperf search prefill --ttft-slo 2000 --attn-tp 1,2,4,8"""
+    """Top prefill configurations by throughput per NPU with TTFT <= SLO that fit in HBM; Pareto frontier.
+
+    Exit 1 if none qualifies. Example: cmperf search prefill --ttft-slo 2000 --attn-tp 1,2,4,8
+    """
     from .search import parse_list
 
     values = {
@@ -130,9 +132,11 @@ def search_report(
     sets: Optional[List[str]] = typer.Option(None, "--set", help="the --set overrides the search used (for the operator breakdown)"),
     hardware: str = HardwareOpt, model: str = ModelOpt,
 ):
-    """Re-rank a saved search and redraw its figure without re-running the grid. Pass the
-    --hardware/--model/--set the search used: the plotted configuration's operators are
-    re-evaluated from them. Example: cmperf search report d.csv --slo 30 --plot d30.png"""
+    """Re-rank a search saved with --out and redraw its figure, without re-running the grid.
+
+    Pass the --hardware/--model/--set the search used: the plotted configuration's operators are re-evaluated
+    from them. Example: cmperf search report d.csv --slo 30 --plot d30.png
+    """
     from .report import check_format
     from .search import read_results
 

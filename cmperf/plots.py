@@ -43,7 +43,7 @@ def search_figure(result, ops: pd.DataFrame, specs, path: str | Path, label: str
     plt = _pyplot()
     from matplotlib.gridspec import GridSpec
 
-    row = result.best if result.best is not None else result.pareto.iloc[0] if len(result.pareto) else result.table.iloc[0]
+    row = result.featured
     m = specs.model
     dtypes = list(dict.fromkeys([m.precision.matmul, m.precision.attention]))
     peaks, hbm_Bps = roofs(specs, row, result.sweeps, dtypes)

@@ -244,9 +244,9 @@ def _predict(phase, values, specs, sweeps):
 
 # --------------------------------------------------------------------------- selection
 def pareto_mask(latency: np.ndarray, throughput: np.ndarray) -> np.ndarray:
-    """True where no other point has both lower-or-equal latency and higher throughput (ties:
-    the first of identical points). Sort by latency, then keep points whose throughput beats
-    the running maximum of all faster ones."""
+    """True where no other point is at least as good in both latency and throughput and
+    better in one (of identical points, the first). Sort by latency (ties: higher throughput
+    first), then keep points whose throughput beats the running maximum of all before them."""
     latency = np.asarray(latency, dtype=float)
     throughput = np.asarray(throughput, dtype=float)
     mask = np.zeros(len(latency), dtype=bool)
@@ -291,6 +291,16 @@ class SearchResult:
         top = self.top
         return top.iloc[0] if len(top) else None
 
+    @property
+    def featured(self) -> pd.Series:
+        """The configuration a report details: the best; if none qualifies, the fastest that
+        fits; if none fits, the fastest."""
+        if self.best is not None:
+            return self.best
+        fits = self.table[self.table["fits"]]
+        src = fits if len(fits) else self.table
+        return src.loc[src[self.latency].idxmin()]
+
     def summary(self) -> dict[str, Any]:
         fits = self.table["fits"].to_numpy(dtype=bool)
         return {"phase": self.phase, "latency": self.latency, "slo_ms": self.slo_ms,
@@ -329,7 +339,7 @@ class SearchResult:
             need = self.table["memory_per_die_bytes"].min()
             return (f"none of the {len(self.table):,} configurations fits in memory (the smallest needs "
                     f"{need / 1e9:.1f} GB per die, a die has {self.table['hbm_per_die_bytes'].iat[0] / 1e9:.1f} GB)")
-        row = self.table.loc[self.table[lat].where(fits).idxmin()]
+        row = self.featured
         what = f"batch {row['batch']:g}" if self.phase == "decode" else f"{row['tokens_per_npu']:g} tokens per NPU"
         return (f"no configuration meets {flag} {self.slo_ms:g} ms while fitting in memory; the fastest that fits "
                 f"has {lat} {row[lat]:.2f} ms ({what}, {row['dies']:g} dies, EP {row['ep']:g})")
@@ -406,13 +416,8 @@ def _scalar(x):
 
 
 def breakdown(result: SearchResult, specs: Specs, row: pd.Series | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-operator breakdown of one configuration (default: the best; else the fastest that
-    fits), re-evaluated as a grid of one."""
-    if row is None:
-        row = result.best
-    if row is None:
-        fits = result.table[result.table["fits"]]
-        src = fits if len(fits) else result.table
-        row = src.loc[src[result.latency].idxmin()]
+    """Per-operator breakdown of one configuration (default: ``result.featured``), re-evaluated
+    as a grid of one."""
+    row = result.featured if row is None else row
     values, sweeps = inputs_of(result.phase, row, result.sweeps)
     return predict(result.phase, values, specs, sweeps=sweeps or None).breakdown(0)
