@@ -2,8 +2,8 @@
 (docs/calibration.md). Run ``python -m cmperf.calibrate`` to re-fit and print the values;
 add ``--write`` to store them in the built-in spec files of a source checkout.
 
-Needs scipy (``pip install 'cmperf[calibrate]'``): the fit is a bounded non-linear least
-squares on the log of predicted / published, which scipy.optimize.least_squares does well.
+The fit is a least-squares zooming grid search (see ``_zoom``), evaluated with the same
+vectorised code as every prediction.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .predict import Specs, load_specs
+from .predict import Specs, load_specs, predict
 from .validate import RefFile, evaluate, load_reference
 
 
@@ -30,10 +30,10 @@ class Param:
 
 # Jointly fitted to FIT_ROWS. Each has a physical meaning (docs/calibration.md).
 PARAMS = [
-    Param("chip.latency.kernel_launch_s", 0.0, 50e-6, "fixed cost of one kernel launch inside a captured graph"),
+    Param("chip.latency.kernel_launch_s", 1e-7, 50e-6, "fixed cost of one kernel launch inside a captured graph"),
     Param("chip.die.vector_ops_per_s", 1e11, 2e13, "element operations per second of a die's 48 AI Vector cores"),
     Param("system.collectives.message_issue_s", 1e-9, 1e-6, "vector-core time to issue one token message"),
-    Param("system.tiers.ub.sync_round_s", 0.0, 30e-6, "one synchronisation round across the EP group"),
+    Param("system.tiers.ub.sync_round_s", 1e-8, 30e-6, "one synchronisation round across the EP group"),
 ]
 FIT_ROWS = ["P1", "D1", "D2", "L1", "L2", "L3-A", "L3-B",
             "T7-D8", "T7-D16", "T7-D32", "T7-D64", "T7-D128", "T7-D256",
@@ -47,33 +47,55 @@ def _rows(ref: RefFile, ids) -> RefFile:
     return ref.model_copy(update={"rows": [r for r in ref.rows if r.id in ids]})
 
 
-def fit(ref: RefFile | None = None, specs: Specs | None = None) -> dict[str, float]:
-    from scipy.optimize import brentq, least_squares
+# The fit is a zooming grid search in the log of each parameter: every step evaluates a grid
+# of GRID_POINTS values per parameter (all combinations, one vectorised predict call per
+# phase), keeps the best, and narrows each range to one grid step around it. The model is
+# piecewise smooth (max, ceil), where gradient solvers stall at kinks; a grid does not, and
+# it reproduces itself exactly from any state of the spec files.
+GRID_POINTS = 13
+ZOOM_STEPS = 8
 
+
+def _residuals(sub: RefFile, specs: Specs, axes: dict[str, np.ndarray]) -> np.ndarray:
+    """log(predicted / paper) of every row of ``sub`` (axis 0) for every combination of the
+    parameter values in ``axes`` (axis 1, in cartesian-product order, last axis fastest)."""
+    n = int(np.prod([len(v) for v in axes.values()]))
+    out = np.empty((len(sub.rows), n))
+    sweeps = {k: list(v) for k, v in axes.items()}
+    for phase in ("decode", "prefill", "collective"):
+        idx = [i for i, r in enumerate(sub.rows) if r.phase == phase]
+        if not idx:
+            continue
+        rows = [sub.rows[i] for i in idx]
+        table = predict(phase, rows=[r.scenario for r in rows], specs=specs, sweeps=sweeps).table
+        for j, (i, r) in enumerate(zip(idx, rows)):
+            out[i] = np.log(table[r.metric].to_numpy()[j * n:(j + 1) * n] / r.paper)
+    return out
+
+
+def _zoom(sub: RefFile, specs: Specs, params: list[Param]) -> dict[str, float]:
+    lo = np.log([p.lo for p in params])
+    hi = np.log([p.hi for p in params])
+    best = None
+    for _ in range(ZOOM_STEPS):
+        axes = {p.path: np.exp(np.linspace(a, b, GRID_POINTS)) for p, a, b in zip(params, lo, hi)}
+        cost = (_residuals(sub, specs, axes) ** 2).sum(axis=0)
+        k = np.unravel_index(int(np.argmin(cost)), [GRID_POINTS] * len(params))
+        best = np.array([np.log(axes[p.path][i]) for p, i in zip(params, k)])
+        step = (hi - lo) / (GRID_POINTS - 1)
+        lo = np.maximum(best - step, np.log([p.lo for p in params]))
+        hi = np.minimum(best + step, np.log([p.hi for p in params]))
+    return {p.path: float(np.exp(v)) for p, v in zip(params, best)}
+
+
+def fit(ref: RefFile | None = None, specs: Specs | None = None) -> dict[str, float]:
+    """Least squares on log(predicted / paper): the four hardware parameters jointly over
+    FIT_ROWS, then the default imbalance alone against its row (docs/calibration.md)."""
     ref = ref or load_reference()
     specs = specs or load_specs(ref.hardware, ref.model)
-    sub = _rows(ref, FIT_ROWS)
-    scale = np.array([max(p.hi, 1e-12) for p in PARAMS])
-
-    def residuals(x):
-        values = {p.path: v for p, v in zip(PARAMS, x * scale)}
-        out = evaluate(sub, specs, values)
-        return np.log(out["predicted"].to_numpy() / out["paper"].to_numpy())
-
-    from .validate import spec_value
-    x0 = np.array([spec_value(specs, p.path) for p in PARAMS]) / scale
-    lo = np.array([p.lo for p in PARAMS]) / scale
-    hi = np.array([p.hi for p in PARAMS]) / scale
-    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
-    res = least_squares(residuals, x0, bounds=(lo, hi), diff_step=1e-3)
-    values = {p.path: float(v) for p, v in zip(PARAMS, res.x * scale)}
-
-    one = _rows(ref, [IMBALANCE_ROW])
-
-    def gap(f):
-        return float(evaluate(one, specs, {**values, IMBALANCE.path: f})["error_pct"].iat[0])
-
-    values[IMBALANCE.path] = brentq(gap, IMBALANCE.lo, IMBALANCE.hi) if gap(IMBALANCE.lo) * gap(IMBALANCE.hi) < 0 else IMBALANCE.lo
+    values = _zoom(_rows(ref, FIT_ROWS), specs, PARAMS)
+    fitted = load_specs(ref.hardware, ref.model, [f"{k}={v!r}" for k, v in values.items()])
+    values.update(_zoom(_rows(ref, [IMBALANCE_ROW]), fitted, [IMBALANCE]))
     return values
 
 

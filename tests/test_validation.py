@@ -57,7 +57,6 @@ def test_fitted_parameters_are_few_and_sourced(specs):
 
 
 def test_shipped_values_are_the_fit_output(specs):
-    pytest.importorskip("scipy")
     from cmperf.calibrate import fit
     from cmperf.validate import spec_value
 
