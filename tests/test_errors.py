@@ -158,3 +158,14 @@ def test_shared_expert_needs_a_copy(cli):
 
 def test_negative_redundant_experts(cli):
     assert_error(cli("predict", "decode", "--redundant-experts", "-32"), "--redundant-experts must be >= 0")
+
+
+def test_tier_without_bandwidth(cli, tmp_path):
+    _copy(tmp_path, CHIP, "ascend-910c.yaml")
+    system = _copy(tmp_path, SYSTEM, "sys.yaml", "    port: rdma_Bps\n", "")
+    assert_error(cli("hw", "show", system), "tiers.rdma", "needs a chip `port`")
+
+
+def test_inconsistent_routing(cli, tmp_path):
+    bad = _copy(tmp_path, MODEL, "m.yaml", "experts_per_token: 8", "experts_per_token: 300")
+    assert_error(cli("model", "show", bad), "moe", "experts_per_token (300) exceeds routed_experts (256)")

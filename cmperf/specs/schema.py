@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "int8": 1}
 Dtype = Literal["bf16", "fp16", "int8"]
@@ -129,12 +129,11 @@ class Tier(Strict):
     sync_round_s: Optional[NonNegative] = None
     measured: Optional[dict[str, Measured]] = None
 
-    @field_validator("node_bandwidth_Bps")
-    @classmethod
-    def _bandwidth_known(cls, v, info):
-        if v is None and info.data.get("port") is None and info.data.get("bandwidth_Bps") is None:
+    @model_validator(mode="after")
+    def _bandwidth_known(self):
+        if self.port is None and self.bandwidth_Bps is None and self.node_bandwidth_Bps is None:
             raise ValueError("a tier needs a chip `port`, a `bandwidth_Bps` or a `node_bandwidth_Bps`")
-        return v
+        return self
 
 
 class Tiers(Strict):
@@ -183,6 +182,14 @@ class MoE(Strict):
     top_groups: int = Field(gt=0)
     scoring: Literal["sigmoid", "softmax"]
 
+    @model_validator(mode="after")
+    def _routing_fits(self):
+        if self.experts_per_token > self.routed_experts:
+            raise ValueError(f"experts_per_token ({self.experts_per_token}) exceeds routed_experts ({self.routed_experts})")
+        if self.top_groups > self.groups:
+            raise ValueError(f"top_groups ({self.top_groups}) exceeds groups ({self.groups})")
+        return self
+
 
 class MTP(Strict):
     modules: int = Field(ge=0)
@@ -198,8 +205,12 @@ class Precision(Strict):
     kv_cache: Dtype
 
 
+class Imbalance(Sourced):
+    value: float = Field(ge=1)
+
+
 class Serving(Strict):
-    default_expert_imbalance: Sourced
+    default_expert_imbalance: Imbalance
 
 
 class ModelSpec(Strict):
