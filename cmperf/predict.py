@@ -78,7 +78,8 @@ class Prediction:
                 "memory_us": pick(t.memory_s) * 1e6,
                 "network_us": pick(t.network_s) * 1e6, "latency_us": pick(t.latency_s) * 1e6,
                 "bound": np.broadcast_to(t.bound(), (len(self.table),))[row],
-                "flops": pick(t.flops), "hbm_bytes": pick(t.hbm_bytes), "net_bytes": pick(t.net_bytes),
+                "flops": pick(t.flops), "hbm_bytes": pick(t.hbm_bytes), "weight_bytes": pick(t.weight_bytes),
+                "net_bytes": pick(t.net_bytes),
             })
         sections = []
         for s in sched.sections:

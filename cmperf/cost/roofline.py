@@ -18,7 +18,7 @@ stream of the paper's decode overlap (docs/model.md §5.2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,7 @@ class Op:
     tier: str | None = None
     startup_s: Any = 0.0
     launches: Any = 1.0
-    weight_bytes: Any = 0.0  # part of hbm_bytes that is weights (reported, not re-added)
+    weight_bytes: Any = 0.0  # the part of hbm_bytes that is weights (shown in --breakdown)
 
 
 @dataclass
@@ -64,7 +64,7 @@ class OpTime:
     flops: np.ndarray
     hbm_bytes: np.ndarray
     net_bytes: np.ndarray
-    extra: dict = field(default_factory=dict)
+    weight_bytes: np.ndarray
 
     @property
     def time_s(self) -> np.ndarray:
@@ -104,7 +104,7 @@ def op_time(op: Op, hw, share=1.0) -> OpTime:
     latency = np.asarray(op.launches, dtype=float) * hw.chip.latency.kernel_launch_s + op.startup_s
     return OpTime(op.name, op.engine, *np.broadcast_arrays(compute, vector, memory, network, latency),
                   flops=flops, hbm_bytes=np.asarray(op.hbm_bytes, dtype=float),
-                  net_bytes=np.asarray(op.net_bytes, dtype=float))
+                  net_bytes=np.asarray(op.net_bytes, dtype=float), weight_bytes=np.asarray(op.weight_bytes, dtype=float))
 
 
 def collective_startup_s(hw, group):
