@@ -203,6 +203,7 @@ def predict_decode(
     expert_imbalance: Optional[str] = typer.Option(None, "--expert-imbalance", help="max/mean expert load, or 'default' [1.0]"),
     redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help="redundant routed experts [32]"),
     shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help="shared-expert copies [32]"),
+    attention_share: Optional[float] = typer.Option(None, "--attention-share", help="cores of the attention stream with 2 microbatches [16/24]"),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype bf16|int8 [model spec: bf16]"),
     hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
     breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
@@ -214,7 +215,7 @@ def predict_decode(
     values = dict(batch=batch, prompt_len=prompt_len, output_len=output_len, kv_len=kv_len, dies=dies, ep=ep,
                   microbatches=_microbatches(microbatches), mtp=None if mtp is None else int(mtp), mtp_k=mtp_k,
                   mtp_acceptance=mtp_acceptance, expert_imbalance=_imbalance(expert_imbalance),
-                  redundant_experts=redundant_experts, shared_copies=shared_copies)
+                  redundant_experts=redundant_experts, shared_copies=shared_copies, attention_share=attention_share)
     _run_predict("decode", values, hardware, model, _kv_sets(sets, kv_dtype), breakdown, fmt, out)
 
 

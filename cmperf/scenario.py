@@ -166,7 +166,7 @@ def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarra
         check((g["mtp"] == 1) & (g["mtp_k"] < 1), lambda i: f"--mtp-k must be >= 1 (got {g['mtp_k'].iat[i]})")
         check((g["mtp"] == 1) & (m.mtp.modules < 1), lambda i: "MTP requested but the model has no MTP module")
         check((g["attention_share"] <= 0) | (g["attention_share"] >= 1),
-              lambda i: f"attention_share must be within (0, 1) (got {g['attention_share'].iat[i]})")
+              lambda i: f"--attention-share must be within (0, 1) (got {g['attention_share'].iat[i]})")
     else:
         check(g["tokens_per_npu"] <= 0, lambda i: f"--tokens-per-npu must be > 0 (got {g['tokens_per_npu'].iat[i]})")
         check(g["attn_tp"] < 1, lambda i: f"--attn-tp must be >= 1 (got {g['attn_tp'].iat[i]})")

@@ -169,3 +169,7 @@ def test_tier_without_bandwidth(cli, tmp_path):
 def test_inconsistent_routing(cli, tmp_path):
     bad = _copy(tmp_path, MODEL, "m.yaml", "experts_per_token: 8", "experts_per_token: 300")
     assert_error(cli("model", "show", bad), "moe", "experts_per_token (300) exceeds routed_experts (256)")
+
+
+def test_attention_share_outside_unit_interval(cli):
+    assert_error(cli("predict", "decode", "--attention-share", "1.2"), "--attention-share must be within (0, 1)")
