@@ -19,7 +19,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     help="Analytical performance model of DeepSeek-R1 serving on Huawei CloudMatrix384 (Ascend 910C).\n\n"
-         "Example: cmperf predict decode --batch 64 --set system.tiers.ub.bandwidth_Bps=270e9",
+         "Example: cmperf predict decode --batch 64 --set chip.die.hbm_bandwidth_Bps=3.2e12",
 )
 hw_app = typer.Typer(no_args_is_help=True, help="Hardware specs (chips, systems). Example: cmperf hw show cloudmatrix384")
 model_app = typer.Typer(no_args_is_help=True, help="Model specs and derived facts. Example: cmperf model show deepseek-r1 --context 32768")

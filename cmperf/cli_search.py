@@ -19,7 +19,7 @@ import typer
 search_app = typer.Typer(
     no_args_is_help=True,
     help="Best configurations under a latency SLO: top-N by throughput per NPU and the Pareto frontier. "
-         "Example: cmperf search decode --tpot-slo 50 --batch 8:256:8 --sweep system.tiers.ub.bandwidth_Bps=135e9,270e9",
+         "Example: cmperf search decode --tpot-slo 50 --batch 8:256:8 --sweep chip.die.hbm_bandwidth_Bps=1.6e12,3.2e12",
 )
 
 LIST = "comma list and/or start:stop[:step] ranges (stop included)"
