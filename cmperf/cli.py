@@ -23,7 +23,7 @@ app = typer.Typer(
 )
 hw_app = typer.Typer(no_args_is_help=True, help="Hardware specs (chips, systems). Example: cmperf hw show cloudmatrix384")
 model_app = typer.Typer(no_args_is_help=True, help="Model specs and derived facts. Example: cmperf model show deepseek-r1 --context 32768")
-predict_app = typer.Typer(no_args_is_help=True, help="Predict one configuration (or a small grid). Example: cmperf predict decode --batch 8")
+predict_app = typer.Typer(no_args_is_help=True, help="Predict one configuration (grids: cmperf search). Example: cmperf predict decode --batch 8")
 app.add_typer(hw_app, name="hw")
 app.add_typer(model_app, name="model")
 app.add_typer(predict_app, name="predict")
