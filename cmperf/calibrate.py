@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .predict import Specs, load_specs, predict
-from .validate import RefFile, evaluate, load_reference
+from .predict import Specs, load_specs
+from .validate import RefFile, evaluate, load_reference, predictions
 
 
 @dataclass(frozen=True)
@@ -58,19 +58,9 @@ ZOOM_STEPS = 8
 
 def _residuals(sub: RefFile, specs: Specs, axes: dict[str, np.ndarray]) -> np.ndarray:
     """log(predicted / paper) of every row of ``sub`` (axis 0) for every combination of the
-    parameter values in ``axes`` (axis 1, in cartesian-product order, last axis fastest)."""
-    n = int(np.prod([len(v) for v in axes.values()]))
-    out = np.empty((len(sub.rows), n))
-    sweeps = {k: list(v) for k, v in axes.items()}
-    for phase in ("decode", "prefill", "collective"):
-        idx = [i for i, r in enumerate(sub.rows) if r.phase == phase]
-        if not idx:
-            continue
-        rows = [sub.rows[i] for i in idx]
-        table = predict(phase, rows=[r.scenario for r in rows], specs=specs, sweeps=sweeps).table
-        for j, (i, r) in enumerate(zip(idx, rows)):
-            out[i] = np.log(table[r.metric].to_numpy()[j * n:(j + 1) * n] / r.paper)
-    return out
+    parameter values in ``axes`` (axis 1)."""
+    paper = np.array([r.paper for r in sub.rows])[:, None]
+    return np.log(predictions(sub, specs, axes) / paper)
 
 
 def _zoom(sub: RefFile, specs: Specs, params: list[Param]) -> dict[str, float]:

@@ -12,6 +12,8 @@ from typing import List, Optional
 import typer
 
 from . import __version__
+from .cli_options import FormatOpt, HardwareOpt, ModelOpt, SetOpt
+from .cli_search import search_app
 from .errors import CmperfError
 
 app = typer.Typer(
@@ -27,13 +29,7 @@ predict_app = typer.Typer(no_args_is_help=True, help="Predict one configuration 
 app.add_typer(hw_app, name="hw")
 app.add_typer(model_app, name="model")
 app.add_typer(predict_app, name="predict")
-from .cli_search import search_app
 app.add_typer(search_app, name="search")
-
-FormatOpt = typer.Option("table", "--format", "-f", help="table | json | csv (json/csv: data only on stdout)")
-HardwareOpt = typer.Option("cloudmatrix384", "--hardware", help="system spec: built-in name or path to a YAML file")
-ModelOpt = typer.Option("deepseek-r1", "--model", help="model spec: built-in name or path to a YAML file")
-SetOpt = typer.Option(None, "--set", help="override a spec field, e.g. chip.die.hbm_bandwidth_Bps=3.2e12 (repeatable)")
 
 
 def _version(value: bool):
@@ -144,14 +140,12 @@ PREFILL_SUMMARY = ["phase", "tokens_per_npu", "prompt_len", "dies", "ep", "attn_
                    "forward_ms", "kv_transfer_ms", "throughput_per_npu", "tokens_per_s_per_tflops",
                    "memory_per_die_bytes", "weights_per_die_bytes", "kv_cache_per_die_bytes", "buffers_per_die_bytes",
                    "hbm_per_die_bytes", "max_tokens_per_npu", "fits"]
-UNITS = {"memory_per_die_bytes": "B", "weights_per_die_bytes": "B", "kv_cache_per_die_bytes": "B",
-         "buffers_per_die_bytes": "B", "hbm_per_die_bytes": "B", "flops": "FLOP", "hbm_bytes": "B", "net_bytes": "B"}
 
 
 def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list[str], breakdown: bool,
                  fmt: str, out: Optional[str]):
     from .predict import load_specs, predict
-    from .report import check_format, human, print_csv, print_json, print_table, warn, write_csv
+    from .report import check_format, human, print_csv, print_json, print_table, unit_of, warn, write_csv
 
     check_format(fmt)
     specs = load_specs(hardware, model, sets)
@@ -178,7 +172,7 @@ def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list
         print_csv(ops if breakdown else table)
     else:
         row = table.iloc[0]
-        shown = [(c, human(row[c], UNITS.get(c, ""))) for c in summary if c in table.columns]
+        shown = [(c, human(row[c], unit_of(c))) for c in summary if c in table.columns]
         import pandas as pd
         print_table(pd.DataFrame(shown, columns=["quantity", "value"]), f"{phase} prediction ({hardware}, {model})")
         if breakdown:

@@ -16,6 +16,8 @@ from typing import List, Optional
 
 import typer
 
+from .cli_options import FormatOpt, HardwareOpt, ModelOpt, SetOpt
+
 search_app = typer.Typer(
     no_args_is_help=True,
     help="Best configurations under a latency SLO: top-N by throughput per NPU and the Pareto frontier. "
@@ -23,10 +25,6 @@ search_app = typer.Typer(
 )
 
 LIST = "comma list and/or start:stop[:step] ranges (stop included)"
-FormatOpt = typer.Option("table", "--format", "-f", help="table | json | csv (json/csv: data only on stdout; csv = the top-N rows)")
-HardwareOpt = typer.Option("cloudmatrix384", "--hardware", help="system spec: built-in name or path to a YAML file")
-ModelOpt = typer.Option("deepseek-r1", "--model", help="model spec: built-in name or path to a YAML file")
-SetOpt = typer.Option(None, "--set", help="fix a spec field, e.g. chip.die.hbm_bandwidth_Bps=3.2e12 (repeatable)")
 SweepOpt = typer.Option(None, "--sweep", help="vary a spec field over the grid, e.g. system.tiers.ub.bandwidth_Bps=100e9,135e9,270e9 "
                                               "or =100e9:300e9:50e9 (repeatable)")
 TopOpt = typer.Option(10, "--top", help="how many of the best configurations to report")
@@ -37,7 +35,6 @@ PlotOpt = typer.Option(None, "--plot", help="draw the Pareto frontier, roofline 
 MICROBATCHES = {"auto": 0}
 ONOFF = {"on": 1, "off": 0}
 IMBALANCE = {"default": "default"}
-UNITS = {"memory_per_die_bytes": "B"}
 
 
 # --------------------------------------------------------------------------- commands
@@ -175,10 +172,11 @@ def _specs(hardware, model, sets):
 
 
 def _check_dir(path: Optional[str], flag: str) -> None:
-    from .errors import ConfigError
+    """Fail before the search, not after it, when an output file cannot be written."""
+    from .report import check_parent_dir
 
-    if path and not Path(path).resolve().parent.is_dir():
-        raise ConfigError(f"{flag} {path}: directory {Path(path).parent} does not exist")
+    if path:
+        check_parent_dir(path, flag)
 
 
 def _plot_ready(plot: Optional[str]) -> None:
@@ -231,7 +229,7 @@ def _render(result, fmt: str, inert: list[str], why: str) -> None:
     typer.echo(f"{s['phase']} search: {s['configurations']:,} configurations, {s['dropped_invalid']:,} invalid, "
                f"{s['fit_in_memory']:,} fit in memory, {s['meet_slo']:,} also meet {lat} <= {s['slo_ms']:g}")
     cols = _shown_columns(result)
-    units = {**UNITS, **{k: unit_of(k) for k in result.sweeps}}
+    units = {c: unit_of(c) for c in result.table.columns}
     if len(top):
         print_table(_rounded(top[["rank", *cols]]), f"top {len(top)} by throughput per NPU ({lat} <= {s['slo_ms']:g})", units)
     shown = pareto

@@ -97,11 +97,17 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
+def check_parent_dir(path: str | Path, flag: str = "") -> None:
+    """An output file's directory must exist (we never create directories)."""
+    path = Path(path)
+    if not path.resolve().parent.is_dir():
+        raise ConfigError(f"{flag + ' ' if flag else ''}{path}: directory {path.parent} does not exist")
+
+
 def write_atomic(path: str | Path, write: Any) -> None:
     """Write a file whole or not at all: ``write(tmp_path)`` then rename over ``path``."""
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        raise ConfigError(f"{path}: directory {path.parent} does not exist")
+    check_parent_dir(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
     os.close(fd)
     try:

@@ -63,11 +63,14 @@ def _peek_kind(path: Path) -> str | None:
     return raw.get("kind") if isinstance(raw, dict) else None
 
 
+def _looks_like_path(text: str) -> bool:
+    return any(s in text for s in ("/", "\\")) or text.endswith((".yaml", ".yml")) or Path(text).is_file()
+
+
 def resolve(kind: str, name_or_path: str | Path, near: Path | None = None) -> Path:
     """The file for a spec name or path; a clear error when there is none."""
     text = str(name_or_path)
-    looks_like_path = any(s in text for s in ("/", "\\")) or text.endswith((".yaml", ".yml"))
-    if looks_like_path or Path(text).is_file():
+    if _looks_like_path(text):
         p = Path(text).expanduser()
         if not p.is_file():
             raise SpecError(f"{text}: no such {kind} spec file (expected a readable YAML file)")
@@ -87,7 +90,7 @@ def hardware_kind(name_or_path: str | Path) -> str:
     for kind in ("system", "chip"):
         if text in dict(list_builtin(kind)):
             return kind
-    if not (any(s in text for s in ("/", "\\")) or text.endswith((".yaml", ".yml")) or Path(text).is_file()):
+    if not _looks_like_path(text):
         names = ", ".join(n for k in ("chip", "system") for n, _ in list_builtin(k))
         raise SpecError(f"unknown hardware spec '{text}' (expected one of: {names}, or a path to a YAML file)")
     path = resolve("system", text)
