@@ -39,8 +39,9 @@ def buffer_bytes(m, tokens_per_die, ep) -> np.ndarray:
 
 
 def activation_bytes(m, tokens) -> np.ndarray:
-    """Live activations of one microbatch: residual stream and its normed copy, the largest
-    attention intermediate (prefill q, k, v of all heads), and FP32 logits."""
+    """Live activations per token: four hidden-size BF16 buffers (residual stream, normed
+    input, attention output, MoE output) and the largest attention intermediate (prefill
+    q, k, v and output of all heads). Decode adds FP32 logits in decode_memory."""
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
     attn = a.num_heads * (2 * arch.qk_head_dim(m) + 2 * a.v_head_dim) * b.attn
     return tokens * (4 * h * b.hidden + attn)
