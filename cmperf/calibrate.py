@@ -1,9 +1,16 @@
-"""Fit the few parameters no paper table gives, from named reference rows
-(docs/calibration.md). Run ``python -m cmperf.calibrate`` to re-fit and print the values;
-add ``--write`` to store them in the built-in spec files of a source checkout.
+"""Fit the few parameters no table gives, from the evidence rows of a reference file
+(docs/calibration.md). ``python -m cmperf.calibrate`` re-fits and prints the values;
+``--write`` stores them in the built-in spec files of a source checkout.
 
-The fit is a least-squares zooming grid search (see ``_zoom``), evaluated with the same
-vectorised code as every prediction.
+The objective is a weighted least squares over the evidence rows, each error in units of
+its own tolerance (log(predicted / paper) / tolerance, or the absolute error / tolerance),
+each row weighted by 1 / sqrt(rows in its group) so that the twelve Table 7 rows count as
+one measurement series, not twelve. The search is a deterministic pattern search in the
+log of each positive parameter (linear for fractions): a coarse grid of every combination,
+then, from its best points, steps along each axis that halve when no step improves. Every
+step evaluates all its candidate points in one vectorised ``predict`` call per phase. The
+model is piecewise smooth (max, ceil), where gradient solvers stall at kinks; a grid and a
+pattern search do not, and they give the same result from any state of the spec files.
 """
 
 from __future__ import annotations
@@ -25,75 +32,188 @@ class Param:
     path: str  # spec path (chip./system./model.)
     lo: float
     hi: float
+    log: bool
     meaning: str
 
 
-# Jointly fitted to FIT_ROWS. Each has a physical meaning (docs/calibration.md).
+# Fitted jointly to the evidence rows. Each has a physical meaning (docs/calibration.md).
 PARAMS = [
-    Param("chip.latency.kernel_launch_s", 1e-7, 50e-6, "fixed cost of one kernel launch inside a captured graph"),
-    Param("chip.die.vector_ops_per_s", 1e11, 2e13, "element operations per second of a die's 48 AI Vector cores"),
-    Param("system.collectives.message_issue_s", 1e-9, 1e-6, "vector-core time to issue one token message"),
-    Param("system.tiers.ub.sync_round_s", 1e-8, 30e-6, "one synchronisation round across the EP group"),
+    Param("chip.latency.kernel_launch_s", 1e-7, 50e-6, True, "fixed cost of one kernel inside a captured graph"),
+    Param("chip.die.vector_ops_per_s", 1e11, 5e12, True, "element operations per second of a die's 48 AI Vector cores"),
+    Param("system.collectives.message_issue_s", 1e-9, 1e-6, True, "communication-engine time of one token message of dispatch/combine"),
+    Param("system.collectives.step_time_cv", 0.0, 0.6, False, "spread (std/mean) of a die's load-dependent time between barriers"),
 ]
-FIT_ROWS = ["P1", "D1", "D2", "L1", "L2", "L3-A", "L3-B",
-            "T7-D8", "T7-D16", "T7-D32", "T7-D64", "T7-D128", "T7-D256",
-            "T7-C8", "T7-C16", "T7-C32", "T7-C64", "T7-C128", "T7-C256"]
-# Fitted afterwards, alone, to the one row that defines it.
-IMBALANCE = Param("model.serving.default_expert_imbalance", 1.0, 3.0, "max/mean expert load of the paper's default balance")
+# Not evidence: the paper's "default" expert balance appears in row P2 only, so it is
+# measured from that row alone, after the joint fit (docs/calibration.md).
+IMBALANCE = Param("model.serving.default_expert_imbalance", 1.0, 3.0, False, "max/mean expert load of the paper's default balance")
 IMBALANCE_ROW = "P2"
 
-
-def _rows(ref: RefFile, ids) -> RefFile:
-    return ref.model_copy(update={"rows": [r for r in ref.rows if r.id in ids]})
-
-
-# The fit is a zooming grid search in the log of each parameter: every step evaluates a grid
-# of GRID_POINTS values per parameter (all combinations, one vectorised predict call per
-# phase), keeps the best, and narrows each range to one grid step around it. The model is
-# piecewise smooth (max, ceil), where gradient solvers stall at kinks; a grid does not, and
-# it reproduces itself exactly from any state of the spec files.
-GRID_POINTS = 13
-ZOOM_STEPS = 8
+COARSE_POINTS = 5  # per parameter
+STARTS = 3  # best coarse points refined
+MIN_STEP = 1e-3  # of each parameter's (transformed) range
 
 
-def _residuals(sub: RefFile, specs: Specs, axes: dict[str, np.ndarray]) -> np.ndarray:
-    """log(predicted / paper) of every row of ``sub`` (axis 0) for every combination of the
-    parameter values in ``axes`` (axis 1)."""
-    paper = np.array([r.paper for r in sub.rows])[:, None]
-    return np.log(predictions(sub, specs, axes) / paper)
+def evidence(ref: RefFile, exclude_groups=()) -> RefFile:
+    """The evidence rows of ``ref``, leaving out the named groups."""
+    rows = [r for r in ref.rows if r.kind == "evidence" and r.fold not in set(exclude_groups)]
+    return ref.model_copy(update={"rows": rows})
 
 
-def _zoom(sub: RefFile, specs: Specs, params: list[Param]) -> dict[str, float]:
-    lo = np.log([p.lo for p in params])
-    hi = np.log([p.hi for p in params])
-    best = None
-    for _ in range(ZOOM_STEPS):
-        axes = {p.path: np.exp(np.linspace(a, b, GRID_POINTS)) for p, a, b in zip(params, lo, hi)}
-        cost = (_residuals(sub, specs, axes) ** 2).sum(axis=0)
-        k = np.unravel_index(int(np.argmin(cost)), [GRID_POINTS] * len(params))
-        best = np.array([np.log(axes[p.path][i]) for p, i in zip(params, k)])
-        step = (hi - lo) / (GRID_POINTS - 1)
-        lo = np.maximum(best - step, np.log([p.lo for p in params]))
-        hi = np.minimum(best + step, np.log([p.hi for p in params]))
-    return {p.path: float(np.exp(v)) for p, v in zip(params, best)}
+def _weighted_residuals(sub: RefFile, predicted: np.ndarray) -> np.ndarray:
+    """Each row's error in units of its tolerance, weighted by 1/sqrt(group size)."""
+    sizes = {}
+    for r in sub.rows:
+        sizes[r.fold] = sizes.get(r.fold, 0) + 1
+    out = np.empty_like(predicted)
+    for i, r in enumerate(sub.rows):
+        if r.tolerance is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                e = np.log(np.maximum(predicted[i], 1e-300) / r.paper) / r.tolerance
+        else:
+            e = (predicted[i] - r.paper) / r.tolerance_abs
+        out[i] = e / np.sqrt(sizes[r.fold])
+    return np.where(np.isfinite(out), out, 1e6)
 
 
-def fit(ref: RefFile | None = None, specs: Specs | None = None) -> dict[str, float]:
-    """Least squares on log(predicted / paper): the four hardware parameters jointly over
-    FIT_ROWS, then the default imbalance alone against its row (docs/calibration.md)."""
+class _Space:
+    """Parameters <-> unit coordinates (log for positive parameters, linear for fractions)."""
+
+    def __init__(self, params: list[Param]):
+        self.params = params
+        self.lo = np.array([np.log(p.lo) if p.log else p.lo for p in params])
+        self.hi = np.array([np.log(p.hi) if p.log else p.hi for p in params])
+
+    def values(self, u: np.ndarray) -> dict[str, np.ndarray]:
+        x = self.lo + np.clip(u, 0.0, 1.0) * (self.hi - self.lo)
+        return {p.path: (np.exp(x[:, j]) if p.log else x[:, j]) for j, p in enumerate(self.params)}
+
+
+def _cost(sub: RefFile, specs: Specs, space: _Space, u: np.ndarray, fixed: dict[str, float]) -> np.ndarray:
+    sweeps = {k: list(v) for k, v in space.values(u).items()}
+    sweeps.update({k: [v] * len(u) for k, v in fixed.items()})
+    pred = predictions(sub, specs, sweeps, zipped=True)
+    return (_weighted_residuals(sub, pred) ** 2).sum(axis=0)
+
+
+def minimise(sub: RefFile, specs: Specs, params: list[Param], fixed: dict[str, float] | None = None) -> dict[str, float]:
+    """Coarse grid over every parameter, then a pattern search from its best points; the
+    ``fixed`` spec values hold throughout."""
+    fixed = dict(fixed or {})
+    space = _Space(params)
+    d = len(params)
+    axis = (np.arange(COARSE_POINTS) + 0.5) / COARSE_POINTS
+    grid = np.stack(np.meshgrid(*[axis] * d, indexing="ij"), axis=-1).reshape(-1, d)
+    cost = _cost(sub, specs, space, grid, fixed)
+    order = np.argsort(cost, kind="stable")[:STARTS]
+    centers, best = grid[order].copy(), cost[order].copy()
+    step = np.full(len(centers), 0.5 / COARSE_POINTS)
+    moves = np.vstack([np.eye(d), -np.eye(d)])
+    while (step > MIN_STEP).any():
+        cand = np.clip(centers[:, None, :] + step[:, None, None] * moves[None], 0.0, 1.0)
+        c = _cost(sub, specs, space, cand.reshape(-1, d), fixed).reshape(len(centers), -1)
+        k = np.argmin(c, axis=1)
+        better = c[np.arange(len(centers)), k] < best - 1e-12
+        centers[better] = cand[np.arange(len(centers)), k][better]
+        best[better] = c[np.arange(len(centers)), k][better]
+        step = np.where(better | (step <= MIN_STEP), step, step / 2)
+    winner = centers[int(np.argmin(best))][None, :]
+    return {k: float(v[0]) for k, v in space.values(winner).items()}
+
+
+def fit(ref: RefFile | None = None, specs: Specs | None = None, exclude_groups=()) -> dict[str, float]:
+    """The joint fit of PARAMS to the evidence rows (leaving out ``exclude_groups``), then
+    the default imbalance from its row."""
     ref = ref or load_reference()
     specs = specs or load_specs(ref.hardware, ref.model)
-    values = _zoom(_rows(ref, FIT_ROWS), specs, PARAMS)
-    fitted = load_specs(ref.hardware, ref.model, [f"{k}={v!r}" for k, v in values.items()])
-    values.update(_zoom(_rows(ref, [IMBALANCE_ROW]), fitted, [IMBALANCE]))
+    values = minimise(evidence(ref, exclude_groups), specs, PARAMS)
+    imbalance_rows = ref.model_copy(update={"rows": [r for r in ref.rows if r.id == IMBALANCE_ROW]})
+    if imbalance_rows.rows:
+        values.update(minimise(imbalance_rows, specs, [IMBALANCE], fixed=values))
     return values
+
+
+@dataclass
+class CrossValidation:
+    """Leave-one-group-out: each evidence group predicted by a fit to the others."""
+
+    groups: "pd.DataFrame"  # group, rows, held-out max/mean |error|, in-sample max |error|
+    rows: "pd.DataFrame"  # every evidence row: held-out and in-sample error
+    parameters: "pd.DataFrame"  # parameter x fold values, with the full fit and the spread
+
+
+def cross_validate(ref: RefFile | None = None, specs: Specs | None = None) -> CrossValidation:
+    """Re-fit without each evidence group in turn and predict the group left out
+    (docs/calibration.md#cross-validation). About one fit per group."""
+    import pandas as pd
+
+    ref = ref or load_reference()
+    specs = specs or load_specs(ref.hardware, ref.model)
+    full = fit(ref, specs)
+    ev = evidence(ref)
+    in_sample = evaluate(ev, specs, full).set_index("id")
+    folds = sorted({r.fold for r in ev.rows})
+    rows, params = [], {"full fit": full}
+    for g in folds:
+        values = fit(ref, specs, exclude_groups=[g])
+        params[f"without {g}"] = values
+        held = ev.model_copy(update={"rows": [r for r in ev.rows if r.fold == g]})
+        res = evaluate(held, specs, values)
+        for _, r in res.iterrows():
+            rows.append({"group": g, "id": r["id"], "metric": r["metric"], "paper": r["paper"], "unit": r["unit"],
+                         "held_out": r["predicted"], "held_out_error": r["error"],
+                         "in_sample_error": in_sample.loc[r["id"], "error"], "tolerance": r["tolerance"]})
+    rows = pd.DataFrame(rows)
+    groups = rows.groupby("group", sort=False).agg(
+        rows=("id", "size"), unit=("unit", "first"),
+        held_out_max_abs_error=("held_out_error", lambda e: float(np.abs(e).max())),
+        held_out_mean_abs_error=("held_out_error", lambda e: float(np.abs(e).mean())),
+        in_sample_max_abs_error=("in_sample_error", lambda e: float(np.abs(e).max()))).reset_index()
+    table = pd.DataFrame(params).rename_axis("parameter").reset_index()
+    fold_cols = [c for c in table.columns if c.startswith("without")]
+    table["min"] = table[fold_cols].min(axis=1)
+    table["max"] = table[fold_cols].max(axis=1)
+    table["spread_pct"] = 100 * (table["max"] - table["min"]) / table["full fit"].abs()
+    return CrossValidation(groups=groups, rows=rows, parameters=table)
+
+
+# Which held-out groups bound the error of each phase's latency and throughput: the groups
+# that measure that phase end to end or per layer (docs/calibration.md#prediction-bands).
+BAND_GROUPS = {"decode": ("D1", "D2", "L"), "prefill": ("P",)}
+BANDS_FILE = Path(__file__).resolve().parent / "reference" / "prediction-bands.yaml"
+
+
+def bands_from(cv: CrossValidation) -> dict[str, float]:
+    """Relative half-width of each phase's prediction band: the largest held-out |error| of
+    its groups, rounded up to the next half per cent (never narrower than the evidence)."""
+    g = cv.groups.set_index("group")
+    out = {}
+    for phase, groups in BAND_GROUPS.items():
+        worst = max(float(g.loc[x, "held_out_max_abs_error"]) for x in groups if x in g.index)
+        out[phase] = float(np.ceil(worst * 2) / 2) / 100
+    return out
+
+
+def write_bands(bands: dict[str, float], cv: CrossValidation, path: Path = BANDS_FILE) -> str:
+    g = cv.groups.set_index("group")
+    lines = ["# Prediction bands: relative half-width of every predicted latency and throughput, per phase.",
+             "# Written by `python -m cmperf.calibrate --write` from `cmperf validate --cross-validate`:",
+             "# the largest held-out |error| of the phase's evidence groups, rounded up to 0.5 %.",
+             "# They hold for the built-in hardware and model; other specs inherit them as a lower bound."]
+    for phase, half in bands.items():
+        detail = ", ".join(f"{x} {float(g.loc[x, 'held_out_max_abs_error']):.2f} %" for x in BAND_GROUPS[phase] if x in g.index)
+        lines.append(f"{phase}: {{relative: {half:.4g}, source: \"held-out max |error|: {detail}\"}}")
+    from .report import write_atomic
+
+    write_atomic(path, lambda tmp: Path(tmp).write_text("\n".join(lines) + "\n"))
+    return f"{path}: " + ", ".join(f"{k} +-{100 * v:.1f} %" for k, v in bands.items())
 
 
 def write(values: dict[str, float], specs: Specs) -> list[str]:
     """Replace the ``value:`` of each fitted field in its spec file (flow-style lines)."""
-    files = {"chip": specs.hardware.chip_path, "system": specs.hardware.system_path}
     from .specs.loader import resolve
-    files["model"] = resolve("model", specs.model.name)
+
+    files = {"chip": specs.hardware.chip_path, "system": specs.hardware.system_path,
+             "model": resolve("model", specs.model.name)}
     done = []
     for path, v in values.items():
         root, *rest = path.split(".")
@@ -110,19 +230,25 @@ def write(values: dict[str, float], specs: Specs) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cmperf.calibrate", description=__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true", help="store the fitted values in the built-in spec files")
+    ap.add_argument("--write", action="store_true",
+                    help="store the fitted values in the built-in spec files and the prediction bands (runs the cross-validation)")
     args = ap.parse_args(argv)
     ref = load_reference()
     specs = load_specs(ref.hardware, ref.model)
     values = fit(ref, specs)
-    print(f"fitted {len(values)} parameters to rows {', '.join(FIT_ROWS)} (+ {IMBALANCE.path} to {IMBALANCE_ROW}):")
+    ev = evidence(ref)
+    print(f"fitted {len(PARAMS)} parameters to {len(ev.rows)} evidence rows "
+          f"(groups {', '.join(sorted({r.fold for r in ev.rows}))}); {IMBALANCE.path} measured from {IMBALANCE_ROW}:")
     for p in PARAMS + [IMBALANCE]:
         print(f"  {p.path:45s} = {values[p.path]:.4g}    # {p.meaning}")
     out = evaluate(ref, specs, values)
-    print(out[["id", "predicted", "paper", "error_pct", "pass"]].to_string(index=False))
+    print(out[["id", "kind", "predicted", "paper", "error", "pass"]].to_string(index=False))
     if args.write:
         for line in write(values, specs):
             print("wrote", line)
+        cv = cross_validate(ref, load_specs(ref.hardware, ref.model))
+        print(cv.groups.to_string(index=False))
+        print("wrote", write_bands(bands_from(cv), cv))
     return 0
 
 

@@ -93,20 +93,21 @@ class Prediction:
 
 def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | None = None,
             sweeps: Mapping[str, Iterable[float]] | None = None, strict: bool = True,
-            rows: list[Mapping[str, Any]] | None = None) -> Prediction:
+            rows: list[Mapping[str, Any]] | None = None, zip_sweeps: bool = False) -> Prediction:
     """Predict ``phase`` for every combination of ``values`` (and of swept spec fields).
 
     ``sweeps`` maps a spec path (``system.tiers.ub.bandwidth_Bps``) to the values it takes;
-    they join the cartesian product. ``rows`` instead lists configurations one by one. With
-    ``strict``, an invalid configuration raises :class:`ConfigError`; otherwise invalid rows
-    are returned in ``Prediction.invalid``."""
+    they join the cartesian product (with ``zip_sweeps``, the lists are equally long and
+    taken together, point by point: one set of spec values per point). ``rows`` instead
+    lists configurations one by one. With ``strict``, an invalid configuration raises
+    :class:`ConfigError`; otherwise invalid rows are returned in ``Prediction.invalid``."""
     if phase not in PHASES:
         raise ConfigError(f"unknown phase '{phase}' (expected one of: {', '.join(PHASES)})")
     specs = specs or load_specs()
     values = dict(values or {})
     sweep_cols = {k: list(v) for k, v in (sweeps or {}).items()}
     base = grid_from_rows(phase, rows) if rows is not None else make_grid(phase, values)
-    grid = _with_sweeps(base, sweep_cols) if sweep_cols else base
+    grid = _with_sweeps(base, sweep_cols, zip_sweeps) if sweep_cols else base
     hw0, m0 = specs.views()
     if "expert_imbalance" in grid:  # 'default' = the model's documented real-traffic balance
         default = specs.model.serving.default_expert_imbalance.value
@@ -138,9 +139,17 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     return Prediction(phase, table, invalid, out["_schedules"])
 
 
-def _with_sweeps(base: pd.DataFrame, sweep_cols) -> pd.DataFrame:
-    idx = pd.MultiIndex.from_product([range(len(base)), *sweep_cols.values()], names=["_row", *sweep_cols])
-    extra = idx.to_frame(index=False)
+def _with_sweeps(base: pd.DataFrame, sweep_cols, zipped: bool = False) -> pd.DataFrame:
+    """Every base row for every swept value (cartesian product, or the zipped points)."""
+    if zipped:
+        n = len(next(iter(sweep_cols.values())))
+        if any(len(v) != n for v in sweep_cols.values()):
+            raise ConfigError("zipped sweeps need lists of one length")
+        extra = pd.DataFrame({"_row": np.repeat(np.arange(len(base)), n),
+                              **{k: np.tile(np.asarray(v, dtype=float), len(base)) for k, v in sweep_cols.items()}})
+    else:
+        idx = pd.MultiIndex.from_product([range(len(base)), *sweep_cols.values()], names=["_row", *sweep_cols])
+        extra = idx.to_frame(index=False)
     return base.iloc[extra["_row"]].reset_index(drop=True).join(extra.drop(columns="_row"))
 
 

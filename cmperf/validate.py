@@ -1,7 +1,10 @@
 """Replay published results: ``cmperf validate [FILE ...]`` (docs/calibration.md).
 
 A reference file lists rows: a scenario (the ``predict`` inputs), a metric, the published
-value and a relative tolerance. Rows of one phase are evaluated together, as one grid.
+value, a tolerance (relative, or absolute for fractions) and the row's kind: ``evidence``
+(an independent measurement the model predicts), ``derived`` (arithmetic on another row, or
+a row that sets the parameter it tests) or ``spec`` (a hardware-file number checked against
+its table). Rows of one phase are evaluated together, as one grid.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from typing import Any, Iterable, Literal, Mapping, Optional
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import SpecError
 from .predict import Specs, load_specs, predict
@@ -21,16 +24,35 @@ from .specs.schema import Count, Sourced
 BUILTIN_REFERENCE = Path(__file__).resolve().parent / "reference" / "cloudmatrix384-paper.yaml"
 
 
+KINDS = ("evidence", "derived", "spec")
+
+
 class RefRow(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str
     description: str
     where: str
+    kind: Literal["evidence", "derived", "spec"] = "evidence"
+    group: Optional[str] = None  # the measurement the row belongs to (cross-validation folds)
+    derived_from: Optional[str] = None
     phase: Literal["decode", "prefill", "collective", "spec"]
     metric: str
     paper: float
-    tolerance: float = Field(gt=0)
+    tolerance: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)  # relative
+    tolerance_abs: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)  # in the metric's unit
     scenario: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_tolerance(self):
+        if (self.tolerance is None) == (self.tolerance_abs is None):
+            raise ValueError("give exactly one of `tolerance` (relative) and `tolerance_abs` (absolute)")
+        if self.tolerance is not None and self.paper == 0:
+            raise ValueError("a relative tolerance needs a non-zero published value")
+        return self
+
+    @property
+    def fold(self) -> str:
+        return self.group or self.id
 
 
 class RefFile(BaseModel):
@@ -57,6 +79,9 @@ def load_reference(path: str | Path = BUILTIN_REFERENCE) -> RefFile:
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise SpecError(f"{p}: duplicate row id(s): {', '.join(dup)}")
+    for r in ref.rows:
+        if r.derived_from is not None and r.derived_from not in ids:
+            raise SpecError(f"{p}: row {r.id}: derived_from '{r.derived_from}' names no row of the file")
     return ref
 
 
@@ -75,41 +100,83 @@ def spec_value(specs: Specs, path: str, sweeps: Mapping[str, Any] | None = None)
     return float(np.asarray(node).ravel()[0])
 
 
-def predictions(ref: RefFile, specs: Specs, sweeps: Mapping[str, Iterable[float]] | None = None) -> np.ndarray:
+def predictions(ref: RefFile, specs: Specs, sweeps: Mapping[str, Iterable[float]] | None = None,
+                zipped: bool = False) -> np.ndarray:
     """Predicted metric of every row of ``ref`` (axis 0) for every combination of the swept
-    spec values (axis 1, cartesian-product order, last path fastest): one vectorised
-    ``predict`` call per phase."""
+    spec values (axis 1, cartesian-product order, last path fastest; with ``zipped``, the
+    swept lists are points taken together): one vectorised ``predict`` call per phase."""
     sweeps = {k: list(v) for k, v in (sweeps or {}).items()}
-    n = int(np.prod([len(v) for v in sweeps.values()])) if sweeps else 1
+    if not sweeps:
+        n = 1
+    elif zipped:
+        n = len(next(iter(sweeps.values())))
+    else:
+        n = int(np.prod([len(v) for v in sweeps.values()]))
     out = np.empty((len(ref.rows), n))
     for phase in ("decode", "prefill", "collective"):
         idx = [i for i, r in enumerate(ref.rows) if r.phase == phase]
         if not idx:
             continue
-        table = predict(phase, rows=[ref.rows[i].scenario for i in idx], specs=specs, sweeps=sweeps or None).table
+        table = predict(phase, rows=[ref.rows[i].scenario for i in idx], specs=specs, sweeps=sweeps or None,
+                        zip_sweeps=zipped).table
         for j, i in enumerate(idx):
             r = ref.rows[i]
             if r.metric not in table.columns:
                 raise SpecError(f"reference row {r.id}: unknown {phase} metric '{r.metric}'")
             out[i] = table[r.metric].to_numpy()[j * n:(j + 1) * n]
     for i, r in enumerate(ref.rows):
-        if r.phase == "spec":  # a spec field is one number; swept only if its own path is swept
-            out[i] = sweeps[r.metric] if r.metric in sweeps else spec_value(specs, r.metric)
+        if r.phase != "spec":
+            continue
+        if r.metric not in sweeps:  # a spec field is one number; swept only if its own path is swept
+            out[i] = spec_value(specs, r.metric)
+        elif zipped:
+            out[i] = sweeps[r.metric]
+        else:
+            axes = [np.asarray(v, dtype=float) for v in sweeps.values()]
+            grids = np.meshgrid(*axes, indexing="ij")
+            out[i] = grids[list(sweeps).index(r.metric)].ravel()
     return out
+
+
+def errors(ref: RefFile, predicted: np.ndarray) -> np.ndarray:
+    """Error of each row (axis 0) in its tolerance's unit: percent for a relative tolerance,
+    the metric's own unit for an absolute one; ``predicted`` may carry more axes."""
+    paper = np.array([r.paper for r in ref.rows])
+    relative = np.array([r.tolerance is not None for r in ref.rows])
+    shape = (-1,) + (1,) * (np.ndim(predicted) - 1)
+    rel = 100 * (predicted - paper.reshape(shape)) / np.where(relative, paper, 1.0).reshape(shape)
+    return np.where(relative.reshape(shape), rel, predicted - paper.reshape(shape))
 
 
 def evaluate(ref: RefFile, specs: Specs | None = None, sweeps: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Predicted vs paper for every row of ``ref``; ``sweeps`` (path -> value) overrides
-    spec fields for this evaluation (used by sensitivity)."""
+    spec fields for this evaluation (used by sensitivity and cross-validation)."""
     specs = specs or load_specs(ref.hardware, ref.model)
     predicted = predictions(ref, specs, {k: [v] for k, v in (sweeps or {}).items()})[:, 0]
     out = pd.DataFrame([{
-        "id": r.id, "where": r.where, "metric": r.metric, "predicted": p, "paper": r.paper,
-        "tolerance_pct": 100 * r.tolerance, "description": r.description,
+        "id": r.id, "kind": r.kind, "group": r.fold, "where": r.where, "metric": r.metric, "predicted": p,
+        "paper": r.paper, "unit": "%" if r.tolerance is not None else "abs",
+        "tolerance": 100 * r.tolerance if r.tolerance is not None else r.tolerance_abs,
+        "derived_from": r.derived_from or "", "description": r.description,
     } for r, p in zip(ref.rows, predicted)])
-    out["error_pct"] = 100 * (out["predicted"] - out["paper"]) / out["paper"]
-    out["pass"] = out["error_pct"].abs() <= out["tolerance_pct"] + 1e-9
+    out["error"] = errors(ref, predicted)
+    out["pass"] = out["error"].abs() <= out["tolerance"] * (1 + 1e-9)
     return out
+
+
+def summary(res: pd.DataFrame) -> dict:
+    """The headline: evidence rows only (relative rows in %, absolute rows in their unit);
+    derived and spec rows are counted apart."""
+    ev = res[res["kind"] == "evidence"]
+    rel, ab = ev[ev["unit"] == "%"], ev[ev["unit"] == "abs"]
+    return {
+        "evidence_rows": len(ev), "evidence_failed": int((~ev["pass"]).sum()),
+        "evidence_mean_abs_error_pct": float(rel["error"].abs().mean()) if len(rel) else float("nan"),
+        "evidence_max_abs_error_pct": float(rel["error"].abs().max()) if len(rel) else float("nan"),
+        "evidence_max_abs_error_abs": float(ab["error"].abs().max()) if len(ab) else float("nan"),
+        "rows": len(res), "failed": int((~res["pass"]).sum()),
+        "derived_rows": int((res["kind"] == "derived").sum()), "spec_rows": int((res["kind"] == "spec").sum()),
+    }
 
 
 def fitted_parameters(specs: Specs) -> pd.DataFrame:
@@ -140,7 +207,7 @@ def _walk(obj: BaseModel, prefix: str) -> Iterable[tuple[str, Sourced]]:
             yield from _walk(v, path)
 
 
-HEADLINE = ("P1", "P2", "D1", "D2", "L1", "L2", "T7-D256", "T7-C256")
+HEADLINE = ("P1", "P2", "D1", "D2", "L1", "L2", "A1-96", "T7-D256", "T7-C256")
 
 
 def sensitivity(ref: RefFile, specs: Specs | None = None, step: float = 0.10,

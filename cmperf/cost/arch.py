@@ -66,12 +66,17 @@ def embedding_params(m) -> int:
     return m.vocab_size * m.hidden_size
 
 
+def mtp_eh_proj_params(m) -> int:
+    """The MTP module's entry projection: concatenated [hidden; embedding] (2h) -> h."""
+    return 2 * m.hidden_size * m.hidden_size
+
+
 def mtp_module_params(m) -> int:
     """One MTP module without the shared embedding/head: enorm, hnorm, eh_proj (2h -> h), one
     MoE transformer block, and the shared-head norm."""
     h = m.hidden_size
     block = sum(mla_weights(m).values()) + mla_norm_weights(m) + moe_layer_params(m)
-    return 3 * h + 2 * h * h + block
+    return 3 * h + mtp_eh_proj_params(m) + block
 
 
 def moe_layer_params(m) -> int:

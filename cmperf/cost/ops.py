@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import arch
-from .roofline import Op, collective_startup_s, dtype_bytes
+from .roofline import Op, dtype_bytes
 
 
 @dataclass
@@ -64,9 +64,13 @@ def combine_message_B(m) -> int:
     return m.hidden_size * dtype_bytes(m.precision.hidden)
 
 
-def _startup(hw, group):
-    """Collective start-up; ``hw=None`` (work counts only, no timing) gives 0."""
-    return 0.0 if hw is None else collective_startup_s(hw, group)
+def swiglu_activation_bytes(m, rows, intermediate) -> object:
+    """HBM bytes of the activations of a W8A8 SwiGLU FFN over ``rows`` tokens: INT8 input,
+    BF16 gate and up outputs written and read back by the activation, INT8 input of the
+    down projection, BF16 output."""
+    b, h = Bytes.of(m), m.hidden_size
+    gate_up = 2 * intermediate * b.hidden  # two matrices' outputs
+    return rows * (h * b.act + 2 * gate_up + intermediate * b.act + h * b.hidden)
 
 
 # --------------------------------------------------------------------------- MLA
@@ -92,7 +96,7 @@ def mla_decode_ops(m, T, R, L) -> list[Op]:
     core = Op(
         "attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
         flops=2 * T * a.num_heads * (lat + a.kv_lora_rank) * L,
-        vector_ops=VEC_SOFTMAX * T * a.num_heads * L,
+        vector_ops=VEC_SOFTMAX * T * a.num_heads * L, chained=True,
         hbm_bytes=R * L * lat * b.kv + T * a.num_heads * (lat + a.kv_lora_rank) * b.attn,
     )
     o_vec = (VEC_QUANT * H * a.kv_lora_rank + VEC_DEQUANT * H * a.v_head_dim + VEC_QUANT * H * a.v_head_dim
@@ -105,7 +109,7 @@ def mla_decode_ops(m, T, R, L) -> list[Op]:
     return [prolog, core, o_proj]
 
 
-def mla_prefill_ops(m, hw, T, P, tp) -> list[Op]:
+def mla_prefill_ops(m, T, P, tp) -> list[Op]:
     """Non-absorbed MLA as causal 128-head MHA for ``T`` tokens of prompts of length ``P``,
     hybrid SP -> TP(``tp``) -> SP (paper §4.3.1, docs/model.md §2.2). Returns, in order:
     down-projection, all-gather, up-projection + FlashAttention, all-to-all, O-proj."""
@@ -127,19 +131,17 @@ def mla_prefill_ops(m, hw, T, P, tp) -> list[Op]:
               weight_bytes=down_w * b.weight)
     gather = Op("attn_allgather", "dma", launches=1, tier="ub",
                 net_bytes=(tp - 1) * T * compressed * b.hidden, net_messages=0.0,
-                hbm_bytes=tp * T * compressed * b.hidden,
-                startup_s=_startup(hw, tp) * (tp > 1))
+                hbm_bytes=tp * T * compressed * b.hidden, sync_group=tp)
     up = Op("mla_up", "cube", flops=2 * T * up_w, dtype=m.precision.matmul, vector_ops=T * up_vec,
             hbm_bytes=up_w * b.weight / tp + T * compressed * b.hidden + T * a.num_heads * (2 * qk + a.v_head_dim) * b.attn,
             weight_bytes=up_w * b.weight / tp)
     core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
               flops=2 * T * a.num_heads * (qk + a.v_head_dim) * (np.asarray(P, dtype=float) + 1) / 2,
-              vector_ops=VEC_SOFTMAX * T * a.num_heads * (np.asarray(P, dtype=float) + 1) / 2,
+              vector_ops=VEC_SOFTMAX * T * a.num_heads * (np.asarray(P, dtype=float) + 1) / 2, chained=True,
               hbm_bytes=T * a.num_heads * (2 * qk + 2 * a.v_head_dim) * b.attn + T * lat * b.kv)
     a2a = Op("attn_alltoall", "dma", launches=1, tier="ub",
              net_bytes=T * (tp - 1) / tp * a.num_heads * a.v_head_dim * b.hidden, net_messages=0.0,
-             hbm_bytes=T * a.num_heads * a.v_head_dim * b.hidden,
-             startup_s=_startup(hw, tp) * (tp > 1))
+             hbm_bytes=T * a.num_heads * a.v_head_dim * b.hidden, sync_group=tp)
     o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec,
                 hbm_bytes=w["o"] * b.weight + T * a.num_heads * a.v_head_dim * b.attn + T * h * b.hidden,
                 weight_bytes=w["o"] * b.weight)
@@ -190,7 +192,7 @@ def placement(m, T, ep, redundant, shared_copies, imbalance, tile_rows) -> Place
                      shared_remote=(S > 0) & ~every_die, remote_routed_fraction=(ep - 1) / ep)
 
 
-def moe_ops(m, hw, T, ep, pl: Placement) -> list[Op]:
+def moe_ops(m, T, ep, pl: Placement) -> list[Op]:
     """Gate, dispatch, grouped-GEMM experts (+ SwiGLU + re-quantisation) and combine for
     ``T`` tokens per die (paper §4.2, docs/model.md §2.3, §4.2)."""
     b, mo, h = Bytes.of(m), m.moe, m.hidden_size
@@ -208,20 +210,17 @@ def moe_ops(m, hw, T, ep, pl: Placement) -> list[Op]:
               weight_bytes=router_w * b.hidden)
     dispatch = Op("dispatch", "vector", tier="ub", vector_ops=T * VEC_QUANT * h,
                   net_messages=T * fanout, net_bytes=np.maximum(T * fanout, rows_remote) * d_B,
-                  hbm_bytes=T * h * b.hidden + (T * fanout + rows_remote) * d_B,
-                  startup_s=_startup(hw, ep))
+                  hbm_bytes=T * h * b.hidden + (T * fanout + rows_remote) * d_B, sync_group=ep)
     e_w = arch.expert_params(m)
     rows = pl.rows
     experts = Op("experts", "cube", flops=2 * rows * e_w, dtype=m.precision.matmul,
                  vector_ops=rows * (VEC_SWIGLU * I + VEC_QUANT * I + VEC_DEQUANT * (2 * I + h)),
                  tile_efficiency=rows / np.maximum(pl.padded_rows, 1e-30),
-                 hbm_bytes=pl.instances_per_die * e_w * b.weight
-                 + rows * (h * b.act + 2 * 2 * I * b.hidden + I * b.act + h * b.hidden),
+                 hbm_bytes=pl.instances_per_die * e_w * b.weight + swiglu_activation_bytes(m, rows, I),
                  weight_bytes=pl.instances_per_die * e_w * b.weight)
     combine = Op("combine", "vector", tier="ub", vector_ops=T * h * (VEC_COMBINE * (fanout + 1) + VEC_RESIDUAL),
                  net_messages=rows_remote, net_bytes=np.maximum(T * fanout, rows_remote) * c_B,
-                 hbm_bytes=(T * fanout + rows_remote) * c_B + T * h * b.hidden,
-                 startup_s=_startup(hw, ep))
+                 hbm_bytes=(T * fanout + rows_remote) * c_B + T * h * b.hidden, sync_group=ep)
     return [gate, dispatch, experts, combine]
 
 
@@ -232,7 +231,7 @@ def dense_ffn_op(m, T) -> Op:
     vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (2 * I + h) + VEC_SWIGLU * I + VEC_QUANT * I
            + VEC_RESIDUAL * h)
     return Op("dense_ffn", "cube", flops=2 * T * w, dtype=m.precision.matmul, vector_ops=T * vec,
-              hbm_bytes=w * b.weight + T * (h * b.act + 2 * 2 * I * b.hidden + I * b.act + h * b.hidden),
+              hbm_bytes=w * b.weight + swiglu_activation_bytes(m, T, I),
               weight_bytes=w * b.weight)
 
 
@@ -255,7 +254,7 @@ def mtp_proj_op(m, T) -> Op:
     """MTP module entry: RMSNorm of hidden state and of the next token's embedding,
     concatenation, eh_proj (2h -> h)."""
     b, h = Bytes.of(m), m.hidden_size
-    w = 2 * h * h
+    w = arch.mtp_eh_proj_params(m)
     return Op("mtp_eh_proj", "cube", flops=2 * T * w, dtype=m.precision.matmul,
               vector_ops=T * (2 * VEC_RMSNORM * h + VEC_QUANT * 2 * h + VEC_DEQUANT * h),
               hbm_bytes=w * b.weight + 3 * T * h * b.hidden, weight_bytes=w * b.weight)
@@ -272,11 +271,11 @@ def flops_per_token(m, context, phase: str = "decode") -> dict[str, float]:
     if phase == "decode":
         attn = mla_decode_ops(m, 1.0, 1.0, context)
     else:
-        attn = [o for o in mla_prefill_ops(m, None, 1.0, context, 1.0) if o.tier is None]
+        attn = [o for o in mla_prefill_ops(m, 1.0, context, 1.0) if o.tier is None]
     one_token = Placement(instances_per_die=np.asarray(1.0), rows=np.asarray(float(mo.experts_per_token + mo.shared_experts)),
                           padded_rows=np.asarray(float(mo.experts_per_token + mo.shared_experts)),
                           shared_remote=np.asarray(False), remote_routed_fraction=np.asarray(1.0))
-    gate, _, experts, _ = moe_ops(m, None, 1.0, 1.0, one_token)
+    gate, _, experts, _ = moe_ops(m, 1.0, 1.0, one_token)
     n_dense, n_moe = m.first_dense_layers, m.num_layers - m.first_dense_layers
     attn_core = sum(float(o.flops) for o in attn if o.flop_kind == "attention")
     attn_linear = sum(float(o.flops) for o in attn if o.flop_kind != "attention")

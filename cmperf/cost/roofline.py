@@ -1,19 +1,29 @@
-"""Time of one operator on one die: roofline for compute and HBM, alpha-beta for the network
-(docs/model.md §2-§4). Everything is numpy-vectorised over the configurations of a grid.
+"""Time of one operator on one die, given the share of the die's cores its stream owns
+(docs/model.md §3). Everything is numpy-vectorised over the configurations of a grid.
 
-    t_compute = FLOPs / (peak[dtype] x efficiency[kind] x tile_efficiency x share)
-    t_memory  = HBM bytes / (HBM bandwidth x memory efficiency x share)
-    t_vector  = element operations / (vector_ops_per_s x share)
-    t_network = max(bytes / tier bandwidth, messages x message_issue_s / share)
-    t_latency = launches x kernel_launch_s + startup_s
+A die has two kinds of resource. Its **cores** (24 AI Cube, 48 AI Vector) can be split
+between two streams; its **pools** (HBM, the UB port and its communication engine) cannot:
+a stream that runs alone can draw all of them, two streams that run at once share them
+(the pipeline, cmperf/schedule/pipeline.py, bounds each pool's total use per layer).
+
+    t_compute = FLOPs / (peak[dtype] x efficiency[kind] x tile_efficiency x cube_share)
+    t_vector  = element ops / (vector_ops_per_s x vector_share)
+    t_memory  = HBM bytes / (HBM bandwidth x memory efficiency)
+    t_network = max(bytes / tier bandwidth, messages x t_msg)
+    t_latency = launches x kernel_launch_s + sync rounds x 2 x tier latency
     t         = max(t_compute, t_vector, t_memory, t_network) + t_latency
 
-Cube, vector, load/store and network engines of a fused kernel work in a pipeline, so the
-slowest sets the pace (the roofline's max); fixed costs add.
+The engines of a fused kernel work as a pipeline, so the slowest sets the pace (the
+roofline's max) and max(terms) <= t_busy <= sum(terms); cmperf takes the lower bound,
+except for attention, whose cube work (scores, then values) waits on its vector work
+(softmax) block by block: there t_busy = max(t_compute + t_vector, t_memory, t_network).
+Latency holds no core: it is the time a kernel waits for remote writes and flags.
 
-``share`` is the fraction of the die's cube/vector cores (and so of their load/store
-engines) that the operator's stream owns: 1 when it runs alone, 16/24 for the attention
-stream of the paper's decode overlap (docs/model.md §5.2).
+A message (one token sent to one expert's die) costs ``t_msg`` (``message_issue_s``) of the
+die's communication engine, which both streams share: it does not slow down when its stream
+owns fewer cores (paper §5.4.1; docs/model.md §4.2). A synchronisation round is one UB round
+trip (paper Table 1: 2 x 2.1 us), and a collective over ``G`` dies needs ceil(log2 G) rounds
+(a dissemination barrier).
 """
 
 from __future__ import annotations
@@ -34,7 +44,8 @@ class Op:
 
     Quantities may be scalars or arrays over the grid. ``engine`` is where the work runs:
     ``cube`` (AI Cube: matmuls, attention), ``vector`` (AI Vector: elementwise, routing,
-    message issue) or ``dma`` (bulk copies on the network)."""
+    message issue) or ``dma`` (bulk copies on the network). ``sync_group`` is the number of
+    dies the operator synchronises with (a collective), None for a local operator."""
 
     name: str
     engine: str
@@ -47,13 +58,17 @@ class Op:
     net_bytes: Any = 0.0
     net_messages: Any = 0.0
     tier: str | None = None
-    startup_s: Any = 0.0
+    sync_group: Any = None
     launches: Any = 1.0
     weight_bytes: Any = 0.0  # the part of hbm_bytes that is weights (shown in --breakdown)
+    chained: bool = False  # cube and vector work depend on each other block by block (attention)
 
 
 @dataclass
 class OpTime:
+    """Time of one op on its stream. ``*_s`` are the stream's times; ``pool_*_s`` the same
+    work at the whole die's rate, which the pipeline sums per shared resource."""
+
     name: str
     engine: str
     compute_s: np.ndarray
@@ -61,17 +76,29 @@ class OpTime:
     memory_s: np.ndarray
     network_s: np.ndarray
     latency_s: np.ndarray
+    pool_compute_s: np.ndarray
+    pool_vector_s: np.ndarray
     flops: np.ndarray
     hbm_bytes: np.ndarray
     net_bytes: np.ndarray
     weight_bytes: np.ndarray
 
+    chained: bool = False  # cube and vector phases alternate (see Op.chained)
+
+    @property
+    def busy_s(self) -> np.ndarray:
+        """Time the op's engines are busy: the slowest of them (roofline), or for a chained
+        kernel its cube and vector phases one after the other."""
+        if self.chained:
+            return np.maximum.reduce([self.compute_s + self.vector_s, self.memory_s, self.network_s])
+        return np.maximum.reduce([self.compute_s, self.vector_s, self.memory_s, self.network_s])
+
     @property
     def time_s(self) -> np.ndarray:
-        return np.maximum.reduce([self.compute_s, self.vector_s, self.memory_s, self.network_s]) + self.latency_s
+        return self.busy_s + self.latency_s
 
     def bound(self) -> np.ndarray:
-        """Which term dominates: compute, vector, memory, network or latency (floor + start-up)."""
+        """Which term dominates: compute, vector, memory, network or latency (floor + rounds)."""
         stack = np.stack(np.broadcast_arrays(self.compute_s, self.vector_s, self.memory_s, self.network_s, self.latency_s))
         return np.asarray(BOUNDS, dtype=object)[np.argmax(stack, axis=0)]
 
@@ -86,33 +113,52 @@ def tier_bandwidth_Bps(hw, tier: str):
     return t.node_bandwidth_Bps / (hw.system.node.npus * hw.chip.dies_per_package)
 
 
-def op_time(op: Op, hw, share=1.0) -> OpTime:
-    """Roofline + alpha-beta time of ``op`` on one die with ``share`` of its cores."""
-    die, eff = hw.chip.die, hw.chip.efficiency
+def hbm_rate_Bps(hw):
+    """Achievable HBM bandwidth of one die (Table 9 efficiency x nominal)."""
+    return hw.chip.die.hbm_bandwidth_Bps * hw.chip.efficiency.memory_bandwidth
+
+
+def sync_rounds(group) -> np.ndarray:
+    """Rounds of a dissemination barrier over ``group`` dies: ceil(log2 group)."""
+    return np.ceil(np.log2(np.maximum(np.asarray(group, dtype=float), 1.0)))
+
+
+def sync_round_s(hw, tier: str):
+    """One synchronisation round: a UB round trip, twice the tier's one-way latency."""
+    return 2.0 * getattr(hw.system.tiers, tier).latency_s
+
+
+def _ratio(num, den):
+    """num / den with 0 / 0 = 0 (an op with no work of a kind takes no time for it)."""
+    num, den = np.broadcast_arrays(np.asarray(num, dtype=float), np.asarray(den, dtype=float))
+    return np.divide(num, den, out=np.zeros(num.shape), where=num != 0)
+
+
+def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
+    """Roofline time of ``op`` on one die whose stream owns ``cube_share`` of the cube
+    cores and ``vector_share`` of the vector cores (1, 1 when it runs alone)."""
+    die, eff, coll = hw.chip.die, hw.chip.efficiency, hw.system.collectives
     peak = getattr(die.peak_flops_per_s, op.dtype)
     kind_eff = eff.attention_compute if op.flop_kind == "attention" else eff.matmul_compute
     flops = np.asarray(op.flops, dtype=float)
-    compute = flops / (peak * kind_eff * op.tile_efficiency * share)
-    memory = np.asarray(op.hbm_bytes, dtype=float) / (die.hbm_bandwidth_Bps * eff.memory_bandwidth * share)
-    vector = np.asarray(op.vector_ops, dtype=float) / (die.vector_ops_per_s * share)
+    pool_compute = _ratio(flops, peak * kind_eff * np.asarray(op.tile_efficiency, dtype=float))
+    memory = np.asarray(op.hbm_bytes, dtype=float) / hbm_rate_Bps(hw)
+    pool_vector = np.asarray(op.vector_ops, dtype=float) / die.vector_ops_per_s
+    latency = np.asarray(op.launches, dtype=float) * hw.chip.latency.kernel_launch_s
     if op.tier is not None:
-        bw = tier_bandwidth_Bps(hw, op.tier)
-        issue = np.asarray(op.net_messages, dtype=float) * hw.system.collectives.message_issue_s / share
-        network = np.maximum(np.asarray(op.net_bytes, dtype=float) / bw, issue)
+        engine = np.asarray(op.net_messages, dtype=float) * coll.message_issue_s
+        network = np.maximum(np.asarray(op.net_bytes, dtype=float) / tier_bandwidth_Bps(hw, op.tier), engine)
+        if op.sync_group is not None:
+            latency = latency + sync_rounds(op.sync_group) * sync_round_s(hw, op.tier)
     else:
-        network = np.zeros_like(compute)
-    latency = np.asarray(op.launches, dtype=float) * hw.chip.latency.kernel_launch_s + op.startup_s
-    return OpTime(op.name, op.engine, *np.broadcast_arrays(compute, vector, memory, network, latency),
+        network = np.zeros_like(memory)
+    compute = pool_compute / cube_share
+    vector = pool_vector / vector_share
+    arrays = np.broadcast_arrays(compute, vector, memory, network, latency, pool_compute, pool_vector)
+    return OpTime(op.name, op.engine, *arrays,
                   flops=flops, hbm_bytes=np.asarray(op.hbm_bytes, dtype=float),
-                  net_bytes=np.asarray(op.net_bytes, dtype=float), weight_bytes=np.asarray(op.weight_bytes, dtype=float))
-
-
-def collective_startup_s(hw, group):
-    """Fixed cost of one collective over ``group`` dies beyond its kernel launch: one
-    synchronisation round per doubling of the group (a dissemination barrier needs
-    ceil(log2 P) rounds), docs/model.md §4.2."""
-    rounds = np.ceil(np.log2(np.maximum(np.asarray(group, dtype=float), 1.0)))
-    return rounds * hw.system.tiers.ub.sync_round_s
+                  net_bytes=np.asarray(op.net_bytes, dtype=float), weight_bytes=np.asarray(op.weight_bytes, dtype=float),
+                  chained=op.chained)
 
 
 def dtype_bytes(name: str) -> int:

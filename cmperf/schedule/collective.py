@@ -14,8 +14,8 @@ def collective(hw, m, g) -> dict:
     T = np.asarray(g["tokens"], dtype=float)
     pl = placement(m, T, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
                    hw.chip.efficiency.matmul_tile_rows)
-    _, dispatch, _, combine = moe_ops(m, hw, T, g["ep"], pl)
-    td, tc = op_time(dispatch, hw, 1.0), op_time(combine, hw, 1.0)
+    _, dispatch, _, combine = moe_ops(m, T, g["ep"], pl)
+    td, tc = op_time(dispatch, hw), op_time(combine, hw)
     k = m.moe.experts_per_token
     return {
         "dispatch_us": td.time_s * 1e6,

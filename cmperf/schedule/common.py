@@ -1,4 +1,5 @@
-"""Pieces shared by the phase schedules: timing a list of ops, and the record of what was
+"""Pieces shared by the phase schedules: timing a list of ops, the load-dependent part of
+a stage and its barrier wait, the one-or-two-microbatch choice, and the record of what was
 timed (for ``--breakdown``)."""
 
 from __future__ import annotations
@@ -7,7 +8,42 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..cost.collectives import barrier_wait_s
 from ..cost.roofline import Op, OpTime, op_time
+from .pipeline import Pipeline
+
+
+def timed(ops: list[Op], hw, cube_share=1.0, vector_share=1.0) -> list[OpTime]:
+    return [op_time(o, hw, cube_share, vector_share) for o in ops]
+
+
+def load_s(loaded: list[OpTime], empty: list[OpTime]) -> np.ndarray:
+    """The part of a die's time that grows with its load: the ops' time minus the same ops
+    with no tokens (weights, launches and barrier rounds are the same on every die)."""
+    return np.asarray(sum(a.time_s - b.time_s for a, b in zip(loaded, empty)), dtype=float)
+
+
+def wait_after(loaded: list[OpTime], empty: list[OpTime], group, hw) -> np.ndarray:
+    """Expected barrier wait at the end of ``loaded`` (docs/model.md §4.3)."""
+    return barrier_wait_s(load_s(loaded, empty), group, hw.system.collectives.step_time_cv)
+
+
+def choose(microbatches, one, two) -> np.ndarray:
+    """Microbatches used per row: the flag (1 or 2), or for auto (0) the faster schedule."""
+    mb = np.asarray(microbatches)
+    return np.where(mb == 1, 1, np.where(mb == 2, 2, np.where(two < one, 2, 1)))
+
+
+def select(choice: np.ndarray, one, two):
+    """Per-row choice between the 1- and 2-microbatch variant of a quantity."""
+    return np.where(choice == 2, two, one)
+
+
+def tokens_per_s_per_tflops(throughput_per_npu, hw, m) -> np.ndarray:
+    """Throughput per NPU over the package's dense peak in the matmul dtype (the paper's
+    normalisation: 1,504 INT8 TFLOPS per 910C)."""
+    peak_package = hw.chip.dies_per_package * getattr(hw.chip.die.peak_flops_per_s, m.precision.matmul)
+    return throughput_per_npu / (peak_package / 1e12)
 
 
 @dataclass
@@ -34,28 +70,27 @@ class Section:
 class Schedule:
     parts: list[Part] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
-    streams: dict = field(default_factory=dict)  # section -> (stream A, stream B) per microbatch
 
-    def add_ops(self, section: str, stream: str, ops: list[Op], hw, share, calls) -> np.ndarray:
-        """Time ``ops`` with ``share`` of the cores, record them, return their summed time."""
-        total = 0.0
-        for op in ops:
-            t = op_time(op, hw, share)
-            self.parts.append(Part(section, stream, calls, t))
-            total = total + t.time_s
-        return np.asarray(total, dtype=float)
+    def serial(self, section: str, ops: list[OpTime], count, rule: str, extra_s=0.0) -> np.ndarray:
+        """Record ops that run one after another on all cores (plus a fixed ``extra_s``);
+        returns the time of one instance."""
+        t = np.asarray(sum(o.time_s for o in ops) + extra_s, dtype=float)
+        self.parts += [Part(section, "serial", count, o) for o in ops]
+        self.sections.append(Section(section, rule, t, count))
+        return t
+
+    def stack(self, section: str, pipe: Pipeline, layers, repeats=1, rule: str = "") -> np.ndarray:
+        """Record ``repeats`` runs of a stack of ``layers`` layers through a pipeline: the
+        steady period per layer, then the fill and drain of each run as a section of its own;
+        returns the time of all runs."""
+        layers = np.asarray(layers, dtype=float)
+        for st in pipe.stages:
+            self.parts += [Part(section, st.lane, layers * repeats * pipe.n, o) for o in st.ops]
+        run = pipe.total_s(layers)
+        self.sections.append(Section(section, rule, pipe.period_s, layers * repeats))
+        self.sections.append(Section(f"{section}_fill_drain", "first and last layer of a run beyond the steady state",
+                                     run - layers * pipe.period_s, repeats))
+        return run * repeats
 
     def total_s(self) -> np.ndarray:
         return sum(np.asarray(s.time_s) * s.count for s in self.sections)
-
-
-def hbm_bound_s(parts: list[Part], hw, share=1.0) -> np.ndarray:
-    """Time to move every HBM byte of ``parts`` (one instance each) at the die's achievable
-    bandwidth: overlapped streams share one HBM (docs/model.md §5.2)."""
-    bytes_ = sum(p.t.hbm_bytes for p in parts)
-    return bytes_ / (hw.chip.die.hbm_bandwidth_Bps * hw.chip.efficiency.memory_bandwidth * share)
-
-
-def select(choice: np.ndarray, one, two):
-    """Per-row choice between the 1- and 2-microbatch variant of a quantity."""
-    return np.where(choice == 2, two, one)

@@ -2,73 +2,72 @@
 
 Per die, each iteration runs ``1 + k`` tokens for each of its requests (the last accepted
 token and ``k`` MTP drafts to verify) through 61 layers, the LM head and ``k`` steps of the
-MTP module. MoE layers run either as one microbatch on all cores (ops in series) or as two
-microbatches on two streams with the cores split between them (paper §4.2.3):
+MTP module. A MoE layer is two stages (paper §4.2.3):
 
-    stream A = MLAProlog + FusedAttention + O-proj      on ``share`` of the cores
-    stream B = Gate + Dispatch + Experts + Combine      on ``1 - share``
-    layer    = max(n x max(A, B), HBM bytes of both streams / HBM bandwidth)
+    A = MLAProlog + FusedAttention + O-proj          -> dispatch barrier
+    B = Gate + Dispatch + Experts + Combine          -> combine barrier
 
-since in steady state each stream processes both microbatches once per layer, and both
-streams draw on one HBM. The three dense layers have no communication to hide and run on
-all cores as one microbatch.
+With one microbatch they run in series on all cores and every barrier wait is paid. With
+two, A runs on a stream that owns ``attention_share`` of the cube and vector cores (16/24
+and 32/48 in the paper) and B on the rest; HBM and the UB engine stay shared, and the
+pipeline (cmperf/schedule/pipeline.py) gives the time per layer. The three dense layers
+have no barrier to hide and run on all cores as one microbatch.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..cost.ops import embedding_op, head_op, mla_decode_ops, moe_ops, mtp_proj_op, placement, dense_ffn_op
-from .common import Schedule, Section, hbm_bound_s, select
+from ..cost.ops import dense_ffn_op, embedding_op, head_op, mla_decode_ops, moe_ops, mtp_proj_op, placement
+from .common import Schedule, choose, select, timed, tokens_per_s_per_tflops, wait_after
+from .pipeline import Pipeline, Stage, pipeline
+
+LANES = {1: ("serial", "serial"), 2: ("A (attention)", "B (moe)")}
+RULES = {1: "one microbatch: A + dispatch wait + B + combine wait",
+         2: "max(2A, 2B, A + B + barrier waits, shared pools): two microbatches on two streams"}
 
 
-def moe_layer(sched: Schedule, section: str, hw, m, g, T_die, R_die, n: int, calls) -> np.ndarray:
-    """Time of one MoE layer for ``T_die`` tokens of ``R_die`` requests per die, ``n`` microbatches."""
-    T, R = T_die / n, R_die / n
-    pl = placement(m, T, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
-                   hw.chip.efficiency.matmul_tile_rows)
-    attn = mla_decode_ops(m, T, R, g["kv_len"])
-    moe = moe_ops(m, hw, T, g["ep"], pl)
-    if n == 1:
-        t = sched.add_ops(section, "serial", attn + moe, hw, 1.0, calls)
-        sched.sections.append(Section(section, "sum of all ops (one microbatch, all cores)", t, calls))
-        return t
-    share = g["attention_share"]
-    start = len(sched.parts)
-    a = sched.add_ops(section, "A (attention)", attn, hw, share, calls * n)
-    b = sched.add_ops(section, "B (moe)", moe, hw, 1.0 - share, calls * n)
-    sched.streams[section] = (a, b)
-    hbm = n * hbm_bound_s(sched.parts[start:], hw)
-    t = np.maximum(n * np.maximum(a, b), hbm)
-    sched.sections.append(Section(section, f"max({n} x max(stream A, stream B), HBM bytes of both / HBM bandwidth)", t, calls))
-    return t
+def moe_stages(hw, m, g, tokens, requests, n: int) -> list[Stage]:
+    """The two stages of one MoE layer for one of ``n`` microbatches of a die's ``tokens``
+    tokens of ``requests`` requests, timed on the cores their streams own."""
+    T, R = tokens / n, requests / n
+    share = g["attention_share"] if n == 2 else 1.0
+    moe_share = 1.0 - share if n == 2 else 1.0
+
+    def build(t, r):
+        pl = placement(m, t, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
+                       hw.chip.efficiency.matmul_tile_rows)
+        return (timed(mla_decode_ops(m, t, r, g["kv_len"]), hw, share, share),
+                timed(moe_ops(m, t, g["ep"], pl), hw, moe_share, moe_share))
+
+    (attn, moe), (attn0, moe0) = build(T, R), build(0.0 * T, 0.0 * R)
+    lane_a, lane_b = LANES[n]
+    # dispatch waits for the slowest die's attention, gate and send; combine for its experts
+    w_dispatch = wait_after(attn + moe[:2], attn0 + moe0[:2], g["ep"], hw)
+    w_combine = wait_after(moe[2:], moe0[2:], g["ep"], hw)
+    return [Stage("attention", lane_a, attn, w_dispatch), Stage("moe", lane_b, moe, w_combine)]
 
 
-def dense_layer(sched: Schedule, hw, m, g, T_die, R_die, calls) -> np.ndarray:
-    ops = mla_decode_ops(m, T_die, R_die, g["kv_len"]) + [dense_ffn_op(m, T_die)]
-    t = sched.add_ops("dense_layer", "serial", ops, hw, 1.0, calls)
-    sched.sections.append(Section("dense_layer", "sum of all ops (all cores)", t, calls))
-    return t
-
-
-def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, np.ndarray]:
-    """Iteration time with ``n`` microbatches in the MoE layers; returns (time, schedule, layer time)."""
+def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, Pipeline]:
+    """Iteration time with ``n`` microbatches in the MoE layers; returns (time, schedule,
+    the main stack's pipeline)."""
     sched = Schedule()
     R_die = g["batch"] / hw.chip.dies_per_package
     k = draft_tokens(g)
     T_die = R_die * (1 + k)
     n_dense = m.first_dense_layers
-    n_moe = m.num_layers - n_dense
-    dense_layer(sched, hw, m, g, T_die, R_die, n_dense)
-    layer = moe_layer(sched, "moe_layer", hw, m, g, T_die, R_die, n, n_moe)
-    # MTP: k draft steps, each one token per request through eh_proj, one MoE block and the head.
-    t = sched.add_ops("mtp", "serial", [mtp_proj_op(m, R_die), head_op(m, R_die, "mtp_head")], hw, 1.0, k)
-    sched.sections.append(Section("mtp", "eh_proj + head, once per draft step", t, k))
-    moe_layer(sched, "mtp_layer", hw, m, g, R_die, R_die, n, k)
-    t = sched.add_ops("per_iteration", "serial", [embedding_op(m, T_die), head_op(m, T_die)], hw, 1.0, 1)
-    t = t + hw.chip.latency.iteration_overhead_s
-    sched.sections.append(Section("per_iteration", "embedding + LM head over all tokens + iteration overhead", t, 1))
-    return sched.total_s(), sched, layer
+    dense = timed(mla_decode_ops(m, T_die, R_die, g["kv_len"]) + [dense_ffn_op(m, T_die)], hw)
+    sched.serial("dense_layer", dense, n_dense, "sum of all ops (all cores; no barrier to hide)")
+    main = pipeline(moe_stages(hw, m, g, T_die, R_die, n), n)
+    sched.stack("moe_layer", main, m.num_layers - n_dense, rule=RULES[n])
+    # MTP: k draft steps, each one token per request through eh_proj, one MoE block and the head
+    sched.serial("mtp", timed([mtp_proj_op(m, R_die), head_op(m, R_die, "mtp_head")], hw), k,
+                 "eh_proj + head, once per draft step")
+    draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n), n)
+    sched.stack("mtp_layer", draft, 1, repeats=k, rule=RULES[n])
+    sched.serial("per_iteration", timed([embedding_op(m, T_die), head_op(m, T_die)], hw), 1,
+                 "embedding + LM head over all tokens + iteration overhead", hw.chip.latency.iteration_overhead_s)
+    return sched.total_s(), sched, main
 
 
 def draft_tokens(g) -> np.ndarray:
@@ -88,30 +87,30 @@ def emitted_tokens(g) -> np.ndarray:
 def decode(hw, m, g) -> dict:
     """Vectorised decode prediction for grid ``g`` (a mapping of column -> array).
 
-    ``stream_a_us`` / ``stream_b_us`` are the per-microbatch times of the two streams of
-    the two-microbatch MoE layer (paper §4.2.3 reports about 600 us each)."""
-    it1, s1, l1 = iteration(hw, m, g, 1)
-    it2, s2, l2 = iteration(hw, m, g, 2)
-    mb = np.asarray(g["microbatches"])
-    choice = np.where(mb == 1, 1, np.where(mb == 2, 2, np.where(it2 < it1, 2, 1)))
+    ``stream_a_us`` / ``stream_b_us`` are one microbatch's time on each stream of the
+    two-microbatch schedule, the MoE stream's including the barrier waits inside dispatch
+    and combine (paper §4.2.3: about 600 us each); empty when one microbatch is used."""
+    it1, s1, p1 = iteration(hw, m, g, 1)
+    it2, s2, p2 = iteration(hw, m, g, 2)
+    choice = choose(g["microbatches"], it1, it2)
     it = select(choice, it1, it2)
-    emitted = emitted_tokens(g)
-    tpot = it / emitted
-    dpp = hw.chip.dies_per_package
+    tpot = it / emitted_tokens(g)
     throughput = g["batch"] / tpot
-    peak_pkg = dpp * getattr(hw.chip.die.peak_flops_per_s, m.precision.matmul)
-    stream_a, stream_b = s2.streams["moe_layer"]
+    two = choice == 2
     return {
         "microbatches_used": choice,
         "iteration_ms": it * 1e3,
         "tpot_ms": tpot * 1e3,
-        "layer_us": select(choice, l1, l2) * 1e6,
-        "stream_a_us": stream_a * 1e6,
-        "stream_b_us": stream_b * 1e6,
-        "tokens_per_iteration": emitted,
+        "layer_us": select(choice, p1.period_s, p2.period_s) * 1e6,
+        "barrier_wait_us": select(choice, p1.wait_s, 2 * p2.wait_s) * 1e6,
+        "stream_a_us": np.where(two, p2.lane_s(LANES[2][0]), np.nan) * 1e6,
+        "stream_b_us": np.where(two, p2.lane_s(LANES[2][1]) + p2.wait_s, np.nan) * 1e6,
+        "tokens_per_iteration": emitted_tokens(g),
         "throughput_per_npu": throughput,
         "tokens_per_s_per_user": 1.0 / tpot,
-        "tokens_per_s_per_tflops": throughput / (peak_pkg / 1e12),
+        "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
+        "microbatch_gain": it1 / it2 - 1.0,
+        "microbatch_layer_saving": 1.0 - p2.period_s / p1.period_s,
         "_schedules": (s1, s2),
         "_choice": choice,
     }

@@ -29,7 +29,7 @@ def weight_bytes(m, g, attn_tp=1.0) -> np.ndarray:
             + n_moe * (instances * arch.expert_params(m) * b.weight + arch.router_params(m) * b.hidden)
             + layers * arch.mla_norm_weights(m) * b.hidden
             + arch.embedding_params(m) * (b.emb + b.head)
-            + mtp_layers * 2 * m.hidden_size ** 2 * b.weight)
+            + mtp_layers * arch.mtp_eh_proj_params(m) * b.weight)
 
 
 def buffer_bytes(m, tokens_per_die, ep) -> np.ndarray:

@@ -126,7 +126,6 @@ class Tier(Strict):
     bandwidth_Bps: Optional[Positive] = None
     node_bandwidth_Bps: Optional[Positive] = None
     latency_s: Positive
-    sync_round_s: Optional[NonNegative] = None
     measured: Optional[dict[str, Measured]] = None
 
     @model_validator(mode="after")
@@ -144,7 +143,10 @@ class Tiers(Strict):
 
 
 class Collectives(Strict):
-    message_issue_s: NonNegative
+    """Expert-parallel dispatch/combine (docs/model.md §4.2-§4.3)."""
+
+    message_issue_s: NonNegative  # the communication engine's time per token message
+    step_time_cv: NonNegative  # spread (std/mean) of a die's load-dependent time between two barriers
 
 
 class SystemSpec(Strict):
