@@ -176,32 +176,40 @@ def cross_validate(ref: RefFile | None = None, specs: Specs | None = None) -> Cr
     return CrossValidation(groups=groups, rows=rows, parameters=table)
 
 
-# Which held-out groups bound the error of each phase's latency and throughput: the groups
-# that measure that phase end to end or per layer (docs/calibration.md#prediction-bands).
-BAND_GROUPS = {"decode": ("D1", "D2", "L"), "prefill": ("P",)}
+# The evidence rows that bound the error of each phase's latency and throughput: those that
+# measure the phase's time end to end or per layer (docs/calibration.md#prediction-bands).
+BAND_METRICS = {"decode": ("tpot_ms", "layer_us"), "prefill": ("throughput_per_npu", "ttft_ms")}
 BANDS_FILE = Path(__file__).resolve().parent / "reference" / "prediction-bands.yaml"
 
 
-def bands_from(cv: CrossValidation) -> dict[str, float]:
+def _band_rows(cv: CrossValidation, phase: str, ref: RefFile):
+    phase_of = {r.id: r.phase for r in ref.rows}
+    rows = cv.rows
+    return rows[rows["id"].map(phase_of).eq(phase) & rows["metric"].isin(BAND_METRICS[phase])]
+
+
+def bands_from(cv: CrossValidation, ref: RefFile | None = None) -> dict[str, float]:
     """Relative half-width of each phase's prediction band: the largest held-out |error| of
-    its groups, rounded up to the next half per cent (never narrower than the evidence)."""
-    g = cv.groups.set_index("group")
+    its latency rows, rounded up to the next half per cent (never narrower than the evidence)."""
+    ref = ref or load_reference()
     out = {}
-    for phase, groups in BAND_GROUPS.items():
-        worst = max(float(g.loc[x, "held_out_max_abs_error"]) for x in groups if x in g.index)
-        out[phase] = float(np.ceil(worst * 2) / 2) / 100
+    for phase in BAND_METRICS:
+        rows = _band_rows(cv, phase, ref)
+        if len(rows):
+            out[phase] = float(np.ceil(rows["held_out_error"].abs().max() * 2) / 2) / 100
     return out
 
 
-def write_bands(bands: dict[str, float], cv: CrossValidation, path: Path = BANDS_FILE) -> str:
-    g = cv.groups.set_index("group")
+def write_bands(bands: dict[str, float], cv: CrossValidation, ref: RefFile | None = None, path: Path = BANDS_FILE) -> str:
+    ref = ref or load_reference()
     lines = ["# Prediction bands: relative half-width of every predicted latency and throughput, per phase.",
              "# Written by `python -m cmperf.calibrate --write` from `cmperf validate --cross-validate`:",
-             "# the largest held-out |error| of the phase's evidence groups, rounded up to 0.5 %.",
+             "# the largest held-out |error| of the phase's latency rows, rounded up to 0.5 %.",
              "# They hold for the built-in hardware and model; other specs inherit them as a lower bound."]
     for phase, half in bands.items():
-        detail = ", ".join(f"{x} {float(g.loc[x, 'held_out_max_abs_error']):.2f} %" for x in BAND_GROUPS[phase] if x in g.index)
-        lines.append(f"{phase}: {{relative: {half:.4g}, source: \"held-out max |error|: {detail}\"}}")
+        rows = _band_rows(cv, phase, ref)
+        detail = ", ".join(f"{r.id} {r.held_out_error:+.2f} %" for r in rows.itertuples())
+        lines.append(f"{phase}: {{relative: {half:.4g}, source: \"held-out errors: {detail}\"}}")
     from .report import write_atomic
 
     write_atomic(path, lambda tmp: Path(tmp).write_text("\n".join(lines) + "\n"))
@@ -248,7 +256,7 @@ def main(argv=None) -> int:
             print("wrote", line)
         cv = cross_validate(ref, load_specs(ref.hardware, ref.model))
         print(cv.groups.to_string(index=False))
-        print("wrote", write_bands(bands_from(cv), cv))
+        print("wrote", write_bands(bands_from(cv, ref), cv, ref))
     return 0
 
 

@@ -133,11 +133,12 @@ def _kv_sets(sets: Optional[List[str]], kv_dtype: Optional[str]) -> list[str]:
 
 
 DECODE_SUMMARY = ["phase", "batch", "kv_len", "dies", "ep", "mtp", "microbatches_used", "tpot_ms", "iteration_ms",
-                  "layer_us", "stream_a_us", "stream_b_us", "tokens_per_iteration", "throughput_per_npu",
+                  "layer_us", "stream_a_us", "stream_b_us", "barrier_wait_us", "microbatch_gain",
+                  "tokens_per_iteration", "throughput_per_npu",
                   "tokens_per_s_per_user", "tokens_per_s_per_tflops", "memory_per_die_bytes", "weights_per_die_bytes",
                   "kv_cache_per_die_bytes", "buffers_per_die_bytes", "hbm_per_die_bytes", "max_batch_per_npu", "fits"]
 PREFILL_SUMMARY = ["phase", "tokens_per_npu", "prompt_len", "dies", "ep", "attn_tp", "microbatches_used", "ttft_ms",
-                   "forward_ms", "kv_transfer_ms", "throughput_per_npu", "tokens_per_s_per_tflops",
+                   "forward_ms", "kv_transfer_ms", "throughput_per_npu", "tokens_per_s_per_tflops", "microbatch_gain",
                    "memory_per_die_bytes", "weights_per_die_bytes", "kv_cache_per_die_bytes", "buffers_per_die_bytes",
                    "hbm_per_die_bytes", "max_tokens_per_npu", "fits"]
 
@@ -145,6 +146,7 @@ PREFILL_SUMMARY = ["phase", "tokens_per_npu", "prompt_len", "dies", "ep", "attn_
 def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list[str], breakdown: bool,
                  fmt: str, out: Optional[str]):
     from .predict import load_specs, predict
+    from .bands import half_width
     from .report import check_format, human, print_csv, print_json, print_table, unit_of, warn, write_csv
 
     check_format(fmt)
@@ -172,7 +174,14 @@ def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list
         print_csv(ops if breakdown else table)
     else:
         row = table.iloc[0]
-        shown = [(c, human(row[c], unit_of(c))) for c in summary if c in table.columns]
+
+        def cell(c):
+            text = human(row[c], unit_of(c))
+            if f"{c}_lo" in table.columns:
+                text += f" ± {human(half_width(row[f'{c}_lo'], row[f'{c}_hi']), unit_of(c))}"
+            return text
+
+        shown = [(c, cell(c)) for c in summary if c in table.columns]
         import pandas as pd
         print_table(pd.DataFrame(shown, columns=["quantity", "value"]), f"{phase} prediction ({hardware}, {model})")
         if breakdown:
@@ -241,23 +250,40 @@ def predict_prefill(
 
 
 # --------------------------------------------------------------------------- validate
+def _rows_table(res, title):
+    from .report import print_table
+
+    shown = res[["id", "where", "metric", "predicted", "paper", "error", "tolerance", "pass"]].copy()
+    pct = res["unit"] == "%"
+    shown["predicted"] = shown["predicted"].map(lambda v: f"{v:.4g}")
+    shown["error"] = [f"{e:+.1f} %" if p else f"{100 * e:+.1f} pt" for e, p in zip(res["error"], pct)]
+    shown["tolerance"] = [f"±{t:g} %" if p else f"±{100 * t:g} pt" for t, p in zip(res["tolerance"], pct)]
+    shown["pass"] = shown["pass"].map(lambda v: "pass" if v else "FAIL")
+    if (res["derived_from"] != "").any():
+        shown["from"] = res["derived_from"]
+    print_table(shown, title)
+
+
 @app.command("validate")
 def validate_cmd(
     files: Optional[List[str]] = typer.Argument(None, help="reference files [the built-in CloudMatrix384 paper rows]"),
     sensitivity: bool = typer.Option(False, "--sensitivity", help="also show how headline rows move when each parameter moves +-10 %"),
+    cross_validate: bool = typer.Option(False, "--cross-validate",
+                                        help="re-fit without each group of evidence rows and predict it (about a minute)"),
     fmt: str = FormatOpt, sets: Optional[List[str]] = SetOpt,
 ):
     """Replay published results: predicted vs paper, error, pass/fail; exit 1 if a row fails.
-    Example: cmperf validate --sensitivity"""
+    The headline counts evidence rows only; derived and spec rows are listed apart.
+    Example: cmperf validate --cross-validate"""
     import pandas as pd
 
     from .predict import load_specs
     from .report import check_format, print_csv, print_json, print_table
-    from .validate import BUILTIN_REFERENCE, evaluate, fitted_parameters, load_reference
+    from .validate import BUILTIN_REFERENCE, evaluate, fitted_parameters, load_reference, summary
     from .validate import sensitivity as sens
 
     check_format(fmt)
-    results, fitted, sens_tables = [], None, []
+    results, fitted, sens_tables, cv = [], None, [], None
     for f in files or [str(BUILTIN_REFERENCE)]:
         ref = load_reference(f)
         specs = load_specs(ref.hardware, ref.model, sets or [])
@@ -267,28 +293,37 @@ def validate_cmd(
         fitted = fitted_parameters(specs)
         if sensitivity:
             sens_tables.append(sens(ref, specs))
+        if cross_validate:
+            from .calibrate import cross_validate as run_cv
+
+            cv = run_cv(ref, specs)
     res = pd.concat(results, ignore_index=True)
-    failed = int((~res["pass"]).sum())
-    abs_err = res["error_pct"].abs()
-    stats = {"rows": len(res), "failed": failed, "mean_abs_error_pct": float(abs_err.mean()),
-             "max_abs_error_pct": float(abs_err.max())}
+    stats = summary(res)
     if fmt == "json":
         obj = {"rows": res.to_dict(orient="records"), "summary": stats,
                "fitted_parameters": fitted.to_dict(orient="records")}
         if sensitivity:
             obj["sensitivity"] = pd.concat(sens_tables).to_dict(orient="records")
+        if cv is not None:
+            obj["cross_validation"] = {"groups": cv.groups.to_dict(orient="records"),
+                                       "rows": cv.rows.to_dict(orient="records"),
+                                       "parameters": cv.parameters.to_dict(orient="records")}
         print_json(obj)
     elif fmt == "csv":
         print_csv(res)
     else:
-        shown = res[["id", "where", "metric", "predicted", "paper", "error_pct", "tolerance_pct", "pass"]].copy()
-        shown["predicted"] = shown["predicted"].map(lambda v: f"{v:.4g}")
-        shown["error_pct"] = shown["error_pct"].map(lambda v: f"{v:+.1f} %")
-        shown["tolerance_pct"] = shown["tolerance_pct"].map(lambda v: f"±{v:g} %")
-        shown["pass"] = shown["pass"].map(lambda v: "pass" if v else "FAIL")
-        print_table(shown, "predicted vs published")
-        typer.echo(f"mean |error| {stats['mean_abs_error_pct']:.2f} %, max |error| {stats['max_abs_error_pct']:.2f} %, "
-                   f"{len(res) - failed}/{len(res)} rows pass")
+        _rows_table(res[res["kind"] == "evidence"], "evidence: independent published measurements, predicted")
+        typer.echo(f"evidence: {stats['evidence_rows']} rows, {stats['evidence_rows'] - stats['evidence_failed']} within "
+                   f"tolerance; mean |error| {stats['evidence_mean_abs_error_pct']:.2f} %, max "
+                   f"{stats['evidence_max_abs_error_pct']:.2f} %"
+                   + (f"; ablation rows max |error| {100 * stats['evidence_max_abs_error_abs']:.1f} points"
+                      if stats["evidence_max_abs_error_abs"] == stats["evidence_max_abs_error_abs"] else ""))
+        for kind, title in (("derived", "derived rows: arithmetic on another row, or the row a parameter is read from "
+                                        "(bookkeeping, cannot fail alone)"),
+                            ("spec", "spec rows: hardware-file values against the tables they come from")):
+            part = res[res["kind"] == kind]
+            if len(part):
+                _rows_table(part, title)
         print_table(fitted.assign(value=fitted["value"].map(lambda v: f"{v:.4g}")),
                     f"fitted parameters ({len(fitted)}; re-fit with: python -m cmperf.calibrate)")
         for t in sens_tables:
@@ -300,7 +335,17 @@ def validate_cmd(
                 plus = next(c for c in t.columns if c.startswith(f"{r} +"))
                 compact[r] = [f"{a:+.1f}/{b:+.1f}" for a, b in zip(t[minus], t[plus])]
             print_table(compact, "sensitivity: % change of each headline row when the parameter moves -10 % / +10 %")
-    if failed:
+        if cv is not None:
+            g = cv.groups.copy()
+            for c in ("held_out_max_abs_error", "held_out_mean_abs_error", "in_sample_max_abs_error"):
+                g[c] = [f"{v:.2f} %" if u == "%" else f"{100 * v:.1f} pt" for v, u in zip(g[c], g["unit"])]
+            print_table(g.drop(columns="unit"), "cross-validation: each evidence group predicted by a fit to the others")
+            p = cv.parameters[["parameter", "full fit", "min", "max", "spread_pct"]].copy()
+            for c in ("full fit", "min", "max"):
+                p[c] = p[c].map(lambda v: f"{v:.4g}")
+            p["spread_pct"] = p["spread_pct"].map(lambda v: f"{v:.1f} %")
+            print_table(p, "fitted parameters across the folds")
+    if stats["failed"]:
         raise typer.Exit(1)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from .bands import add_bands
 from .errors import ConfigError
 from .schedule.collective import collective
 from .schedule.decode import decode
@@ -136,6 +137,7 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         if not k.startswith("_"):
             table[k] = np.broadcast_to(np.asarray(v), (n,))
     table.insert(0, "phase", phase)
+    add_bands(table, phase)
     return Prediction(phase, table, invalid, out["_schedules"])
 
 

@@ -184,7 +184,7 @@ def fitted_parameters(specs: Specs) -> pd.DataFrame:
     rows = []
     for label, spec in (("chip", specs.hardware.chip), ("system", specs.hardware.system), ("model", specs.model)):
         for path, value in _walk(spec, label):
-            if value.source.lower().startswith("fitted"):
+            if value.source.lower().startswith(("fitted", "measured from row")):
                 rows.append({"parameter": path, "value": value.value, "source": value.source})
     return pd.DataFrame(rows, columns=["parameter", "value", "source"])
 

@@ -78,6 +78,7 @@ class OpTime:
     latency_s: np.ndarray
     pool_compute_s: np.ndarray
     pool_vector_s: np.ndarray
+    activation_memory_s: np.ndarray  # memory_s without the weights' bytes
     flops: np.ndarray
     hbm_bytes: np.ndarray
     net_bytes: np.ndarray
@@ -96,6 +97,14 @@ class OpTime:
     @property
     def time_s(self) -> np.ndarray:
         return self.busy_s + self.latency_s
+
+    @property
+    def load_s(self) -> np.ndarray:
+        """The busy time of the work that grows with the die's tokens: everything but the
+        weights read and the latency (the part whose spread across dies makes a barrier wait)."""
+        if self.chained:
+            return np.maximum.reduce([self.compute_s + self.vector_s, self.activation_memory_s, self.network_s])
+        return np.maximum.reduce([self.compute_s, self.vector_s, self.activation_memory_s, self.network_s])
 
     def bound(self) -> np.ndarray:
         """Which term dominates: compute, vector, memory, network or latency (floor + rounds)."""
@@ -143,6 +152,7 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     flops = np.asarray(op.flops, dtype=float)
     pool_compute = _ratio(flops, peak * kind_eff * np.asarray(op.tile_efficiency, dtype=float))
     memory = np.asarray(op.hbm_bytes, dtype=float) / hbm_rate_Bps(hw)
+    activation_memory = (np.asarray(op.hbm_bytes, dtype=float) - np.asarray(op.weight_bytes, dtype=float)) / hbm_rate_Bps(hw)
     pool_vector = np.asarray(op.vector_ops, dtype=float) / die.vector_ops_per_s
     latency = np.asarray(op.launches, dtype=float) * hw.chip.latency.kernel_launch_s
     if op.tier is not None:
@@ -154,7 +164,7 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
         network = np.zeros_like(memory)
     compute = pool_compute / cube_share
     vector = pool_vector / vector_share
-    arrays = np.broadcast_arrays(compute, vector, memory, network, latency, pool_compute, pool_vector)
+    arrays = np.broadcast_arrays(compute, vector, memory, network, latency, pool_compute, pool_vector, activation_memory)
     return OpTime(op.name, op.engine, *arrays,
                   flops=flops, hbm_bytes=np.asarray(op.hbm_bytes, dtype=float),
                   net_bytes=np.asarray(op.net_bytes, dtype=float), weight_bytes=np.asarray(op.weight_bytes, dtype=float),

@@ -17,15 +17,12 @@ def timed(ops: list[Op], hw, cube_share=1.0, vector_share=1.0) -> list[OpTime]:
     return [op_time(o, hw, cube_share, vector_share) for o in ops]
 
 
-def load_s(loaded: list[OpTime], empty: list[OpTime]) -> np.ndarray:
-    """The part of a die's time that grows with its load: the ops' time minus the same ops
-    with no tokens (weights, launches and barrier rounds are the same on every die)."""
-    return np.asarray(sum(a.time_s - b.time_s for a, b in zip(loaded, empty)), dtype=float)
-
-
-def wait_after(loaded: list[OpTime], empty: list[OpTime], group, hw) -> np.ndarray:
-    """Expected barrier wait at the end of ``loaded`` (docs/model.md §4.3)."""
-    return barrier_wait_s(load_s(loaded, empty), group, hw.system.collectives.step_time_cv)
+def wait_after(ops: list[OpTime], group, hw) -> np.ndarray:
+    """Expected barrier wait at the end of ``ops``, the work a die did since the previous
+    barrier: the spread of its load-dependent part across ``group`` dies (docs/model.md §4.3;
+    weights, launches and barrier rounds are the same on every die)."""
+    load = np.asarray(sum(o.load_s for o in ops), dtype=float)
+    return barrier_wait_s(load, group, hw.system.collectives.step_time_cv)
 
 
 def choose(microbatches, one, two) -> np.ndarray:

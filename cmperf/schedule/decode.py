@@ -34,17 +34,14 @@ def moe_stages(hw, m, g, tokens, requests, n: int) -> list[Stage]:
     share = g["attention_share"] if n == 2 else 1.0
     moe_share = 1.0 - share if n == 2 else 1.0
 
-    def build(t, r):
-        pl = placement(m, t, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
-                       hw.chip.efficiency.matmul_tile_rows)
-        return (timed(mla_decode_ops(m, t, r, g["kv_len"]), hw, share, share),
-                timed(moe_ops(m, t, g["ep"], pl), hw, moe_share, moe_share))
-
-    (attn, moe), (attn0, moe0) = build(T, R), build(0.0 * T, 0.0 * R)
+    pl = placement(m, T, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
+                   hw.chip.efficiency.matmul_tile_rows)
+    attn = timed(mla_decode_ops(m, T, R, g["kv_len"]), hw, share, share)
+    moe = timed(moe_ops(m, T, g["ep"], pl), hw, moe_share, moe_share)
     lane_a, lane_b = LANES[n]
     # dispatch waits for the slowest die's attention, gate and send; combine for its experts
-    w_dispatch = wait_after(attn + moe[:2], attn0 + moe0[:2], g["ep"], hw)
-    w_combine = wait_after(moe[2:], moe0[2:], g["ep"], hw)
+    w_dispatch = wait_after(attn + moe[:2], g["ep"], hw)
+    w_combine = wait_after(moe[2:], g["ep"], hw)
     return [Stage("attention", lane_a, attn, w_dispatch), Stage("moe", lane_b, moe, w_combine)]
 
 

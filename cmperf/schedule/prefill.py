@@ -43,16 +43,14 @@ def layer_stages(hw, m, g, T, moe: bool) -> list[Stage]:
         gate, dispatch, experts, combine = moe_ops(m, t, g["ep"], pl)
         return [[down], [gather], [up, core], [a2a], [o_proj, gate], [dispatch], [experts], [combine]]
 
-    loaded = [timed(ops, hw) for ops in build(T)]
-    empty = [timed(ops, hw) for ops in build(0.0 * T)]
+    timed_stages = [timed(ops, hw) for ops in build(T)]
     groups = [g["attn_tp"], g["attn_tp"], g["ep"], g["ep"]]
     stages = []
-    for i, (ops, ops0) in enumerate(zip(loaded, empty)):
+    for i, ops in enumerate(timed_stages):
         if i % 2 == 0:  # compute stage: its load counts toward the next barrier
             stages.append(Stage(f"C{i // 2 + 1}", "compute", ops))
         else:
-            prev, prev0 = loaded[i - 1], empty[i - 1]
-            wait = wait_after(prev + ops, prev0 + ops0, groups[i // 2], hw)
+            wait = wait_after(timed_stages[i - 1] + ops, groups[i // 2], hw)
             stages.append(Stage(f"M{i // 2 + 1}", "comm", ops, wait))
     return stages
 
