@@ -93,35 +93,33 @@ def test_table_output_and_breakdown(cli):
     ("prefill", {"microbatches": 1}, "forward_ms"),
 ])
 def test_breakdown_combines_to_total(phase, values, total):
-    """The per-operator table, combined by each section's stated overlap rule, gives the
-    section times, and the sections add up to the reported total."""
+    """The per-operator table, combined by each section's stated rule, bounds the section
+    times, and the sections add up to the reported total."""
     r = predict(phase, values)
     ops, sections = r.breakdown(0)
     assert sections["total_ms"].sum() == pytest.approx(r.table[total].iat[0], rel=1e-9)
     n = values["microbatches"]
+    one = predict(phase, {**values, "microbatches": 1}).breakdown(0)[1].set_index("section")["time_us"]
     for _, sec in sections.iterrows():
         o = ops[ops["section"] == sec["section"]]
-        per_call = o.set_index("op")["time_us"]
-        if sec["rule"].startswith("sum of all ops") or sec["rule"].startswith(("eh_proj", "embedding")):
-            assert sec["time_us"] == pytest.approx(o["time_us"].sum(), rel=1e-9)
-        elif sec["rule"].startswith("max("):  # decode, two streams
-            a = o[o["stream"].str.startswith("A")]["time_us"].sum()
-            b = o[o["stream"].str.startswith("B")]["time_us"].sum()
-            assert sec["time_us"] >= n * max(a, b) * (1 - 1e-9)
-            assert sec["time_us"] <= n * (a + b)  # the overlap never costs more than running in series
-        elif sec["rule"].startswith("sum of compute"):  # prefill, one microbatch
-            assert sec["time_us"] == pytest.approx(o["time_us"].sum(), rel=1e-9)
-        else:  # prefill, two microbatches one stage apart
-            moe = "experts" in per_call
-            C = [per_call["mla_down"], per_call["mla_up"] + per_call["attention_core"],
-                 per_call["o_proj"] + (per_call["gate"] if moe else per_call["dense_ffn"])]
-            M = [per_call["attn_allgather"], per_call["attn_alltoall"], per_call["dispatch"] if moe else 0.0]
-            if moe:
-                C.append(per_call["experts"])
-                M.append(per_call["combine"])
-            expect = sum(max(C[i], M[i - 1]) + max(C[i], M[i]) for i in range(len(C)))
-            assert sec["time_us"] == pytest.approx(expect, rel=1e-9)
-            assert max(2 * sum(C), 2 * sum(M)) <= sec["time_us"] <= 2 * (sum(C) + sum(M))
+        if sec["section"].endswith("_fill_drain"):
+            assert sec["time_us"] >= -1e-6  # the first and last layer never beat the steady state
+            continue
+        serial = o["time_us"].sum()
+        if "microbatch" not in sec["rule"]:  # ops in series
+            assert sec["time_us"] == pytest.approx(serial, rel=1e-9)
+        elif n == 1:  # one microbatch: every op and every barrier wait in series
+            assert sec["time_us"] >= serial * (1 - 1e-9)
+            if phase == "decode" and sec["section"] == "moe_layer":
+                assert sec["time_us"] == pytest.approx(serial + r.table["barrier_wait_us"].iat[0], rel=1e-9)
+        else:  # two microbatches: no faster than either lane's work, no slower than in series
+            lanes = o.groupby("stream")["time_us"].sum()
+            assert sec["time_us"] >= 2 * lanes.max() * (1 - 1e-9)
+            assert sec["time_us"] <= one[sec["section"]] * 2 * (1 + 1e-9)
+            if phase == "decode" and sec["section"] == "moe_layer":
+                a, b = lanes["A (attention)"], lanes["B (moe)"]
+                w = r.table["barrier_wait_us"].iat[0] / 2  # per microbatch
+                assert sec["time_us"] == pytest.approx(max(2 * a, 2 * b, a + b + w), rel=1e-9)
 
 
 def test_microbatch_auto_takes_faster(cli):

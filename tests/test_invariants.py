@@ -55,8 +55,9 @@ def test_more_resource_never_slows_prefill(specs, scenario, resource, factor):
 def test_longer_context_never_speeds_decode(specs, scenario):
     scenario = {**scenario, "kv_len": [scenario["kv_len"], scenario["kv_len"] * 2, scenario["kv_len"] * 4]}
     t = predict("decode", scenario, specs).table
-    assert np.all(np.diff(t["tpot_ms"].to_numpy()) >= 0)
-    assert np.all(np.diff(t["layer_us"].to_numpy()) >= 0)
+    for col in ("tpot_ms", "layer_us"):
+        x = t[col].to_numpy()
+        assert np.all(np.diff(x) >= -1e-12 * x[:-1])
 
 
 def test_longer_prompt_never_speeds_prefill_per_token(specs):

@@ -28,7 +28,7 @@ def test_decode_mla_per_token_at_4k(model):
 
 
 def test_prefill_mha_per_token_at_4k(model):
-    down, gather, up, core, a2a, o_proj = mla_prefill_ops(model, None, T=4096.0, P=4096, tp=4)
+    down, gather, up, core, a2a, o_proj = mla_prefill_ops(model, T=4096.0, P=4096, tp=4)
     assert down.flops == 2 * 4096 * (H * 1536 + H * 576)
     assert up.flops == 2 * 4096 * (1536 * 128 * 192 + 512 * 128 * 256)
     # causal: token i attends to i keys; sum over i = P (P + 1) / 2
@@ -54,7 +54,7 @@ def _decode_moe(model, specs, T):
     from cmperf.predict import load_specs
     hw, m = specs.views()
     pl = placement(m, T, 320, 32, 32, 1.0, 128)
-    return pl, moe_ops(m, hw, T, 320, pl)
+    return pl, moe_ops(m, T, 320, pl)
 
 
 def test_ep320_placement_one_expert_per_die(model, specs):
@@ -108,7 +108,7 @@ def test_moe_ops_per_token(model, specs):
     from cmperf.cost.ops import Placement
     one = Placement(instances_per_die=np.asarray(1.0), rows=np.asarray(9.0), padded_rows=np.asarray(128.0),
                     shared_remote=np.asarray(True), remote_routed_fraction=np.asarray(1.0))
-    gate, dispatch, experts, combine = moe_ops(model, None, 1.0, 320, one)
+    gate, dispatch, experts, combine = moe_ops(model, 1.0, 320, one)
     assert gate.flops == 2 * 256 * H  # BF16 router
     assert float(experts.flops) == 2 * 9 * EXPERT
     assert float(experts.weight_bytes) == EXPERT  # one INT8 instance read per microbatch

@@ -1,18 +1,22 @@
-"""CI gate: the shipped reference rows (the CloudMatrix384 paper) all pass, one hardware
-file serves every row, and the shipped fitted values are what the documented fit produces."""
+"""CI gate: the shipped reference rows (the CloudMatrix384 paper) all pass, evidence is kept
+apart from bookkeeping, one hardware file serves every row, and the shipped fitted values are
+what the documented fit produces."""
 
 import json
 
+import numpy as np
 import pytest
 
-from cmperf.validate import evaluate, fitted_parameters, load_reference
+from cmperf.validate import evaluate, fitted_parameters, load_reference, summary
 
-TARGETS = {  # row -> (published value, the tolerance the issue sets)
-    "P1": (6688, 0.10), "P2": (5655, 0.10), "P1-eff": (4.45, 0.10), "P2-eff": (3.76, 0.10),
-    "D1": (49.4, 0.10), "D1-thr": (1943, 0.10), "D1-eff": (1.29, 0.10), "D2": (14.9, 0.10), "D2-thr": (538, 0.10),
-    "L1": (1260, 0.15), "L2": (874, 0.15), "L3-A": (600, 0.15), "L3-B": (600, 0.15),
-}
+# Evidence rows and the tolerance each is held to here: the issue's targets (end-to-end rows
+# +-5 %, the microbatch ablation +-3 points); per-layer and per-stream rows carry the shipped
+# file's own tolerance (docs/calibration.md explains why they are looser).
+EVIDENCE = {"P1": (6688, 0.05), "D1": (49.4, 0.05), "D2": (14.9, 0.05), "L1": (1260, 0.10), "L2": (874, 0.10),
+            "L3-A": (600, 0.15), "L3-B": (600, 0.15)}
+ABLATION = {"A1-64": 0.058, "A1-96": 0.094, "A1-128": 0.069, "A1-layer": 0.10}
 TABLE7 = {"D": [116, 131, 133, 141, 152, 152], "C": [118, 132, 146, 150, 150, 149]}
+BOOKKEEPING = {"P1-eff": "P1", "P2": "P1", "P2-eff": "P2", "D1-thr": "D1", "D1-eff": "D1", "D2-thr": "D2"}
 
 
 @pytest.fixture(scope="module")
@@ -22,14 +26,53 @@ def results(specs):
 
 def test_every_shipped_row_passes(results):
     failed = results[~results["pass"]]
-    assert failed.empty, failed[["predicted", "paper", "error_pct"]].to_string()
+    assert failed.empty, failed[["predicted", "paper", "error"]].to_string()
 
 
-@pytest.mark.parametrize("row", sorted(TARGETS))
-def test_headline_rows_within_issue_tolerance(results, row):
-    paper, tol = TARGETS[row]
+@pytest.mark.parametrize("row", sorted(EVIDENCE))
+def test_evidence_rows_within_tolerance(results, row):
+    paper, tol = EVIDENCE[row]
+    assert results.loc[row, "kind"] == "evidence"
     assert results.loc[row, "paper"] == paper
     assert results.loc[row, "predicted"] == pytest.approx(paper, rel=tol)
+
+
+@pytest.mark.parametrize("row", sorted(ABLATION))
+def test_microbatch_ablation_within_3_points(results, row):
+    assert results.loc[row, "kind"] == "evidence"
+    assert results.loc[row, "predicted"] == pytest.approx(ABLATION[row], abs=0.03)
+
+
+def test_no_row_pins_the_schedule():
+    """One schedule rule for every row: the model's own choice (auto), as for a user."""
+    for r in load_reference().rows:
+        assert "microbatches" not in r.scenario, r.id
+
+
+def test_paper_deployment_picks_two_microbatches_and_lands_d1(specs):
+    """`cmperf predict decode` with no flags: auto picks the two-stream pipeline at batch
+    64-128 and reproduces D1 (49.4 ms, 1,943 tokens/s per NPU) within 5 %."""
+    from cmperf.predict import predict
+
+    t = predict("decode", {}, specs).table
+    assert int(t["microbatches_used"].iat[0]) == 2
+    assert t["tpot_ms"].iat[0] == pytest.approx(49.4, rel=0.05)
+    assert t["throughput_per_npu"].iat[0] == pytest.approx(1943, rel=0.05)
+    t = predict("decode", {"batch": [64, 96, 128]}, specs).table
+    assert (t["microbatches_used"] == 2).all()
+
+
+@pytest.mark.parametrize("row,source", sorted(BOOKKEEPING.items()))
+def test_bookkeeping_rows_are_not_evidence(results, row, source):
+    assert results.loc[row, "kind"] == "derived" and results.loc[row, "derived_from"] == source
+
+
+def test_headline_counts_evidence_only(results):
+    s = summary(results.reset_index())
+    assert s["evidence_rows"] == len(EVIDENCE) + len(ABLATION) + 12
+    assert s["spec_rows"] == 8 and s["derived_rows"] == len(BOOKKEEPING)
+    ev = results[(results["kind"] == "evidence") & (results["unit"] == "%")]
+    assert s["evidence_mean_abs_error_pct"] == pytest.approx(ev["error"].abs().mean())
 
 
 @pytest.mark.parametrize("kind", ["D", "C"])
@@ -37,7 +80,7 @@ def test_table7_trend_with_ep(results, kind):
     eps = [8, 16, 32, 64, 128, 256]
     pred = [results.loc[f"T7-{kind}{e}", "predicted"] for e in eps]
     for p, paper in zip(pred, TABLE7[kind]):
-        assert p == pytest.approx(paper, rel=0.15)
+        assert p == pytest.approx(paper, rel=0.10)
     # the latency grows with EP, as measured (EP8 -> EP256: +31 % dispatch, +26 % combine)
     assert pred[-1] / pred[0] == pytest.approx(TABLE7[kind][-1] / TABLE7[kind][0], rel=0.10)
 
@@ -50,9 +93,12 @@ def test_efficiencies_come_from_tables_8_to_10(specs):
     assert eff.matmul_compute.value == pytest.approx(sum(table10) / 6, abs=5e-4) and "Table 10" in eff.matmul_compute.source
 
 
-def test_fitted_parameters_are_few_and_sourced(specs):
+def test_fitted_parameters_are_few_physical_and_sourced(specs):
+    from cmperf.calibrate import PARAMS
+
     fitted = fitted_parameters(specs)
-    assert 1 <= len(fitted) <= 6
+    assert len(PARAMS) <= 6
+    assert set(p.path for p in PARAMS) <= set(fitted["parameter"])
     assert all("docs/calibration.md" in s for s in fitted["source"])
 
 
@@ -65,11 +111,27 @@ def test_shipped_values_are_the_fit_output(specs):
         assert spec_value(specs, path) == pytest.approx(v, rel=0.02), path
 
 
+def test_shipped_bands_cover_the_held_out_errors():
+    """A band narrower than the held-out errors is wrong: every band in the shipped file is at
+    least the largest held-out error it names."""
+    import re
+
+    from cmperf.bands import BANDS_FILE, load_bands
+
+    bands = load_bands()
+    for line in BANDS_FILE.read_text().splitlines():
+        m = re.match(r"(\w+): \{relative: ([0-9.e-]+), source: \"held-out errors: (.*)\"\}", line)
+        if m:
+            errs = [abs(float(x)) for x in re.findall(r"([+-][0-9.]+) %", m.group(3))]
+            assert errs and bands[m.group(1)] * 100 >= max(errs)
+
+
 def test_validate_command_exit_codes(cli, tmp_path):
     code, out, err = cli("validate", "--format", "json")
     assert code == 0, err
     data = json.loads(out)
     assert data["summary"]["failed"] == 0 and len(data["fitted_parameters"]) >= 1
+    assert {r["kind"] for r in data["rows"]} == {"evidence", "derived", "spec"}
     # a user's own reference file in the same format; a failing row exits 1
     own = tmp_path / "mine.yaml"
     own.write_text("name: mine\nsource: my cluster\nrows:\n"
@@ -77,6 +139,15 @@ def test_validate_command_exit_codes(cli, tmp_path):
                    " scenario: {batch: 8}}\n")
     code, out, err = cli("validate", own)
     assert code == 1 and "FAIL" in out
+
+
+def test_reference_rows_need_exactly_one_tolerance(cli, tmp_path):
+    own = tmp_path / "bad.yaml"
+    own.write_text("name: bad\nsource: s\nrows:\n"
+                   "  - {id: X, description: d, where: w, phase: decode, metric: tpot_ms, paper: 1.0, tolerance: 0.05,"
+                   " tolerance_abs: 0.1}\n")
+    code, out, err = cli("validate", own)
+    assert code == 2 and "exactly one" in err and "\n" == err[-1] and err.count("\n") == 1
 
 
 def test_sensitivity_lists_parameters(cli):

@@ -1,0 +1,437 @@
+"""Mutation testing of the cost model: do the tests catch a planted bug once the fit has
+had its chance to absorb it?
+
+    python benchmarks/mutation.py                    # baseline, then every mutation
+    python benchmarks/mutation.py --list             # the catalogue
+    python benchmarks/mutation.py --only sync-round-one-way,kv-memory-prompt-only
+    python benchmarks/mutation.py --baseline         # only the unmutated control run
+    python benchmarks/mutation.py --keep             # keep the temporary copies (and their logs)
+
+Each mutation is one exact textual replacement (``old -> new``) in one file of the cost
+model or the schedules: a single-line bug of a kind that is easy to write and hard to see
+(a bandwidth read from the wrong tier, a factor 2 dropped, a max where a sum belongs, a
+layer count off by one, ...). For each one the script
+
+1. copies the repository (without .git, .ci-venv, __pycache__ and the pytest/hypothesis
+   caches) into a fresh temporary directory, so the real checkout is never modified; all
+   copies are made from one snapshot taken at start, so every run sees the same tests even
+   if the checkout changes meanwhile;
+2. applies the mutation there: the ``old`` text must occur exactly once in the file, else the
+   script stops before running anything (the catalogue is checked against the code up front;
+   when the code changes, the catalogue must be updated by hand);
+3. re-runs the calibration with ``python -m cmperf.calibrate --write`` in the copy (cwd and
+   PYTHONPATH = the copy; the script checks that ``cmperf.__file__`` is the copy's), so the
+   fitted parameters and the prediction bands can absorb the bug as far as they are able;
+4. runs ``pytest -q -x -p no:cacheprovider -rfE`` in the copy (same PYTHONPATH) and records
+
+   * ``caught``   -- some test fails (the first failing test id is reported),
+   * ``survived`` -- every test passes: no test notices the bug,
+   * ``broken``   -- the fit itself crashed (counted as caught, but reported as such),
+   * ``timeout``  -- fit + tests exceeded ``--timeout`` (counted as caught, reported as such).
+
+Before the mutations, the same pipeline (copy, fit, tests; without ``-x``, so that every
+failure is listed) runs on the unmutated code. If that baseline fails, the script prints the
+failing tests and stops: a mutation result means nothing against a red suite.
+
+Hypothesis draws its examples from a fixed seed (``--hypothesis-seed``, default 0) so that a
+result does not depend on the luck of the draw; ``--hypothesis-seed random`` restores the
+default behaviour.
+
+Exit code: 0 when every mutation is caught, 1 when at least one survived, 2 when the run could
+not be made (a catalogue entry no longer matches the code, the baseline fails, bad options).
+
+Not run in CI: it takes about (fit + test suite) x (mutations + 1), some 1.5-2 minutes per
+mutation on a 2-core machine, so 30-40 minutes for the whole catalogue. ``--jobs 2`` runs two
+mutations at a time (only worth it with more cores than the default machine's two).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXCLUDE = (".git", ".ci-venv", "__pycache__", ".pytest_cache", ".hypothesis")
+FIT = ["-m", "cmperf.calibrate", "--write"]
+PYTEST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str  # relative to the repository root
+    kind: str
+    old: str
+    new: str
+    what: str  # one line: the bug, in words
+
+
+CATALOGUE = [
+    # ---------------------------------------------------------------- bandwidths and tiers
+    Mutation("ub-bandwidth-is-rdma-port", "cmperf/cost/roofline.py", "bandwidth swap",
+             "        return t.bandwidth_Bps\n",
+             "        return hw.chip.die.ports.rdma_Bps\n",
+             "a tier with a measured bandwidth (UB: 135 GB/s) gets the RDMA port's 25 GB/s instead"),
+    Mutation("allgather-over-die-to-die", "cmperf/cost/ops.py", "bandwidth swap",
+             'gather = Op("attn_allgather", "dma", launches=1, tier="ub",',
+             'gather = Op("attn_allgather", "dma", launches=1, tier="die_to_die",',
+             "prefill SP->TP all-gather timed on the on-package die-to-die tier (270 GB/s, 1 us) instead of UB"),
+    Mutation("kv-transfer-over-ub", "cmperf/schedule/prefill.py", "wrong tier",
+             'bytes_ / tier_bandwidth_Bps(hw, "rdma")',
+             'bytes_ / tier_bandwidth_Bps(hw, "ub")',
+             "prefill -> decode KV-cache transfer at UB bandwidth instead of RDMA (TTFT too short)"),
+    # ---------------------------------------------------------------- factors of 2
+    Mutation("expert-flops-no-2x", "cmperf/cost/ops.py", "factor 2 dropped",
+             'experts = Op("experts", "cube", flops=2 * rows * e_w,',
+             'experts = Op("experts", "cube", flops=rows * e_w,',
+             "grouped-GEMM expert FLOPs counted as one per multiply-add instead of two"),
+    Mutation("mtp-eh-proj-flops-no-2x", "cmperf/cost/ops.py", "factor 2 dropped",
+             'return Op("mtp_eh_proj", "cube", flops=2 * T * w,',
+             'return Op("mtp_eh_proj", "cube", flops=T * w,',
+             "MTP entry projection (eh_proj, 2h -> h) FLOPs halved"),
+    Mutation("sync-round-one-way", "cmperf/cost/roofline.py", "factor 2 dropped",
+             "return 2.0 * getattr(hw.system.tiers, tier).latency_s",
+             "return getattr(hw.system.tiers, tier).latency_s",
+             "a barrier round costs one one-way latency instead of a round trip (2 x 2.1 us)"),
+    # ---------------------------------------------------------------- max <-> sum
+    Mutation("roofline-sum-not-max", "cmperf/cost/roofline.py", "max -> sum",
+             "        return np.maximum.reduce([self.compute_s, self.vector_s, self.memory_s, self.network_s])\n",
+             "        return self.compute_s + self.vector_s + self.memory_s + self.network_s\n",
+             "a fused kernel's engines run one after another (sum of roofline terms) instead of pipelined (max)"),
+    Mutation("attention-unchained", "cmperf/cost/roofline.py", "sum -> max",
+             "return np.maximum.reduce([self.compute_s + self.vector_s, self.memory_s, self.network_s])",
+             "return np.maximum.reduce([self.compute_s, self.vector_s, self.memory_s, self.network_s])",
+             "attention's cube and softmax phases overlap (max) although they wait on each other (sum)"),
+    Mutation("pipeline-pools-summed", "cmperf/schedule/pipeline.py", "max -> sum",
+             "floor = n * np.maximum.reduce([sum(",
+             "floor = n * np.add.reduce([sum(",
+             "pipeline pool floor adds the shared pools (cores, HBM, UB) instead of taking the busiest"),
+    # ---------------------------------------------------------------- counts
+    Mutation("moe-layers-plus-one", "cmperf/schedule/decode.py", "layer count",
+             'sched.stack("moe_layer", main, m.num_layers - n_dense, rule=RULES[n])',
+             'sched.stack("moe_layer", main, m.num_layers - n_dense + 1, rule=RULES[n])',
+             "decode runs 59 MoE layers instead of 58 (num_layers - first_dense_layers + 1)"),
+    Mutation("dense-layers-as-moe", "cmperf/schedule/decode.py", "structure",
+             "    n_dense = m.first_dense_layers\n",
+             "    n_dense = 0\n",
+             "decode runs the 3 dense layers as MoE layers (61 MoE layers, no dense FFN)"),
+    Mutation("int8-two-bytes", "cmperf/specs/schema.py", "dtype bytes",
+             '"int8": 1}',
+             '"int8": 2}',
+             "INT8 tensors (weights, activations, dispatch messages) counted as 2 bytes"),
+    Mutation("mtp-layer-double-tokens", "cmperf/schedule/decode.py", "token count",
+             "draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n), n)",
+             "draft = pipeline(moe_stages(hw, m, g, 2 * R_die, R_die, n), n)",
+             "each MTP draft step pushes two tokens per request through the MTP block instead of one"),
+    Mutation("mtp-acceptance-ignored", "cmperf/schedule/decode.py", "MTP series",
+             "k, a * (1 - a ** k) / np.where(",
+             "k, (1 - a ** k) / np.where(",
+             "accepted drafts 1 + a + ... + a^(k-1) instead of a + ... + a^k (k = 1: every draft accepted)"),
+    # ---------------------------------------------------------------- memory and placement
+    Mutation("kv-memory-prompt-only", "cmperf/schedule/memory.py", "memory",
+             'context = g["prompt_len"] + g["output_len"]',
+             'context = g["prompt_len"]',
+             "decode KV cache sized for the prompt only, not prompt + output (max batch too large)"),
+    Mutation("expert-weights-once-time", "cmperf/cost/ops.py", "per instance",
+             "hbm_bytes=pl.instances_per_die * e_w * b.weight + swiglu_activation_bytes(m, rows, I),",
+             "hbm_bytes=e_w * b.weight + swiglu_activation_bytes(m, rows, I),",
+             "experts read one instance's weights per microbatch whatever the instances per die (prefill: 10)"),
+    Mutation("expert-weights-once-memory", "cmperf/schedule/memory.py", "per instance",
+             "n_moe * (instances * arch.expert_params(m) * b.weight",
+             "n_moe * (arch.expert_params(m) * b.weight",
+             "HBM holds one expert instance per MoE layer whatever the placement (prefill: 10 per die)"),
+    # ---------------------------------------------------------------- vector work, waits, cores
+    Mutation("combine-no-residual", "cmperf/cost/ops.py", "vector work",
+             "vector_ops=T * h * (VEC_COMBINE * (fanout + 1) + VEC_RESIDUAL),",
+             "vector_ops=T * h * (VEC_COMBINE * (fanout + 1)),",
+             "combine forgets the residual add (VEC_RESIDUAL) in its vector work"),
+    Mutation("expected-max-off-by-one", "cmperf/cost/collectives.py", "statistics",
+             "density = n * _PHI * _CDF ** (n - 1)",
+             "density = n * _PHI * _CDF ** n",
+             "E[max of G normals] from a wrong density (Phi^G instead of Phi^(G-1)): barrier waits off"),
+    Mutation("attention-share-not-applied", "cmperf/schedule/decode.py", "core split",
+             'attn = timed(mla_decode_ops(m, T, R, g["kv_len"]), hw, share, share)',
+             'attn = timed(mla_decode_ops(m, T, R, g["kv_len"]), hw)',
+             "with two microbatches the attention stream runs on all cores, not its 16/24 and 32/48 share"),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    name: str
+    file: str
+    kind: str
+    result: str  # caught | survived | broken | timeout | baseline-ok | baseline-failed
+    first_failure: str = ""
+    reason: str = ""
+    elapsed_s: float = 0.0
+    fitted: dict = field(default_factory=dict)
+    failures: list = field(default_factory=list)
+    workdir: str = ""
+
+
+class CatalogueError(Exception):
+    pass
+
+
+def copy_repo(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*EXCLUDE), symlinks=True)
+
+
+def apply(mut: Mutation, root: Path) -> None:
+    """Replace ``old`` by ``new`` in ``root/file``; ``old`` must occur exactly once."""
+    path = root / mut.file
+    if not path.is_file():
+        raise CatalogueError(f"{mut.name}: {mut.file} does not exist")
+    text = path.read_text()
+    n = text.count(mut.old)
+    if n != 1:
+        raise CatalogueError(f"{mut.name}: the text to replace occurs {n} times in {mut.file} (must be exactly once):\n"
+                             f"    {mut.old!r}")
+    if mut.old == mut.new:
+        raise CatalogueError(f"{mut.name}: old and new text are the same")
+    path.write_text(text.replace(mut.old, mut.new, 1))
+
+
+def check_catalogue(muts: list[Mutation], root: Path) -> None:
+    problems = []
+    names = [m.name for m in CATALOGUE]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        problems.append(f"duplicate mutation names: {', '.join(sorted(dupes))}")
+    for mut in muts:
+        path = root / mut.file
+        if not path.is_file():
+            problems.append(f"{mut.name}: {mut.file} does not exist")
+            continue
+        n = path.read_text().count(mut.old)
+        if n != 1:
+            problems.append(f"{mut.name}: the text to replace occurs {n} times in {mut.file} (must be exactly once): {mut.old!r}")
+        if mut.old == mut.new:
+            problems.append(f"{mut.name}: old and new text are the same")
+    if problems:
+        raise CatalogueError("\n".join(problems))
+
+
+class Timeout(Exception):
+    pass
+
+
+def run(cmd: list[str], cwd: Path, env: dict, deadline: float, log) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own process group; on the deadline kill that group (our child and
+    whatever it started) and raise Timeout."""
+    log.write(f"\n$ {' '.join(cmd)}   (cwd {cwd})\n")
+    log.flush()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        log.write(out or "")
+        raise Timeout(f"{' '.join(cmd[:3])} exceeded the time limit")
+    log.write(out)
+    log.flush()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+
+
+def env_for(copy: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(copy)  # the copy's cmperf, not the editable install
+    env.pop("PYTHONHOME", None)
+    env["MPLBACKEND"] = "Agg"
+    return env
+
+
+FAILED_RE = re.compile(r"^(FAILED|ERROR) (\S+)(?: - (.*))?$")
+FIT_RE = re.compile(r"^\s+([a-z_]+(?:\.[A-Za-z0-9_]+)+)\s+=\s+(\S+)\s+#")
+
+
+def failures(pytest_out: str) -> list[tuple[str, str]]:
+    """(test id, message) of each FAILED / ERROR line of pytest's short summary."""
+    out = []
+    for line in pytest_out.splitlines():
+        mt = FAILED_RE.match(line.strip())
+        if mt:
+            out.append((mt.group(2), (mt.group(3) or mt.group(1)).strip()))
+    return out
+
+
+def fitted_values(fit_out: str) -> dict[str, str]:
+    return {mt.group(1): mt.group(2) for line in fit_out.splitlines() if (mt := FIT_RE.match(line))}
+
+
+def trial(mut: Mutation | None, snapshot: Path, args) -> Result:
+    """Copy, mutate, fit, test. ``mut`` None is the baseline (all tests, not stopping at the first failure)."""
+    name = mut.name if mut else "baseline"
+    res = Result(name, mut.file if mut else "-", mut.kind if mut else "-", "")
+    t0 = time.monotonic()
+    deadline = t0 + args.timeout
+    tmp = Path(tempfile.mkdtemp(prefix=f"cmperf-mutation-{name}-"))
+    copy = tmp / "repo"
+    res.workdir = str(copy)
+    try:
+        copy_repo(snapshot, copy)
+        if mut:
+            apply(mut, copy)
+        env = env_for(copy)
+        with open(tmp / "mutation.log", "w") as log:
+            log.write(f"mutation: {name}\n")
+            if mut:
+                log.write(f"file: {mut.file}\nold: {mut.old!r}\nnew: {mut.new!r}\n")
+            try:
+                # the copy's package must be the one imported, not the editable install
+                probe = run([sys.executable, "-c", "import cmperf; print(cmperf.__file__)"], copy, env, deadline, log)
+                imported = Path(probe.stdout.strip().splitlines()[-1]).resolve() if probe.stdout.strip() else None
+                if probe.returncode != 0 or imported is None or copy.resolve() not in imported.parents:
+                    raise RuntimeError(f"the copy's cmperf is not the one imported: {probe.stdout.strip()!r}")
+                fit = run([sys.executable, *FIT], copy, env, deadline, log)
+                res.fitted = fitted_values(fit.stdout)
+                if fit.returncode != 0:
+                    tail = [ln for ln in fit.stdout.strip().splitlines() if ln.strip()]
+                    res.result, res.reason = "broken", (tail[-1] if tail else f"exit {fit.returncode}")[:160]
+                    return res
+                cmd = [sys.executable, *PYTEST, *(["-x"] if mut else [])]
+                if args.hypothesis_seed != "random":
+                    cmd.append(f"--hypothesis-seed={args.hypothesis_seed}")
+                tests = run(cmd, copy, env, deadline, log)
+            except Timeout as e:
+                res.result, res.reason = "timeout", str(e)
+                return res
+        res.failures = failures(tests.stdout)
+        if res.failures:
+            res.first_failure, res.reason = res.failures[0][0], res.failures[0][1][:160]
+        if tests.returncode == 0:
+            res.result = "baseline-ok" if mut is None else "survived"
+        else:
+            res.result = "baseline-failed" if mut is None else "caught"
+            if not res.failures:
+                tail = [ln for ln in tests.stdout.strip().splitlines() if ln.strip()]
+                res.reason = f"pytest exit {tests.returncode}: " + (tail[-1] if tail else "")[:140]
+        return res
+    finally:
+        res.elapsed_s = time.monotonic() - t0
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            res.workdir = f"{copy} (log: {tmp / 'mutation.log'})"
+
+
+# ---------------------------------------------------------------------------------------------
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:{w}}}" for w in widths)
+    lines = [fmt.format(*header), fmt.format(*["-" * w for w in widths])]
+    lines += [fmt.format(*map(str, r)) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def report(results: list[Result], baseline: Result | None) -> str:
+    label = {"broken": "broken (fit crashed; counts as caught)", "timeout": "timeout (counts as caught)"}
+    rows = [[r.name, r.file, r.kind, label.get(r.result, r.result), r.first_failure or "-", f"{r.elapsed_s:.0f} s"]
+            for r in results]
+    out = [table(rows, ["mutation", "file", "kind", "result", "first failing test", "elapsed"])]
+    reasons = [f"  {r.name}: {r.reason}" for r in results if r.reason]
+    if reasons:
+        out += ["", "why (first failure, or the fit's last line):", *reasons]
+    params = sorted({p for r in results + ([baseline] if baseline else []) for p in r.fitted})
+    if params and results:
+        short = {p: p.split(".")[-1] for p in params}
+        prow = [["baseline", *[baseline.fitted.get(p, "-") for p in params]]] if baseline else []
+        prow += [[r.name, *[r.fitted.get(p, "-") for p in params]] for r in results]
+        out += ["", "fitted values after each mutation's re-fit (what the fit did to absorb it):",
+                table(prow, ["mutation", *[short[p] for p in params]])]
+    n = {k: sum(r.result == k for r in results) for k in ("caught", "survived", "broken", "timeout")}
+    out += ["", f"{len(results)} mutations: {n['caught']} caught, {n['broken']} broken, {n['timeout']} timeout, "
+                f"{n['survived']} survived"]
+    survivors = [r.name for r in results if r.result == "survived"]
+    if survivors:
+        out.append("SURVIVED (no test notices): " + ", ".join(survivors))
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--list", action="store_true", help="list the mutations and exit")
+    ap.add_argument("--only", metavar="NAME[,NAME]", help="run only these mutations")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary copies and their logs")
+    ap.add_argument("--jobs", type=int, default=1, help="mutations run at a time (default 1: the machine has 2 cores)")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per mutation, fit + tests (default 900)")
+    ap.add_argument("--baseline", action="store_true", help="run only the baseline (unmutated copy: fit + tests)")
+    ap.add_argument("--skip-baseline", action="store_true", help="do not run the baseline first")
+    ap.add_argument("--hypothesis-seed", default="0", help="seed of the property tests' draws, or 'random' (default 0)")
+    args = ap.parse_args(argv)
+
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
+    muts = CATALOGUE
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        unknown = [w for w in wanted if w not in {m.name for m in CATALOGUE}]
+        if unknown:
+            ap.error(f"unknown mutation(s): {', '.join(unknown)} (see --list)")
+        muts = [m for m in CATALOGUE if m.name in wanted]
+    if args.list:
+        print(table([[m.name, m.file, m.kind, m.what] for m in muts], ["mutation", "file", "kind", "bug"]))
+        return 0
+
+    snapshot_dir = Path(tempfile.mkdtemp(prefix="cmperf-mutation-snapshot-"))
+    snapshot = snapshot_dir / "repo"
+    try:
+        copy_repo(REPO, snapshot)  # one snapshot: every trial sees the same code and tests
+        try:
+            check_catalogue([] if args.baseline else muts, snapshot)
+        except CatalogueError as e:
+            print(f"mutation.py: the catalogue does not match the code; fix these entries:\n{e}", file=sys.stderr)
+            return 2
+
+        baseline = None
+        if not args.skip_baseline:
+            print(f"baseline: fit + full test suite on an unmutated copy of {REPO} ...", flush=True)
+            baseline = trial(None, snapshot, args)
+            print(f"baseline: {baseline.result} in {baseline.elapsed_s:.0f} s"
+                  + (f"  [{baseline.workdir}]" if args.keep else ""), flush=True)
+            if baseline.result != "baseline-ok":
+                print("\nThe unmutated suite does not pass; mutation results would mean nothing. Failing:", file=sys.stderr)
+                for test_id, msg in baseline.failures:
+                    print(f"  {test_id}  -- {msg[:200]}", file=sys.stderr)
+                if not baseline.failures:
+                    print(f"  ({baseline.result}: {baseline.reason})", file=sys.stderr)
+                return 2
+            if args.baseline:
+                return 0
+
+        print(f"{len(muts)} mutations, {args.jobs} at a time, timeout {args.timeout:.0f} s each", flush=True)
+        results: dict[str, Result] = {}
+
+        def one(mut):
+            r = trial(mut, snapshot, args)
+            print(f"  {mut.name:32s} {r.result:9s} {r.elapsed_s:5.0f} s  {r.first_failure or r.reason}"
+                  + (f"  [{r.workdir}]" if args.keep else ""), flush=True)
+            return r
+
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for mut, r in zip(muts, pool.map(one, muts)):
+                results[mut.name] = r
+        ordered = [results[m.name] for m in muts]
+        print("\n" + report(ordered, baseline))
+        return 1 if any(r.result == "survived" for r in ordered) else 0
+    finally:
+        shutil.rmtree(snapshot_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
