@@ -28,11 +28,13 @@ The time per layer is the average over the layers after a warm-up (a fifth of th
 How to read the output. One row per case: the stage means A = A_fixed + A_load and
 B = B_fixed + B_load (the load parts in brackets), cv, the closed-form wait W, then for
 each schedule the Monte Carlo time per layer, the closed form and their ratio MC / closed.
-The serial ratio should be 1 within sampling noise (the closed form is exact in
-expectation there). The overlap ratio is >= 1: with random times a die's streams do not
-stay in lock-step, and the slowest die of each barrier is a different one each time, so the
-expected-value form is a lower bound that the Monte Carlo exceeds by a few per cent, most
-where two terms of the max are close (balanced streams with a wait about the slack).
+The serial ratio should be 1 within sampling noise (a few 0.1 %): there the closed form is
+exact in expectation. The overlap ratio is >= 1 up to that noise: the expected-value form
+is a lower bound. Where the waits bind (the balanced rows) it is within half a per cent.
+Where a stream binds it is exceeded more: a die's stream no longer starts each layer
+together with the others, and the busiest die of the moment sets the pace through the
+barriers, so the excess grows with cv and as the chain A + B + W nears 2A (at 320 dies:
+about 0.5 % at cv 0.05, 2 % at 0.1, 6-7 % at 0.2 with the chain within 3-4 % of the stream).
 The last column, "engine", is 'exact' when cmperf.schedule.pipeline.pipeline() on the same
 mean stage times and waits reproduces both closed forms to 1e-9 relative.
 """
@@ -52,7 +54,7 @@ from cmperf.schedule.pipeline import Stage, pipeline
 SHAPES = {
     "A-bound": (300.0, 300.0, 150.0, 150.0),
     "B-bound": (150.0, 150.0, 300.0, 300.0),
-    "A ~ A+B+W": (250.0, 250.0, 150.0, 150.0),  # 2A = 1000: the wait overtakes A's stream near cv 0.17
+    "A ~ A+B+W": (250.0, 250.0, 150.0, 150.0),  # 2A = 1000; at 320 dies the chain overtakes it near cv 0.17
     "balanced": (200.0, 200.0, 200.0, 200.0),  # 2A = 2B: wait-bound for any cv > 0
     "balanced, all load": (40.0, 360.0, 40.0, 360.0),
 }

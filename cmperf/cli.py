@@ -15,6 +15,7 @@ from . import __version__
 from .cli_options import FormatOpt, HardwareOpt, ModelOpt, SetOpt
 from .cli_search import search_app
 from .errors import CmperfError
+from .defaults import help_text
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -193,21 +194,21 @@ def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list
 
 @predict_app.command("decode")
 def predict_decode(
-    batch: Optional[float] = typer.Option(None, "--batch", help="requests per NPU [96]"),
-    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help="prompt tokens per request [4096]"),
-    output_len: Optional[int] = typer.Option(None, "--output-len", help="output tokens per request [256]"),
-    kv_len: Optional[float] = typer.Option(None, "--kv-len", help="cached tokens per decode step [prompt + output/2]"),
-    dies: Optional[int] = typer.Option(None, "--dies", help="dies in the decode instance [320]"),
-    ep: Optional[int] = typer.Option(None, "--ep", help="expert-parallel degree [= dies]"),
-    microbatches: Optional[str] = typer.Option(None, "--microbatches", help="1, 2 or auto [auto: the faster]"),
-    mtp: Optional[bool] = typer.Option(None, "--mtp/--no-mtp", help="multi-token prediction [on]"),
-    mtp_k: Optional[int] = typer.Option(None, "--mtp-k", help="speculative tokens per step [1]"),
-    mtp_acceptance: Optional[float] = typer.Option(None, "--mtp-acceptance", help="acceptance rate [0.7]"),
-    expert_imbalance: Optional[str] = typer.Option(None, "--expert-imbalance", help="max/mean expert load, or 'default' [1.0]"),
-    redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help="redundant routed experts [32]"),
-    shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help="shared-expert copies [32]"),
-    attention_share: Optional[float] = typer.Option(None, "--attention-share", help="cores of the attention stream with 2 microbatches [16/24]"),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype bf16|int8 [model spec: bf16]"),
+    batch: Optional[float] = typer.Option(None, "--batch", help=help_text("decode", "batch")),
+    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help=help_text("decode", "prompt_len")),
+    output_len: Optional[int] = typer.Option(None, "--output-len", help=help_text("decode", "output_len")),
+    kv_len: Optional[float] = typer.Option(None, "--kv-len", help=help_text("decode", "kv_len")),
+    dies: Optional[int] = typer.Option(None, "--dies", help=help_text("decode", "dies")),
+    ep: Optional[int] = typer.Option(None, "--ep", help=help_text("decode", "ep")),
+    microbatches: Optional[str] = typer.Option(None, "--microbatches", help=help_text("decode", "microbatches")),
+    mtp: Optional[bool] = typer.Option(None, "--mtp/--no-mtp", help=help_text("decode", "mtp")),
+    mtp_k: Optional[int] = typer.Option(None, "--mtp-k", help=help_text("decode", "mtp_k")),
+    mtp_acceptance: Optional[float] = typer.Option(None, "--mtp-acceptance", help=help_text("decode", "mtp_acceptance")),
+    expert_imbalance: Optional[str] = typer.Option(None, "--expert-imbalance", help=help_text("decode", "expert_imbalance")),
+    redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help=help_text("decode", "redundant_experts")),
+    shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help=help_text("decode", "shared_copies")),
+    attention_share: Optional[float] = typer.Option(None, "--attention-share", help=help_text("decode", "attention_share")),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype bf16|int8 (default: the model spec's, bf16)"),
     hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
     breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
     fmt: str = FormatOpt,
@@ -224,17 +225,17 @@ def predict_decode(
 
 @predict_app.command("prefill")
 def predict_prefill(
-    tokens_per_npu: Optional[float] = typer.Option(None, "--tokens-per-npu", help="prompt tokens per NPU per pass [16384]"),
-    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help="tokens per prompt [4096]"),
-    dies: Optional[int] = typer.Option(None, "--dies", help="dies in the prefill instance [32]"),
-    ep: Optional[int] = typer.Option(None, "--ep", help="expert-parallel degree [= dies]"),
-    attn_tp: Optional[int] = typer.Option(None, "--attn-tp", help="tensor parallelism of attention [4]"),
-    microbatches: Optional[str] = typer.Option(None, "--microbatches", help="1, 2 or auto [auto]"),
-    mtp: Optional[bool] = typer.Option(None, "--mtp/--no-mtp", help="run the MTP module [on]"),
-    expert_imbalance: Optional[str] = typer.Option(None, "--expert-imbalance", help="max/mean expert load, or 'default' [1.0]"),
-    redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help="redundant routed experts [32]"),
-    shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help="shared-expert copies [one per die]"),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype bf16|int8 [model spec: bf16]"),
+    tokens_per_npu: Optional[float] = typer.Option(None, "--tokens-per-npu", help=help_text("prefill", "tokens_per_npu")),
+    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help=help_text("prefill", "prompt_len")),
+    dies: Optional[int] = typer.Option(None, "--dies", help=help_text("prefill", "dies")),
+    ep: Optional[int] = typer.Option(None, "--ep", help=help_text("prefill", "ep")),
+    attn_tp: Optional[int] = typer.Option(None, "--attn-tp", help=help_text("prefill", "attn_tp")),
+    microbatches: Optional[str] = typer.Option(None, "--microbatches", help=help_text("prefill", "microbatches")),
+    mtp: Optional[bool] = typer.Option(None, "--mtp/--no-mtp", help=help_text("prefill", "mtp")),
+    expert_imbalance: Optional[str] = typer.Option(None, "--expert-imbalance", help=help_text("prefill", "expert_imbalance")),
+    redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help=help_text("prefill", "redundant_experts")),
+    shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help=help_text("prefill", "shared_copies")),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype bf16|int8 (default: the model spec's, bf16)"),
     hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
     breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
     fmt: str = FormatOpt,
@@ -266,7 +267,7 @@ def _rows_table(res, title):
 
 @app.command("validate")
 def validate_cmd(
-    files: Optional[List[str]] = typer.Argument(None, help="reference files [the built-in CloudMatrix384 paper rows]"),
+    files: Optional[List[str]] = typer.Argument(None, help="reference files (default: the built-in CloudMatrix384 paper rows)"),
     sensitivity: bool = typer.Option(False, "--sensitivity", help="also show how headline rows move when each parameter moves +-10 %"),
     cross_validate: bool = typer.Option(False, "--cross-validate",
                                         help="re-fit without each group of evidence rows and predict it (about a minute)"),

@@ -24,13 +24,13 @@ search_app = typer.Typer(
          "Example: cmperf search decode --tpot-slo 50 --batch 8:256:8 --sweep chip.die.hbm_bandwidth_Bps=1.6e12,3.2e12",
 )
 
-LIST = "comma list and/or start:stop[:step] ranges (stop included)"
+LIST = "comma list and/or start:stop\\[:step] ranges (stop included)"
 SweepOpt = typer.Option(None, "--sweep", help="vary a spec field over the grid, e.g. system.tiers.ub.bandwidth_Bps=100e9,135e9,270e9 "
                                               "or =100e9:300e9:50e9 (repeatable)")
 TopOpt = typer.Option(10, "--top", help="how many of the best configurations to report")
 OutOpt = typer.Option(None, "--out", help="write every configuration (all inputs, outputs, slo_ms, meets_slo, on_pareto, rank) to this CSV")
 PlotOpt = typer.Option(None, "--plot", help="draw the Pareto frontier, roofline and per-operator time of the best configuration "
-                                            "to this PNG (needs: pip install 'cmperf[plot]')")
+                                            "to this PNG (needs: pip install 'cmperf\\[plot]')")
 
 MICROBATCHES = {"auto": 0}
 ONOFF = {"on": 1, "off": 0}
@@ -44,16 +44,16 @@ def search_decode(
     batch: str = typer.Option("1:256", "--batch", help=f"requests per NPU: {LIST}"),
     prompt_len: str = typer.Option("4096", "--prompt-len", help="prompt tokens per request"),
     output_len: str = typer.Option("256", "--output-len", help="output tokens per request"),
-    kv_len: Optional[str] = typer.Option(None, "--kv-len", help="cached tokens per decode step [prompt + output/2]"),
+    kv_len: Optional[str] = typer.Option(None, "--kv-len", help="cached tokens per decode step (default: prompt + output/2)"),
     dies: str = typer.Option("320", "--dies", help="dies in the decode instance"),
-    ep: Optional[str] = typer.Option(None, "--ep", help="expert-parallel degree [= dies]"),
+    ep: Optional[str] = typer.Option(None, "--ep", help="expert-parallel degree (default: = dies)"),
     microbatches: str = typer.Option("1,2", "--microbatches", help="1, 2 and/or auto"),
     mtp: str = typer.Option("on", "--mtp", help="multi-token prediction: on, off or on,off"),
     mtp_k: str = typer.Option("1", "--mtp-k", help="speculative tokens per step (with MTP on)"),
     mtp_acceptance: str = typer.Option("0.7", "--mtp-acceptance", help="acceptance rate of each speculative token"),
     expert_imbalance: str = typer.Option("1.0", "--expert-imbalance", help="max/mean expert load (numbers and/or 'default')"),
-    redundant_experts: Optional[str] = typer.Option(None, "--redundant-experts", help="redundant routed experts [32]"),
-    shared_copies: Optional[str] = typer.Option(None, "--shared-copies", help="shared-expert copies [32]"),
+    redundant_experts: Optional[str] = typer.Option(None, "--redundant-experts", help="redundant routed experts (default: 32)"),
+    shared_copies: Optional[str] = typer.Option(None, "--shared-copies", help="shared-expert copies (default: 32)"),
     top: int = TopOpt, sweep: Optional[List[str]] = SweepOpt, sets: Optional[List[str]] = SetOpt,
     hardware: str = HardwareOpt, model: str = ModelOpt, fmt: str = FormatOpt,
     out: Optional[str] = OutOpt, plot: Optional[str] = PlotOpt,
@@ -88,13 +88,13 @@ def search_prefill(
     tokens_per_npu: str = typer.Option("4096:65536:4096", "--tokens-per-npu", help=f"prompt tokens per NPU per pass: {LIST}"),
     prompt_len: str = typer.Option("4096", "--prompt-len", help="tokens per prompt"),
     dies: str = typer.Option("32", "--dies", help="dies in the prefill instance"),
-    ep: Optional[str] = typer.Option(None, "--ep", help="expert-parallel degree [= dies]"),
+    ep: Optional[str] = typer.Option(None, "--ep", help="expert-parallel degree (default: = dies)"),
     attn_tp: str = typer.Option("4", "--attn-tp", help="tensor-parallel degree of attention"),
     microbatches: str = typer.Option("1,2", "--microbatches", help="1, 2 and/or auto"),
     mtp: str = typer.Option("on", "--mtp", help="run the MTP module: on, off or on,off"),
     expert_imbalance: str = typer.Option("1.0", "--expert-imbalance", help="max/mean expert load (numbers and/or 'default')"),
-    redundant_experts: Optional[str] = typer.Option(None, "--redundant-experts", help="redundant routed experts [32]"),
-    shared_copies: Optional[str] = typer.Option(None, "--shared-copies", help="shared-expert copies [one per die]"),
+    redundant_experts: Optional[str] = typer.Option(None, "--redundant-experts", help="redundant routed experts (default: 32)"),
+    shared_copies: Optional[str] = typer.Option(None, "--shared-copies", help="shared-expert copies (default: one per die)"),
     top: int = TopOpt, sweep: Optional[List[str]] = SweepOpt, sets: Optional[List[str]] = SetOpt,
     hardware: str = HardwareOpt, model: str = ModelOpt, fmt: str = FormatOpt,
     out: Optional[str] = OutOpt, plot: Optional[str] = PlotOpt,
@@ -123,8 +123,8 @@ def search_prefill(
 @search_app.command("report")
 def search_report(
     results: str = typer.Argument(..., help="CSV written by cmperf search ... --out"),
-    slo: Optional[float] = typer.Option(None, "--slo", help="re-rank under this SLO in ms [the one searched with]"),
-    top: Optional[int] = typer.Option(None, "--top", help="how many to report [as many as the search ranked]"),
+    slo: Optional[float] = typer.Option(None, "--slo", help="re-rank under this SLO in ms (default: the one searched with)"),
+    top: Optional[int] = typer.Option(None, "--top", help="how many to report (default: as many as the search ranked)"),
     plot: Optional[str] = PlotOpt, fmt: str = FormatOpt,
     sets: Optional[List[str]] = typer.Option(None, "--set", help="the --set overrides the search used (for the operator breakdown)"),
     hardware: str = HardwareOpt, model: str = ModelOpt,

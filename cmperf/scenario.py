@@ -1,70 +1,21 @@
 """Scenario inputs: the parallel configuration and workload of a prediction, as a grid.
 
 A grid is a pandas DataFrame with one row per configuration and one column per input; a
-single prediction is a grid of one row. Defaults are the paper's deployment (reference
-§4); each carries its source. Validation is vectorised: every row gets ``valid`` and, when
-it is not, the first ``reason``.
+single prediction is a grid of one row. Defaults (cmperf/defaults.py) are the paper's
+deployment. Validation is vectorised: every row gets ``valid`` and, when it is not, the
+first ``reason``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
+from .defaults import PHASE_DEFAULTS
 from .errors import ConfigError
-
-
-@dataclass(frozen=True)
-class Default:
-    value: Any
-    source: str
-    help: str
-
-
-DECODE_DEFAULTS: dict[str, Default] = {
-    "batch": Default(96, "paper Table 4 (D1): batch 96 per NPU", "requests per NPU (each emits one token stream)"),
-    "prompt_len": Default(4096, "paper Table 4-5: 4K prompts", "prompt tokens per request"),
-    "output_len": Default(256, "paper Table 5 (D2): output 256", "output tokens per request"),
-    "kv_len": Default(float("nan"), "paper Table 4: KV length 4,096; unset = prompt + output/2", "cached tokens attended per decode step (unset: prompt + output/2)"),
-    "dies": Default(320, "paper §4.1: 160 NPUs = 320 dies", "dies in the decode instance"),
-    "ep": Default(0, "paper §4.2: EP320 (unset = all dies)", "expert-parallel degree (0 = all dies)"),
-    "microbatches": Default(0, "paper §4.2.3: 2 microbatches; 0 = auto (the faster)", "1, 2 or 0 (auto)"),
-    "mtp": Default(1, "paper §5.1: MTP on", "multi-token prediction on (1) / off (0)"),
-    "mtp_k": Default(1, "paper §5.1: 1 speculative token", "speculative tokens per step"),
-    "mtp_acceptance": Default(0.7, "paper §5.1: 70 % acceptance", "acceptance rate of each speculative token"),
-    "expert_imbalance": Default(1.0, "paper §4.2: EPLB with redundant experts; 1.0 = perfect balance", "max/mean tokens on a die's routed experts"),
-    "redundant_experts": Default(32, "paper §4.2: 32 redundant routed experts", "extra copies of hot routed experts"),
-    "shared_copies": Default(32, "paper §4.2: 32 shared-expert copies", "copies of the shared expert"),
-    "attention_share": Default(2 / 3, "paper §4.2.3: stream 0 gets 16 of 24 AIC and 32 of 48 AIV", "fraction of cores for the attention stream when overlapping"),
-}
-
-PREFILL_DEFAULTS: dict[str, Default] = {
-    "tokens_per_npu": Default(16384, "paper Table 3: 16K tokens per NPU", "prompt tokens per NPU per forward pass"),
-    "prompt_len": Default(4096, "paper Table 3: 4K prompts", "tokens per prompt"),
-    "dies": Default(32, "paper §4.3: 16 NPUs = 32 dies per prefill instance", "dies in the prefill instance"),
-    "ep": Default(0, "paper §4.3: EP32 (unset = all dies)", "expert-parallel degree (0 = all dies)"),
-    "attn_tp": Default(4, "ASSUMPTION (paper MISSING: exact prefill TP degree); docs/model.md §2.2", "tensor-parallel degree of prefill attention"),
-    "microbatches": Default(0, "paper §4.3.2: 2 microbatches; 0 = auto (the faster)", "1, 2 or 0 (auto)"),
-    "mtp": Default(1, "paper §5.1: MTP module runs in prefill to seed the first draft", "MTP module on (1) / off (0)"),
-    "expert_imbalance": Default(1.0, "paper Table 3 P1: perfect balance", "max/mean tokens on a die's routed experts"),
-    "redundant_experts": Default(32, "paper §4.3: 1 redundant expert per die (32)", "extra copies of hot routed experts"),
-    "shared_copies": Default(0, "paper §4.3: 1 shared-expert copy per die (0 = one per die)", "copies of the shared expert (0 = one per die)"),
-}
-
-COLLECTIVE_DEFAULTS: dict[str, Default] = {
-    "tokens": Default(128, "paper Table 7: 128 tokens per rank", "tokens per die"),
-    "ep": Default(8, "paper Table 7: EP8 ... EP256", "expert-parallel degree"),
-    "dies": Default(0, "= EP (unset)", "dies (0 = EP)"),
-    "redundant_experts": Default(0, "paper Table 7: plain top-8 over 256 experts", "extra routed copies"),
-    "shared_copies": Default(0, "paper Table 7: no shared expert", "shared-expert copies"),
-    "expert_imbalance": Default(1.0, "uniform routing", "max/mean tokens per die"),
-}
-
-PHASE_DEFAULTS = {"decode": DECODE_DEFAULTS, "prefill": PREFILL_DEFAULTS, "collective": COLLECTIVE_DEFAULTS}
 
 
 def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> pd.DataFrame:

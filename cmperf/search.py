@@ -22,7 +22,7 @@ import pandas as pd
 
 from .errors import ConfigError
 from .predict import Specs, load_specs, predict
-from .scenario import PHASE_DEFAULTS
+from .defaults import PHASE_DEFAULTS
 
 SEARCH_PHASES = ("decode", "prefill")
 LATENCY = {"decode": "tpot_ms", "prefill": "ttft_ms"}

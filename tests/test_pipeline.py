@@ -96,38 +96,55 @@ def test_closed_form_and_bounds_random():
     np.testing.assert_allclose(p2.period_s, two, rtol=1e-12)
     tol = 1e-12
     assert np.all(np.maximum(np.maximum(2 * a, 2 * b), a + b) <= p2.period_s + tol)
+    assert np.all(a + b + w <= p2.period_s + tol)
     assert np.all(p2.period_s <= 2 * (a + b + w) + tol)
-    assert np.all(p2.period_s <= p1.period_s * 2 + tol)
-    # two microbatches never lose to one per microbatch pair: period(2) <= 2 x period(1)
-    # and the fill: a whole stack is at least its steady state
+    # a stack takes at least its layers' steady state, and the fill adds at most one layer
     assert np.all(p2.total_s(10) >= 10 * p2.period_s - 1e-9)
+    assert np.all(p2.total_s(10) <= 11 * p2.period_s + 1e-9)
 
 
 def chains(seed, size=5_000):
-    """Random stage chains: decode's A -> B, and prefill's C, M, C, M on alternating lanes
-    with waits after the communication stages, and the same with waits everywhere."""
+    """Random stage chains: decode's A -> B; prefill's C, M, C, M on alternating lanes with
+    waits after the communication stages, the same with waits everywhere, and the dense
+    layer's C, M, C, M, C."""
     rng = np.random.default_rng(seed)
     t2, w2 = rng.uniform(0, 1, (2, size)), rng.uniform(0, 0.6, (2, size))
     t4, w4 = rng.uniform(0, 1, (4, size)), rng.uniform(0, 0.6, (4, size))
-    w4_comm = w4 * np.array([0, 1, 0, 1])[:, None]
+    t5, w5 = rng.uniform(0, 1, (5, size)), rng.uniform(0, 0.6, (5, size))
+    on_comm = lambda w: w * (np.arange(len(w)) % 2 == 1)[:, None]  # noqa: E731
     out = []
-    for t, w, lanes in [(t2, w2, ["attn", "moe"]), (t4, w4_comm, ["compute", "comm"] * 2),
-                        (t4, w4, ["compute", "comm"] * 2)]:
+    lanes4, lanes5 = ["compute", "comm"] * 2, ["compute", "comm"] * 2 + ["compute"]
+    for t, w, lanes in [(t2, w2, ["attn", "moe"]), (t4, on_comm(w4), lanes4), (t4, w4, lanes4),
+                        (t5, on_comm(w5), lanes5)]:
         out.append([Stage(str(i), lanes[i], [op(t[i])], w[i]) for i in range(len(t))])
     return out
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("n", [1, 2])
 def test_converged_in_warm_layers(monkeypatch, n):
+    # the repo runs one or two microbatches; see the n = 3 test below
+    warm = P.WARM_LAYERS
     for stages in chains(2 + n):
         short = pipeline(stages, n)
         short_totals = [short.total_s(k) for k in (3, 10, 61)]
-        monkeypatch.setattr(P, "WARM_LAYERS", 16)
+        monkeypatch.setattr(P, "WARM_LAYERS", 16)  # total_s reads it too: compare under each setting
         long = pipeline(stages, n)
         np.testing.assert_allclose(short.period_s, long.period_s, rtol=1e-12)
+        # ... and the last layer's time is the long-run rate, not one phase of a longer cycle
+        np.testing.assert_allclose(short.period_s, (long.ends_s[16] - long.ends_s[8]) / 8, rtol=1e-12)
         for k, total in zip((3, 10, 61), short_totals):
             np.testing.assert_allclose(total, long.total_s(k), rtol=1e-12)
-        monkeypatch.setattr(P, "WARM_LAYERS", 4)
+        monkeypatch.setattr(P, "WARM_LAYERS", warm)
+
+
+@pytest.mark.xfail(strict=True, reason="with 3 microbatches the steady state can be a 2-layer cycle; "
+                                       "period_s is the last layer's time, one phase of it")
+def test_three_microbatches_two_layer_cycle():
+    # C1 = 1 and C2 = 1 (wait 6) on one lane, M = 3 on the other: layers take 17, 11, 14, 11, 14, ...
+    # (long-run 12.5 per layer); pipeline() reports the 4th layer's 11, and total_s(10) 119, not 128.
+    stages = [Stage("C1", "c", [op(1.0)]), Stage("M", "m", [op(3.0)]), Stage("C2", "c", [op(1.0)], 6.0)]
+    p = pipeline(stages, 3)
+    assert float(p.period_s) == pytest.approx(12.5)
 
 
 def test_pool_floor():

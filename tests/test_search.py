@@ -10,7 +10,7 @@ import pytest
 
 from cmperf.errors import ConfigError, SpecError
 from cmperf.predict import predict
-from cmperf.scenario import DECODE_DEFAULTS
+from cmperf.defaults import DECODE_DEFAULTS
 from cmperf.search import (SEARCH_COLUMNS, check_sweeps, chunks, evaluate, grid_axes, pareto_mask, parse_list,
                            parse_sweeps, search)
 

@@ -107,9 +107,12 @@ class OpTime:
         return np.maximum.reduce([self.compute_s, self.vector_s, self.activation_memory_s, self.network_s])
 
     def bound(self) -> np.ndarray:
-        """Which term dominates: compute, vector, memory, network or latency (floor + rounds)."""
-        stack = np.stack(np.broadcast_arrays(self.compute_s, self.vector_s, self.memory_s, self.network_s, self.latency_s))
-        return np.asarray(BOUNDS, dtype=object)[np.argmax(stack, axis=0)]
+        """Which term dominates: compute, vector, memory, network or latency (launch + rounds);
+        ``compute+vector`` for a chained kernel whose cube and vector phases, added, do."""
+        first = self.compute_s + self.vector_s if self.chained else self.compute_s
+        stack = np.stack(np.broadcast_arrays(first, self.vector_s, self.memory_s, self.network_s, self.latency_s))
+        names = ("compute+vector" if self.chained else "compute",) + BOUNDS[1:]
+        return np.asarray(names, dtype=object)[np.argmax(stack, axis=0)]
 
 
 def tier_bandwidth_Bps(hw, tier: str):
