@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .cost import arch
 from .cost.ops import combine_message_B, dispatch_message_B, flops_per_token
-from .cost.roofline import tier_bandwidth_Bps
+from .cost.roofline import sync_round_s, tier_bandwidth_Bps
 from .specs.loader import Hardware
 from .specs.schema import DTYPE_BYTES, ChipSpec, ModelSpec
 from .specs.view import HardwareView, SpecView
@@ -100,4 +100,11 @@ def system_facts(hw: Hardware) -> list[dict]:
         out.append(_r("tier " + name, "bandwidth per die", tier_bandwidth_Bps(HardwareView(s, c), name), "B/s",
                       t.bandwidth_Bps.source if t.bandwidth_Bps else (f"chip port {t.port}" if t.port else t.node_bandwidth_Bps.source)))
         out.append(_r("tier " + name, "latency", t.latency_s.value, "s", t.latency_s.source))
+    out.append(_r("tier ub", "barrier round (one round trip)", sync_round_s(HardwareView(s, c), "ub"), "s",
+                  "2 x the tier latency; a collective over G dies needs ceil(log2 G) rounds"))
+    co = hw.system.collectives
+    out.append(_r("collectives", "time per message", co.message_issue_s.value, "s", co.message_issue_s.source))
+    out.append(_r("collectives", "message rate per die", 1 / co.message_issue_s.value if co.message_issue_s.value else float("inf"),
+                  "msg/s", "the communication engine both streams share"))
+    out.append(_r("collectives", "spread of a die's load between barriers", co.step_time_cv.value, "", co.step_time_cv.source))
     return out
