@@ -40,9 +40,10 @@ default behaviour.
 Exit code: 0 when every mutation is caught, 1 when at least one survived, 2 when the run could
 not be made (a catalogue entry no longer matches the code, the baseline fails, bad options).
 
-Not run in CI: it takes about (fit + test suite) x (mutations + 1), some 1.5-2 minutes per
-mutation on a 2-core machine, so 30-40 minutes for the whole catalogue. ``--jobs 2`` runs two
-mutations at a time (only worth it with more cores than the default machine's two).
+Not run in CI: it takes about (fit + test suite) x (mutations + 1). On the 2-core development
+machine the fit with --write takes ~10 s and a caught mutation stops at its first failing test,
+so a mutation takes 5-25 s and the whole catalogue about 5 minutes (more as the suite grows).
+``--jobs 2`` runs two mutations at a time (only worth it with more than the default two cores).
 """
 
 from __future__ import annotations
@@ -113,8 +114,8 @@ CATALOGUE = [
              "return np.maximum.reduce([self.compute_s, self.vector_s, self.memory_s, self.network_s])",
              "attention's cube and softmax phases overlap (max) although they wait on each other (sum)"),
     Mutation("pipeline-pools-summed", "cmperf/schedule/pipeline.py", "max -> sum",
-             "floor = n * np.maximum.reduce([sum(",
-             "floor = n * np.add.reduce([sum(",
+             "floor = n * np.maximum.reduce(np.broadcast_arrays(*pools, zero))",
+             "floor = n * np.add.reduce(np.broadcast_arrays(*pools, zero))",
              "pipeline pool floor adds the shared pools (cores, HBM, UB) instead of taking the busiest"),
     # ---------------------------------------------------------------- counts
     Mutation("moe-layers-plus-one", "cmperf/schedule/decode.py", "layer count",
@@ -228,6 +229,9 @@ class Timeout(Exception):
     pass
 
 
+LIVE: set = set()  # process groups started by this script and still running (killed on exit)
+
+
 def run(cmd: list[str], cwd: Path, env: dict, deadline: float, log) -> subprocess.CompletedProcess:
     """Run ``cmd`` in its own process group; on the deadline kill that group (our child and
     whatever it started) and raise Timeout."""
@@ -235,6 +239,7 @@ def run(cmd: list[str], cwd: Path, env: dict, deadline: float, log) -> subproces
     log.flush()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
+    LIVE.add(proc)
     try:
         out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 1.0))
     except subprocess.TimeoutExpired:
@@ -242,6 +247,8 @@ def run(cmd: list[str], cwd: Path, env: dict, deadline: float, log) -> subproces
         out, _ = proc.communicate()
         log.write(out or "")
         raise Timeout(f"{' '.join(cmd[:3])} exceeded the time limit")
+    finally:
+        LIVE.discard(proc)
     log.write(out)
     log.flush()
     return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
@@ -252,6 +259,7 @@ def env_for(copy: Path) -> dict:
     env["PYTHONPATH"] = str(copy)  # the copy's cmperf, not the editable install
     env.pop("PYTHONHOME", None)
     env["MPLBACKEND"] = "Agg"
+    env["COLUMNS"] = "250"  # pytest cuts its short summary to the terminal width
     return env
 
 
@@ -415,6 +423,7 @@ def main(argv=None) -> int:
                 return 0
 
         print(f"{len(muts)} mutations, {args.jobs} at a time, timeout {args.timeout:.0f} s each", flush=True)
+        t_start = time.monotonic()
         results: dict[str, Result] = {}
 
         def one(mut):
@@ -423,13 +432,23 @@ def main(argv=None) -> int:
                   + (f"  [{r.workdir}]" if args.keep else ""), flush=True)
             return r
 
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        pool = ThreadPoolExecutor(max_workers=args.jobs)
+        try:
             for mut, r in zip(muts, pool.map(one, muts)):
                 results[mut.name] = r
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)  # on Ctrl-C: start nothing new
         ordered = [results[m.name] for m in muts]
         print("\n" + report(ordered, baseline))
+        print(f"total {time.monotonic() - t_start:.0f} s for the mutations"
+              + (f" (+ {baseline.elapsed_s:.0f} s baseline)" if baseline else ""))
         return 1 if any(r.result == "survived" for r in ordered) else 0
     finally:
+        for proc in list(LIVE):  # interrupted: stop the fits / test runs this script started
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         shutil.rmtree(snapshot_dir, ignore_errors=True)
 
 

@@ -122,3 +122,34 @@ def test_dense_ffn_bytes_per_token(model):
     weights = 3 * H * 18432
     activations = H * 1 + 2 * 2 * 18432 * 2 + 18432 * 1 + H * 2  # INT8 in, BF16 gate/up out+in, INT8 down in, BF16 out
     assert op.hbm_bytes == weights + activations
+
+
+def test_mtp_entry_projection(model):
+    from cmperf.cost.ops import mtp_proj_op
+
+    op = mtp_proj_op(model, 1.0)
+    assert op.flops == 2 * (2 * H) * H  # [hidden; embedding] (2h) -> h, one token
+    assert op.weight_bytes == 2 * H * H  # INT8
+
+
+def test_experts_read_every_instance_they_hold(model, specs):
+    """EP32: 10 instances per die (8 routed + 1 redundant + 1 shared), each read once per
+    microbatch, plus the activations of the rows they serve."""
+    hw, m = specs.views()
+    pl = placement(m, 4096.0, 32, 32, 32, 1.0, 128)
+    experts = moe_ops(m, 4096.0, 32, pl)[2]
+    rows = 9 * 4096 * 32 * 8 / 288 + 4096
+    activations = rows * (H * 1 + 2 * 2 * 2048 * 2 + 2048 * 1 + H * 2)
+    assert float(experts.weight_bytes) == 10 * EXPERT
+    assert float(experts.hbm_bytes) == pytest.approx(10 * EXPERT + activations)
+
+
+def test_every_op_reads_its_weights(specs):
+    """Structure: no op streams fewer HBM bytes than the weights it holds."""
+    from cmperf.predict import predict
+
+    for phase, values in (("decode", {"batch": [8, 96], "ep": [32, 320], "dies": 320}), ("prefill", {})):
+        r = predict(phase, values, specs, strict=False)
+        for row in range(len(r.table)):
+            ops, _ = r.breakdown(row)
+            assert (ops["hbm_bytes"] >= ops["weight_bytes"] * (1 - 1e-12)).all()

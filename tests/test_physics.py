@@ -215,3 +215,17 @@ def test_prediction_bands(specs):
     assert t["throughput_per_npu_lo"].iat[0] < t["throughput_per_npu"].iat[0] < t["throughput_per_npu_hi"].iat[0]
     p = predict("prefill", {}, specs).table
     assert p["ttft_ms_lo"].iat[0] < p["ttft_ms"].iat[0] < p["ttft_ms_hi"].iat[0]
+
+
+def test_prefill_tensor_parallel_collectives_over_ub(views):
+    """P1's SP -> TP all-gather and TP -> SP all-to-all per microbatch (4,096 tokens per die,
+    TP 4) are bulk copies over the UB plane: bytes / 135 GB/s + launch + ceil(log2 4) rounds."""
+    from cmperf.cost.ops import mla_prefill_ops
+
+    hw, m = views
+    _, gather, _, _, a2a, _ = mla_prefill_ops(m, 4096.0, 4096, 4)
+    rounds = 2 * US + 2 * ROUND
+    gather_bytes = 3 * 4096 * (1536 + 576) * 2  # the compressed q and kv of the 3 other dies, BF16
+    a2a_bytes = 4096 * 3 / 4 * 128 * 128 * 2  # 3/4 of the attention outputs leave the die
+    assert float(op_time(gather, hw).time_s) == pytest.approx(gather_bytes / 135e9 + rounds, rel=1e-9)  # 394.9 us
+    assert float(op_time(a2a, hw).time_s) == pytest.approx(a2a_bytes / 135e9 + rounds, rel=1e-9)  # 756.1 us
