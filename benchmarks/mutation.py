@@ -19,7 +19,7 @@ layer count off by one, ...). For each one the script
 2. applies the mutation there: the ``old`` text must occur exactly once in the file, else the
    script stops before running anything (the catalogue is checked against the code up front;
    when the code changes, the catalogue must be updated by hand);
-3. re-runs the calibration with ``python -m cmperf.calibrate --write`` in the copy (cwd and
+3. re-runs the calibration with ``python -m cmperf.calibration --write`` in the copy (cwd and
    PYTHONPATH = the copy; the script checks that ``cmperf.__file__`` is the copy's), so the
    fitted parameters and the prediction bands can absorb the bug as far as they are able;
 4. runs ``pytest -q -x -p no:cacheprovider -rfE`` in the copy (same PYTHONPATH) and records
@@ -63,7 +63,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EXCLUDE = (".git", ".ci-venv", "__pycache__", ".pytest_cache", ".hypothesis")
-FIT = ["-m", "cmperf.calibrate", "--write"]
+FIT = ["-m", "cmperf.calibration", "--write"]
 PYTEST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"]
 
 

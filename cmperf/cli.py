@@ -280,8 +280,9 @@ def validate_cmd(
 
     from .predict import load_specs
     from .report import check_format, print_csv, print_json, print_table
-    from .validate import BUILTIN_REFERENCE, evaluate, fitted_parameters, load_reference, summary
-    from .validate import sensitivity as sens
+    from .calibration.reference import BUILTIN_REFERENCE, load_reference
+    from .calibration.validate import evaluate, fitted_parameters, summary
+    from .calibration.validate import sensitivity as sens
 
     check_format(fmt)
     results, fitted, sens_tables, cv = [], None, [], None
@@ -295,7 +296,7 @@ def validate_cmd(
         if sensitivity:
             sens_tables.append(sens(ref, specs))
         if cross_validate:
-            from .calibrate import cross_validate as run_cv
+            from .calibration.crossval import cross_validate as run_cv
 
             cv = run_cv(ref, specs)
     res = pd.concat(results, ignore_index=True)
@@ -326,7 +327,7 @@ def validate_cmd(
             if len(part):
                 _rows_table(part, title)
         print_table(fitted.assign(value=fitted["value"].map(lambda v: f"{v:.4g}")),
-                    f"fitted parameters ({len(fitted)}; re-fit with: python -m cmperf.calibrate)")
+                    f"fitted parameters ({len(fitted)}; re-fit with: python -m cmperf.calibration)")
         for t in sens_tables:
             t = t[t["max_abs_change_pct"] > 0.05]
             rows = sorted({c.rsplit(" ", 1)[0] for c in t.columns if c.endswith("%") and " " in c})

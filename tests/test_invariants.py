@@ -2,7 +2,7 @@
 context never speeds decode. Hypothesis draws scenarios; each check is one vectorised grid."""
 
 import numpy as np
-import pytest
+
 from hypothesis import given, settings, strategies as st
 
 from cmperf.predict import predict
@@ -29,7 +29,7 @@ prefill_scenarios = st.fixed_dictionaries({
 
 
 def _base(specs, path):
-    from cmperf.validate import spec_value
+    from cmperf.calibration.validate import spec_value
     return spec_value(specs, path)
 
 

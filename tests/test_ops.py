@@ -51,7 +51,6 @@ def test_message_sizes(model):
 
 
 def _decode_moe(model, specs, T):
-    from cmperf.predict import load_specs
     hw, m = specs.views()
     pl = placement(m, T, 320, 32, 32, 1.0, 128)
     return pl, moe_ops(m, T, 320, pl)

@@ -1,89 +1,21 @@
 """Replay published results: ``cmperf validate [FILE ...]`` (docs/calibration.md).
 
-A reference file lists rows: a scenario (the ``predict`` inputs), a metric, the published
-value, a tolerance (relative, or absolute for fractions) and the row's kind: ``evidence``
-(an independent measurement the model predicts), ``derived`` (arithmetic on another row, or
-a row that sets the parameter it tests) or ``spec`` (a hardware-file number checked against
-its table). Rows of one phase are evaluated together, as one grid.
+Rows of one phase are evaluated together, as one grid: one vectorised ``predict`` call per
+phase, for one set of spec values or many (sensitivity, the fit, cross-validation).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel
 
-from .errors import SpecError
-from .predict import Specs, load_specs, predict
-from .specs.loader import read_yaml
-from .specs.schema import Count, Sourced
-
-BUILTIN_REFERENCE = Path(__file__).resolve().parent / "reference" / "cloudmatrix384-paper.yaml"
-
-
-KINDS = ("evidence", "derived", "spec")
-
-
-class RefRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    id: str
-    description: str
-    where: str
-    kind: Literal["evidence", "derived", "spec"] = "evidence"
-    group: Optional[str] = None  # the measurement the row belongs to (cross-validation folds)
-    derived_from: Optional[str] = None
-    phase: Literal["decode", "prefill", "collective", "spec"]
-    metric: str
-    paper: float
-    tolerance: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)  # relative
-    tolerance_abs: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)  # in the metric's unit
-    scenario: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _one_tolerance(self):
-        if (self.tolerance is None) == (self.tolerance_abs is None):
-            raise ValueError("give exactly one of `tolerance` (relative) and `tolerance_abs` (absolute)")
-        if self.tolerance is not None and self.paper == 0:
-            raise ValueError("a relative tolerance needs a non-zero published value")
-        return self
-
-    @property
-    def fold(self) -> str:
-        return self.group or self.id
-
-
-class RefFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    source: str
-    hardware: str = "cloudmatrix384"
-    model: str = "deepseek-r1"
-    rows: list[RefRow] = Field(min_length=1)
-
-
-def load_reference(path: str | Path = BUILTIN_REFERENCE) -> RefFile:
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"{p}: no such reference file (expected a YAML file of rows; see docs/calibration.md)")
-    raw = read_yaml(p)
-    try:
-        ref = RefFile.model_validate(raw)
-    except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise SpecError(f"{p}: field '{loc}': {first['msg']}") from None
-    ids = [r.id for r in ref.rows]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
-    if dup:
-        raise SpecError(f"{p}: duplicate row id(s): {', '.join(dup)}")
-    for r in ref.rows:
-        if r.derived_from is not None and r.derived_from not in ids:
-            raise SpecError(f"{p}: row {r.id}: derived_from '{r.derived_from}' names no row of the file")
-    return ref
-
+from ..errors import SpecError
+from ..predict import Specs, load_specs, predict
+from ..specs.schema import Count, Sourced
+from .reference import RefFile
 
 def spec_value(specs: Specs, path: str, sweeps: Mapping[str, Any] | None = None) -> float:
     """The number at a dotted spec path (``chip.efficiency.matmul_compute``)."""
