@@ -68,18 +68,15 @@ class Schedule:
     parts: list[Part] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
 
-    def serial(self, section: str, ops: list[OpTime], count, rule: str, extra_s=0.0) -> np.ndarray:
-        """Record ops that run one after another on all cores (plus a fixed ``extra_s``);
-        returns the time of one instance."""
+    def serial(self, section: str, ops: list[OpTime], count, rule: str, extra_s=0.0) -> None:
+        """Record ops that run one after another on all cores (plus a fixed ``extra_s``)."""
         t = np.asarray(sum(o.time_s for o in ops) + extra_s, dtype=float)
         self.parts += [Part(section, "serial", count, o) for o in ops]
         self.sections.append(Section(section, rule, t, count))
-        return t
 
-    def stack(self, section: str, pipe: Pipeline, layers, repeats=1, rule: str = "") -> np.ndarray:
+    def stack(self, section: str, pipe: Pipeline, layers, repeats=1, rule: str = "") -> None:
         """Record ``repeats`` runs of a stack of ``layers`` layers through a pipeline: the
-        steady period per layer, then the fill and drain of each run as a section of its own;
-        returns the time of all runs."""
+        steady period per layer, then the fill and drain of each run as a section of its own."""
         layers = np.asarray(layers, dtype=float)
         for st in pipe.stages:
             self.parts += [Part(section, st.lane, layers * repeats * pipe.n, o) for o in st.ops]
@@ -87,7 +84,6 @@ class Schedule:
         self.sections.append(Section(section, rule, pipe.period_s, layers * repeats))
         self.sections.append(Section(f"{section}_fill_drain", "first and last layer of a run beyond the steady state",
                                      run - layers * pipe.period_s, repeats))
-        return run * repeats
 
     def total_s(self) -> np.ndarray:
         return sum(np.asarray(s.time_s) * s.count for s in self.sections)

@@ -1,4 +1,4 @@
-"""Options that every cmperf command spells the same way (cmperf/cli.py, cmperf/cli_search.py)."""
+"""Options that every cmperf command spells the same way (the modules of cmperf/cli/)."""
 
 from __future__ import annotations
 

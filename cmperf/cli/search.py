@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import typer
 
-from .cli_options import FormatOpt, HardwareOpt, ModelOpt, SetOpt
+from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt
 
 search_app = typer.Typer(
     no_args_is_help=True,
@@ -62,7 +62,7 @@ def search_decode(
 
     Exit 1 if none qualifies. Example: cmperf search decode --tpot-slo 30 --mtp-k 1,2 --out d.csv --plot d.png
     """
-    from .search import parse_list
+    from ..search import parse_list
 
     values = {
         "batch": parse_list(batch, "--batch"),
@@ -103,7 +103,7 @@ def search_prefill(
 
     Exit 1 if none qualifies. Example: cmperf search prefill --ttft-slo 2000 --attn-tp 1,2,4,8
     """
-    from .search import parse_list
+    from ..search import parse_list
 
     values = {
         "tokens_per_npu": parse_list(tokens_per_npu, "--tokens-per-npu"),
@@ -134,8 +134,8 @@ def search_report(
     Pass the --hardware/--model/--set the search used: the plotted configuration's operators are re-evaluated
     from them. Example: cmperf search report d.csv --slo 30 --plot d30.png
     """
-    from .report import check_format
-    from .search import read_results
+    from ..report import check_format
+    from ..search import read_results
 
     check_format(fmt)
     _check_dir(plot, "--plot")
@@ -147,8 +147,8 @@ def search_report(
 
 # --------------------------------------------------------------------------- shared
 def _run(phase, values, slo, top, sweep, sets, hardware, model, fmt, out, plot):
-    from .report import check_format
-    from .search import check_sweeps, parse_sweeps, search
+    from ..report import check_format
+    from ..search import check_sweeps, parse_sweeps, search
 
     check_format(fmt)
     _check_dir(out, "--out")
@@ -166,14 +166,14 @@ def _run(phase, values, slo, top, sweep, sets, hardware, model, fmt, out, plot):
 
 
 def _specs(hardware, model, sets):
-    from .predict import load_specs
+    from ..predict import load_specs
 
     return load_specs(hardware, model, sets or [])
 
 
 def _check_dir(path: Optional[str], flag: str) -> None:
     """Fail before the search, not after it, when an output file cannot be written."""
-    from .report import check_parent_dir
+    from ..report import check_parent_dir
 
     if path:
         check_parent_dir(path, flag)
@@ -181,13 +181,13 @@ def _check_dir(path: Optional[str], flag: str) -> None:
 
 def _plot_ready(plot: Optional[str]) -> None:
     if plot:
-        from .plots import _pyplot
+        from ..plots import _pyplot
 
         _pyplot()  # fail before the search, not after it
 
 
 def _finish(result, specs, fmt, out, plot, label):
-    from .report import warn, write_csv
+    from ..report import warn, write_csv
 
     s = result.summary()
     if s["dropped_invalid"]:
@@ -199,8 +199,8 @@ def _finish(result, specs, fmt, out, plot, label):
     if out:
         write_csv(result.table, out)
     if plot:
-        from .plots import search_figure
-        from .search import breakdown
+        from ..plots import search_figure
+        from ..search import breakdown
 
         ops, _ = breakdown(result, specs)
         search_figure(result, ops, specs, plot, f"{label}, {result.latency.split('_')[0].upper()} SLO {result.slo_ms:g} ms")
@@ -213,7 +213,7 @@ def _finish(result, specs, fmt, out, plot, label):
 def _render(result, fmt: str, inert: list[str], why: str) -> None:
     import pandas as pd
 
-    from .report import print_csv, print_json, print_table, unit_of
+    from ..report import print_csv, print_json, print_table, unit_of
 
     top, pareto = result.top, result.pareto
     if fmt == "json":

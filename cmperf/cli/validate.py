@@ -1,0 +1,112 @@
+"""``cmperf validate``: replay published results (predicted vs paper, error, pass/fail).
+
+A single command, not a group: :mod:`cmperf.cli` registers :func:`validate_cmd` on the root app.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from .options import FormatOpt, SetOpt
+
+
+def _rows_table(res, title):
+    from ..report import print_table
+
+    shown = res[["id", "where", "metric", "predicted", "paper", "error", "tolerance", "pass"]].copy()
+    pct = res["unit"] == "%"
+    shown["predicted"] = shown["predicted"].map(lambda v: f"{v:.4g}")
+    shown["error"] = [f"{e:+.1f} %" if p else f"{100 * e:+.1f} pt" for e, p in zip(res["error"], pct)]
+    shown["tolerance"] = [f"±{t:g} %" if p else f"±{100 * t:g} pt" for t, p in zip(res["tolerance"], pct)]
+    shown["pass"] = shown["pass"].map(lambda v: "pass" if v else "FAIL")
+    if (res["derived_from"] != "").any():
+        shown["from"] = res["derived_from"]
+    print_table(shown, title)
+
+
+
+def validate_cmd(
+    files: Optional[List[str]] = typer.Argument(None, help="reference files (default: the built-in CloudMatrix384 paper rows)"),
+    sensitivity: bool = typer.Option(False, "--sensitivity", help="also show how headline rows move when each parameter moves +-10 %"),
+    cross_validate: bool = typer.Option(False, "--cross-validate",
+                                        help="re-fit without each group of evidence rows and predict it (about a minute)"),
+    fmt: str = FormatOpt, sets: Optional[List[str]] = SetOpt,
+):
+    """Replay published results: predicted vs paper, error, pass/fail; exit 1 if a row fails.
+    The headline counts evidence rows only; derived and spec rows are listed apart.
+    Example: cmperf validate --cross-validate"""
+    import pandas as pd
+
+    from ..predict import load_specs
+    from ..report import check_format, print_csv, print_json, print_table
+    from ..calibration.reference import BUILTIN_REFERENCE, load_reference
+    from ..calibration.validate import evaluate, fitted_parameters, summary
+    from ..calibration.validate import sensitivity as sens
+
+    check_format(fmt)
+    results, fitted, sens_tables, cv = [], None, [], None
+    for f in files or [str(BUILTIN_REFERENCE)]:
+        ref = load_reference(f)
+        specs = load_specs(ref.hardware, ref.model, sets or [])
+        res = evaluate(ref, specs)
+        res.insert(0, "file", ref.name)
+        results.append(res)
+        fitted = fitted_parameters(specs)
+        if sensitivity:
+            sens_tables.append(sens(ref, specs))
+        if cross_validate:
+            from ..calibration.crossval import cross_validate as run_cv
+
+            cv = run_cv(ref, specs)
+    res = pd.concat(results, ignore_index=True)
+    stats = summary(res)
+    if fmt == "json":
+        obj = {"rows": res.to_dict(orient="records"), "summary": stats,
+               "fitted_parameters": fitted.to_dict(orient="records")}
+        if sensitivity:
+            obj["sensitivity"] = pd.concat(sens_tables).to_dict(orient="records")
+        if cv is not None:
+            obj["cross_validation"] = {"groups": cv.groups.to_dict(orient="records"),
+                                       "rows": cv.rows.to_dict(orient="records"),
+                                       "parameters": cv.parameters.to_dict(orient="records")}
+        print_json(obj)
+    elif fmt == "csv":
+        print_csv(res)
+    else:
+        _rows_table(res[res["kind"] == "evidence"], "evidence: independent published measurements, predicted")
+        typer.echo(f"evidence: {stats['evidence_rows']} rows, {stats['evidence_rows'] - stats['evidence_failed']} within "
+                   f"tolerance; mean |error| {stats['evidence_mean_abs_error_pct']:.2f} %, max "
+                   f"{stats['evidence_max_abs_error_pct']:.2f} %"
+                   + (f"; ablation rows max |error| {100 * stats['evidence_max_abs_error_abs']:.1f} points"
+                      if stats["evidence_max_abs_error_abs"] == stats["evidence_max_abs_error_abs"] else ""))
+        for kind, title in (("derived", "derived rows: arithmetic on another row, or the row a parameter is read from "
+                                        "(bookkeeping, cannot fail alone)"),
+                            ("spec", "spec rows: hardware-file values against the tables they come from")):
+            part = res[res["kind"] == kind]
+            if len(part):
+                _rows_table(part, title)
+        print_table(fitted.assign(value=fitted["value"].map(lambda v: f"{v:.4g}")),
+                    f"fitted parameters ({len(fitted)}; re-fit with: python -m cmperf.calibration)")
+        for t in sens_tables:
+            t = t[t["max_abs_change_pct"] > 0.05]
+            rows = sorted({c.rsplit(" ", 1)[0] for c in t.columns if c.endswith("%") and " " in c})
+            compact = pd.DataFrame({"parameter": t["parameter"]})
+            for r in rows:
+                minus = next(c for c in t.columns if c.startswith(f"{r} -"))
+                plus = next(c for c in t.columns if c.startswith(f"{r} +"))
+                compact[r] = [f"{a:+.1f}/{b:+.1f}" for a, b in zip(t[minus], t[plus])]
+            print_table(compact, "sensitivity: % change of each headline row when the parameter moves -10 % / +10 %")
+        if cv is not None:
+            g = cv.groups.copy()
+            for c in ("held_out_max_abs_error", "held_out_mean_abs_error", "in_sample_max_abs_error"):
+                g[c] = [f"{v:.2f} %" if u == "%" else f"{100 * v:.1f} pt" for v, u in zip(g[c], g["unit"])]
+            print_table(g.drop(columns="unit"), "cross-validation: each evidence group predicted by a fit to the others")
+            p = cv.parameters[["parameter", "full fit", "min", "max", "spread_pct"]].copy()
+            for c in ("full fit", "min", "max"):
+                p[c] = p[c].map(lambda v: f"{v:.4g}")
+            p["spread_pct"] = p["spread_pct"].map(lambda v: f"{v:.1f} %")
+            print_table(p, "fitted parameters across the folds")
+    if stats["failed"]:
+        raise typer.Exit(1)
