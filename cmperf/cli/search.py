@@ -231,13 +231,13 @@ def _render(result, fmt: str, inert: list[str], why: str) -> None:
     cols = _shown_columns(result)
     units = {c: unit_of(c) for c in result.table.columns}
     if len(top):
-        print_table(_rounded(top[["rank", *cols]]), f"top {len(top)} by throughput per NPU ({lat} <= {s['slo_ms']:g})", units)
+        print_table(_for_table(top, ["rank", *cols]), f"top {len(top)} by throughput per NPU ({lat} <= {s['slo_ms']:g})", units)
     shown = pareto
     if len(pareto) > 20:  # evenly spaced along the frontier; all of it is in --format json / --out
         shown = pareto.iloc[sorted(set(pd.Series(range(20)) * (len(pareto) - 1) // 19))]
     title = f"Pareto frontier: throughput per NPU vs {lat} ({len(shown)} of {len(pareto)} points" + \
             ("; all in --format json / --out)" if len(shown) < len(pareto) else ")")
-    print_table(_rounded(shown.assign(meets_slo=shown["meets_slo"])[[*cols, "meets_slo"]]), title, units)
+    print_table(_for_table(shown, [*cols, "meets_slo"]), title, units)
 
 
 def _shown_columns(result) -> list[str]:
@@ -255,9 +255,17 @@ def _shown_columns(result) -> list[str]:
     return [*always, *varying, *result.sweeps, *outputs]
 
 
-def _rounded(df):
-    return df.round({"tpot_ms": 2, "ttft_ms": 1, "tokens_per_s_per_user": 1, "throughput_per_npu": 0,
-                     "tokens_per_s_per_tflops": 3})
+DIGITS = {"tpot_ms": 2, "ttft_ms": 1, "tokens_per_s_per_user": 1, "throughput_per_npu": 0, "tokens_per_s_per_tflops": 3}
+
+
+def _for_table(df, cols):
+    """The shown columns, rounded; a banded column as 'value ± half-width' (cmperf/bands.py)."""
+    out = df[cols].round(DIGITS)
+    for c in cols:
+        if f"{c}_lo" in df.columns:
+            half = (df[f"{c}_hi"] - df[f"{c}_lo"]) / 2
+            out[c] = [f"{v:,.{DIGITS.get(c, 2)}f} ± {h:,.{DIGITS.get(c, 2)}f}" for v, h in zip(df[c], half)]
+    return out
 
 
 def _records(df) -> list[dict]:
