@@ -34,7 +34,7 @@ DECODE_DEFAULTS: dict[str, Default] = {
     "expert_imbalance": Default(1.0, "paper §4.2: EPLB with redundant experts; 1.0 = perfect balance", "max/mean tokens on a die's routed experts, or 'default'"),
     "redundant_experts": Default(32, "paper §4.2: 32 redundant routed experts", "extra copies of hot routed experts"),
     "shared_copies": Default(32, "paper §4.2: 32 shared-expert copies", "copies of the shared expert"),
-    "attention_share": Default(2 / 3, "paper §4.2.3: stream 0 gets 16 of 24 AIC and 32 of 48 AIV", "share of the cube and vector cores the attention stream owns with two microbatches", "16/24"),
+    "attention_share": Default(float("nan"), "the system's overlap.decode.attention_share (CloudMatrix384: 16 of 24 AIC and 32 of 48 AIV, paper §4.2.3)", "share of the cores the attention stream owns with two microbatches (core-split systems)", "the system's: 16/24 on CloudMatrix384"),
 }
 
 PREFILL_DEFAULTS: dict[str, Default] = {

@@ -45,25 +45,27 @@ def model_facts(m: ModelSpec, context: int = 4096) -> list[dict]:
 def chip_facts(chip: ChipSpec) -> list[dict]:
     v = SpecView(chip)
     d, n = v.die, v.dies_per_package
-    out = [_r("package", "dies", n, ""),
-           _r("die", "AI Cube / AI Vector cores", f"{d.cube_cores} / {d.vector_cores}", "")]
-    for dt in ("bf16", "fp16", "int8"):
+    out = [_r("chip", "vendor", chip.vendor, ""),
+           _r("chip", "confidence", chip.confidence, "", "how well the numbers are sourced (docs/specs.md)"),
+           _r("package", "dies", n, ""),
+           _r("die", "matrix / vector units", f"{d.matrix_units} / {d.vector_units}", "",
+              f"{chip.die.matrix_units.source}; {chip.die.vector_units.source}")]
+    dtypes = [dt for dt in DTYPE_BYTES if getattr(chip.die.peak_flops_per_s, dt) is not None]
+    for dt in dtypes:
         peak = getattr(d.peak_flops_per_s, dt)
-        out.append(_r("dense peak", f"{dt} per die", peak, "FLOP/s"))
+        out.append(_r("dense peak", f"{dt} per die", peak, "FLOP/s", getattr(chip.die.peak_flops_per_s, dt).source))
         out.append(_r("dense peak", f"{dt} per package", peak * n, "FLOP/s"))
     out += [_r("HBM", "capacity per die", d.hbm_capacity_B, "B"),
             _r("HBM", "capacity per package", d.hbm_capacity_B * n, "B"),
             _r("HBM", "bandwidth per die", d.hbm_bandwidth_Bps, "B/s"),
             _r("HBM", "bandwidth per package", d.hbm_bandwidth_Bps * n, "B/s")]
-    for dt in ("bf16", "int8"):
+    for dt in dtypes:
         peak = getattr(d.peak_flops_per_s, dt)
         out.append(_r("ridge point", f"{dt} (peak / HBM bandwidth)", peak / d.hbm_bandwidth_Bps, "FLOP/B",
                       "operators with fewer FLOPs per byte are memory-bound"))
         out.append(_r("ridge point", f"{dt} achievable (with efficiencies)",
                       peak * v.efficiency.matmul_compute / (d.hbm_bandwidth_Bps * v.efficiency.memory_bandwidth), "FLOP/B"))
-    out.append(_r("vector", "element operations per die", d.vector_ops_per_s, "op/s", "fitted"))
-    for port in ("die_to_die_Bps", "ub_Bps", "rdma_Bps"):
-        out.append(_r("ports (per die, unidirectional)", port.removesuffix("_Bps"), getattr(d.ports, port), "B/s"))
+    out.append(_r("vector", "element operations per die", d.vector_ops_per_s, "op/s", chip.die.vector_ops_per_s.source))
     for name in type(chip.efficiency).model_fields:
         out.append(_r("efficiency", name, getattr(v.efficiency, name), "", getattr(chip.efficiency, name).source))
     for name in type(chip.latency).model_fields:
@@ -73,35 +75,53 @@ def chip_facts(chip: ChipSpec) -> list[dict]:
 
 def system_facts(hw: Hardware) -> list[dict]:
     s, c = SpecView(hw.system), SpecView(hw.chip)
-    node, sn = s.node, s.supernode
-    npus = sn.nodes * node.npus
-    dies = npus * c.dies_per_package
-    ub_npu = c.die.ports.ub_Bps * c.dies_per_package
-    uplink = node.l1_switch_chips * node.l1_uplink_links * node.l1_uplink_link_Bps
-    l2 = sn.l2_subplanes * sn.l2_chips_per_subplane * sn.l2_ports_per_chip * sn.l2_port_Bps
+    view = HardwareView(s, c)
+    chips = s.nodes * s.node.chips
+    dies = chips * c.dies_per_package
     out = [_r("topology", "chip", hw.chip.name, ""),
-           _r("topology", "nodes", sn.nodes, ""),
-           _r("topology", "NPUs", npus, ""),
+           _r("topology", "confidence", hw.system.confidence, "", "how well the numbers are sourced (docs/specs.md)"),
+           _r("topology", "nodes", s.nodes, "", hw.system.nodes.source),
+           _r("topology", "chips per node", s.node.chips, "", hw.system.node.chips.source),
+           _r("topology", "chips", chips, ""),
            _r("topology", "dies", dies, ""),
-           _r("topology", "CPUs", sn.nodes * node.cpus, ""),
-           _r("topology", "L1 UB switch chips", sn.nodes * node.l1_switch_chips, ""),
-           _r("topology", "L2 UB switch chips", sn.l2_subplanes * sn.l2_chips_per_subplane, ""),
            _r("totals", "HBM", dies * c.die.hbm_capacity_B, "B"),
-           _r("totals", "HBM bandwidth", dies * c.die.hbm_bandwidth_Bps, "B/s"),
-           _r("totals", "dense INT8", dies * c.die.peak_flops_per_s.int8, "FLOP/s"),
-           _r("totals", "dense BF16", dies * c.die.peak_flops_per_s.bf16, "FLOP/s"),
-           _r("UB", "per NPU (unidirectional)", ub_npu, "B/s"),
-           _r("UB", "node uplink to L2", uplink, "B/s", f"= {node.npus} NPUs x {ub_npu / 1e9:.0f} GB/s: non-blocking" if abs(uplink - node.npus * ub_npu) < 1 else "oversubscribed"),
-           _r("UB", "L2 port capacity", l2, "B/s"),
-           _r("UB", "bisection (unidirectional)", npus / 2 * ub_npu, "B/s", "half the NPUs at full UB rate")]
-    for name in type(hw.system.tiers).model_fields:
-        t = getattr(hw.system.tiers, name)
-        out.append(_r("tier " + name, "scope", t.scope, ""))
-        out.append(_r("tier " + name, "bandwidth per die", tier_bandwidth_Bps(HardwareView(s, c), name), "B/s",
-                      t.bandwidth_Bps.source if t.bandwidth_Bps else (f"chip port {t.port}" if t.port else t.node_bandwidth_Bps.source)))
-        out.append(_r("tier " + name, "latency", t.latency_s.value, "s", t.latency_s.source))
-    out.append(_r("tier ub", "barrier round (one round trip)", sync_round_s(HardwareView(s, c), "ub"), "s",
-                  "2 x the tier latency; a collective over G dies needs ceil(log2 G) rounds"))
+           _r("totals", "HBM bandwidth", dies * c.die.hbm_bandwidth_Bps, "B/s")]
+    for dt in DTYPE_BYTES:
+        if getattr(hw.chip.die.peak_flops_per_s, dt) is not None and dt != "fp16":
+            out.append(_r("totals", f"dense {dt.upper()}", dies * getattr(c.die.peak_flops_per_s, dt), "FLOP/s"))
+    if hw.system.node.cpus is not None:
+        out.append(_r("topology", "CPUs", s.nodes * s.node.cpus, ""))
+    if hw.system.ub_fabric is not None:
+        f = s.ub_fabric
+        ub = s.tiers["ub"]
+        ub_chip = (ub.nominal_Bps if ub.nominal_Bps is not None else ub.bandwidth_Bps) * c.dies_per_package
+        uplink = f.l1_switch_chips * f.l1_uplink_links * f.l1_uplink_link_Bps
+        l2 = f.l2_subplanes * f.l2_chips_per_subplane * f.l2_ports_per_chip * f.l2_port_Bps
+        out += [_r("topology", "L1 UB switch chips", s.nodes * f.l1_switch_chips, ""),
+                _r("topology", "L2 UB switch chips", f.l2_subplanes * f.l2_chips_per_subplane, ""),
+                _r("UB", "per NPU (unidirectional)", ub_chip, "B/s"),
+                _r("UB", "node uplink to L2", uplink, "B/s",
+                   f"= {s.node.chips} NPUs x {ub_chip / 1e9:.0f} GB/s: non-blocking" if abs(uplink - s.node.chips * ub_chip) < 1 else "oversubscribed"),
+                _r("UB", "L2 port capacity", l2, "B/s"),
+                _r("UB", "bisection (unidirectional)", chips / 2 * ub_chip, "B/s", "half the NPUs at full UB rate")]
+    for name in s.tiers.keys():
+        spec, t = hw.system.tiers[name], s.tiers[name]
+        domain = "the whole system and beyond" if t.domain_chips is None else f"{t.domain_chips} chips"
+        out.append(_r("tier " + name, "domain", domain, "", spec.domain_chips.source if spec.domain_chips else ""))
+        if t.nominal_Bps is not None:
+            out.append(_r("tier " + name, "nominal bandwidth", t.nominal_Bps, "B/s", spec.nominal_Bps.source))
+        out.append(_r("tier " + name, "bandwidth per die", tier_bandwidth_Bps(view, name), "B/s", spec.bandwidth_Bps.source))
+        out.append(_r("tier " + name, "latency", t.latency_s, "s", spec.latency_s.source))
+        out.append(_r("tier " + name, "barrier round (one round trip)", sync_round_s(view, name), "s",
+                      "2 x the tier latency; a collective over G dies needs ceil(log2 G) rounds"))
+    out.append(_r("roles", "KV transfer prefill -> decode", hw.system.kv_transfer_tier, ""))
+    for ph in ("decode", "prefill"):
+        r = hw.system.expert_parallel[ph] if isinstance(hw.system.expert_parallel, dict) else getattr(hw.system.expert_parallel, ph)
+        out.append(_r("expert parallel", f"{ph} route", f"{r.route} over {' -> '.join(r.tiers)}", "", r.source))
+        o = getattr(hw.system.overlap, ph)
+        detail = (f"attention stream owns {o.attention_share.value:.3g} of the cores" if o.style == "core-split"
+                  else f"communication holds {o.comm_units.value:g} units")
+        out.append(_r("overlap", ph, f"{o.style}: {detail}", "", o.source))
     co = hw.system.collectives
     out.append(_r("collectives", "time per message", co.message_issue_s.value, "s", co.message_issue_s.source))
     out.append(_r("collectives", "message rate per die", 1 / co.message_issue_s.value if co.message_issue_s.value else float("inf"),

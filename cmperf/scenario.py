@@ -85,13 +85,21 @@ def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarra
     g = df
     mo = m.moe
     dies_per_pkg = hw.chip.dies_per_package
-    ub_dies = hw.system.supernode.nodes * hw.system.node.npus * dies_per_pkg
+    system_dies = hw.system.nodes * hw.system.node.chips * dies_per_pkg
     check(g["dies"] <= 0, lambda i: f"--dies must be positive (got {g['dies'].iat[i]})")
+    check(g["dies"] > system_dies,
+          lambda i: f"--dies {g['dies'].iat[i]} exceeds the {system_dies} dies of {hw.system.name}")
     check(g["ep"] > g["dies"], lambda i: f"--ep {g['ep'].iat[i]} exceeds --dies {g['dies'].iat[i]}")
     check(np.mod(g["dies"], g["ep"]) != 0,
           lambda i: f"--ep {g['ep'].iat[i]} does not divide --dies {g['dies'].iat[i]} (the instance must hold whole EP groups)")
-    check(g["ep"] > ub_dies,
-          lambda i: f"--ep {g['ep'].iat[i]} exceeds the {ub_dies} dies of one UB domain (EP must stay within the supernode)")
+    for ph in ("decode", "prefill") if phase == "collective" else (phase,):
+        outer = hw.system.expert_parallel[ph].tiers[-1]
+        domain = hw.system.tiers[outer].domain_chips
+        if domain is not None:
+            reach = domain * dies_per_pkg
+            check(g["ep"] > reach,
+                  lambda i, reach=reach, outer=outer: f"--ep {g['ep'].iat[i]} exceeds the {reach} dies one '{outer}' domain connects "
+                                                      f"(expert parallelism runs over {outer})")
     check(g["redundant_experts"] < 0, lambda i: f"--redundant-experts must be >= 0 (got {g['redundant_experts'].iat[i]})")
     if mo.shared_experts > 0 and phase != "collective":  # Table 7's benchmark routes top-8 only
         check(g["shared_copies"] < 1,

@@ -63,17 +63,17 @@ def test_negative_capacity(cli, tmp_path):
 
 
 def test_missing_source(cli, tmp_path):
-    text = CHIP.read_text().replace('cube_cores: {value: 24, source: "paper §3.3.1 (AI Cube cores per die)"}', "cube_cores: {value: 24}")
+    text = CHIP.read_text().replace('matrix_units: {value: 24, source: "paper §3.3.1 (AI Cube cores per die)"}', "matrix_units: {value: 24}")
     p = tmp_path / "chip.yaml"
     p.write_text(text)
-    assert_error(cli("hw", "show", p), "cube_cores.source", "missing")
+    assert_error(cli("hw", "show", p), "matrix_units.source", "missing")
 
 
 def test_system_referencing_user_chip(cli, tmp_path):
     # a system file next to its own chip file uses that chip; a broken chip is reported
-    _copy(tmp_path, CHIP, "ascend-910c.yaml", "vector_cores: {value: 48", "vector_cores: {value: 0")
+    _copy(tmp_path, CHIP, "ascend-910c.yaml", "vector_units: {value: 48", "vector_units: {value: 0")
     system = _copy(tmp_path, SYSTEM, "sys.yaml")
-    assert_error(cli("predict", "decode", "--hardware", system), "ascend-910c.yaml", "vector_cores")
+    assert_error(cli("predict", "decode", "--hardware", system), "ascend-910c.yaml", "vector_units")
 
 
 def test_unknown_spec_name(cli):
@@ -148,7 +148,7 @@ def test_out_file_in_missing_directory(cli, tmp_path):
 
 
 def test_set_error_names_the_flag_not_the_file(cli):
-    line = assert_error(cli("predict", "decode", "--set", "model.precision.kv_cache=fp8"), "--set model.precision.kv_cache=fp8")
+    line = assert_error(cli("predict", "decode", "--set", "model.precision.kv_cache=fp64"), "--set model.precision.kv_cache=fp64")
     assert "'bf16'" in line
 
 
@@ -162,8 +162,23 @@ def test_negative_redundant_experts(cli):
 
 def test_tier_without_bandwidth(cli, tmp_path):
     _copy(tmp_path, CHIP, "ascend-910c.yaml")
-    system = _copy(tmp_path, SYSTEM, "sys.yaml", "    port: rdma_Bps\n", "")
-    assert_error(cli("hw", "show", system), "tiers.rdma", "needs a chip `port`")
+    system = _copy(tmp_path, SYSTEM, "sys.yaml", '    bandwidth_Bps: {value: 25.0e9, source: "paper §3.3.1: 200 Gbps per die (400 Gbps per package), RoCE"}\n', "")
+    assert_error(cli("hw", "show", system), "tiers.rdma.bandwidth_Bps", "missing")
+
+
+def test_bad_system_names_every_problem(cli, tmp_path):
+    """A system file with several mistakes gets one line that names each of them."""
+    _copy(tmp_path, CHIP, "ascend-910c.yaml")
+    text = SYSTEM.read_text()
+    text = text.replace("    tiers: [ub]\n    message", "    tiers: [nvlink]\n    message", 1)  # unknown tier in an EP route
+    text = text.replace("bandwidth_Bps: {value: 135.0e9", "bandwidth_Bps: {value: 0")  # a tier with zero bandwidth
+    text = text.replace("kv_transfer_tier: rdma", "kv_transfer_tier: roce")
+    p = tmp_path / "sys.yaml"
+    p.write_text(text)
+    line = assert_error(cli("hw", "show", p), str(p), "tiers.ub.bandwidth_Bps")
+    assert line.count("\n") == 0
+    code, out, err = cli("hw", "show", p)
+    assert "problems" in err and "greater than 0" in err
 
 
 def test_inconsistent_routing(cli, tmp_path):

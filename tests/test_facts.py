@@ -85,7 +85,7 @@ def test_ridge_points(specs):
 
 def test_system_totals(specs):
     f = system_facts(specs.hardware)
-    assert _fact(f, "NPUs") == 384
+    assert _fact(f, "chips") == 384
     assert _fact(f, "dies") == 768
     assert _fact(f, "HBM") == pytest.approx(384 * 128e9)
     assert _fact(f, "node uplink to L2") == pytest.approx(7 * 16 * 28e9)

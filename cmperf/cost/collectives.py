@@ -25,6 +25,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .ops import MessageFormat, Route
+
 _X = np.linspace(-12.0, 12.0, 24001)
 _PHI = np.exp(-0.5 * _X ** 2) / math.sqrt(2.0 * math.pi)
 _CDF = 0.5 * (1.0 + np.frompyfunc(math.erf, 1, 1)(_X / math.sqrt(2.0)).astype(float))
@@ -51,3 +53,13 @@ def barrier_wait_s(load_s, group, cv) -> np.ndarray:
     """Expected wait for the slowest of ``group`` dies whose load-dependent time since the
     last barrier is ``load_s`` with coefficient of variation ``cv``."""
     return cv * np.maximum(np.asarray(load_s, dtype=float), 0.0) * expected_max_normal(group)
+
+
+def route_of(hw, phase: str) -> Route:
+    """The expert-parallel route the system uses in ``phase`` (its ``expert_parallel``
+    section), with the number of dies in one domain of the route's inner tier."""
+    spec = hw.system.expert_parallel[phase]
+    tiers = tuple(spec.tiers)
+    domain = hw.system.tiers[tiers[0]].domain_chips
+    inner = np.inf if domain is None else domain * hw.chip.dies_per_package
+    return Route(style=spec.route, tiers=tiers, inner_dies=inner, message=MessageFormat.of(spec.message))

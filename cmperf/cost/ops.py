@@ -8,6 +8,7 @@ which stream runs them and how they overlap.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -52,16 +53,72 @@ VEC_SAMPLING = 3  # softmax / argmax over the vocabulary, per logit
 
 
 # --------------------------------------------------------------------------- messages
-def dispatch_message_B(m, pad_B: int = 512) -> int:
-    """One token sent to one expert: INT8 hidden vector + FP32 per-token scale, padded to
-    512 B (paper §4.2.1: 7,168 + 4 -> 7,680 B = 7.5 KiB)."""
-    raw = m.hidden_size * dtype_bytes(m.precision.matmul) + 4
-    return int(-(-raw // pad_B) * pad_B)
+@dataclass(frozen=True)
+class MessageFormat:
+    """Layout of a dispatched token (the system's ``expert_parallel.<phase>.message``)."""
+
+    scale_block: int = 0  # elements per scale; 0: one scale per token
+    scale_B: int = 4
+    header_B: int = 0
+    align_B: int = 512
+
+    @classmethod
+    def of(cls, spec) -> "MessageFormat":
+        return cls(int(spec.scale_block), int(spec.scale_B), int(spec.header_B), int(spec.align_B))
 
 
-def combine_message_B(m) -> int:
-    """One expert output returned to its token: BF16 hidden vector (14 KiB)."""
-    return m.hidden_size * dtype_bytes(m.precision.hidden)
+ASCEND_MESSAGE = MessageFormat()  # paper §4.2.1: INT8 + one FP32 scale, 512 B aligned
+
+
+def dispatch_message_B(m, fmt: MessageFormat = ASCEND_MESSAGE) -> float:
+    """One token sent to one expert: the hidden vector in the matmul dtype, its scales and
+    header, aligned (paper §4.2.1: 7,168 + 4 -> 7,680 B = 7.5 KiB; DeepEP's FP8: 7,168 +
+    56 x 4 + 16 = 7,408 B)."""
+    h = m.hidden_size
+    scales = 1 if fmt.scale_block == 0 else -(-h // fmt.scale_block)
+    raw = h * dtype_bytes(m.precision.matmul) + scales * fmt.scale_B + fmt.header_B
+    return float(-(-raw // fmt.align_B) * fmt.align_B)
+
+
+def combine_message_B(m) -> float:
+    """One expert output returned to its token: the hidden vector in BF16 (14 KiB)."""
+    return float(m.hidden_size * dtype_bytes(m.precision.hidden))
+
+
+@dataclass(frozen=True)
+class Route:
+    """How dispatch and combine reach the experts' dies (docs/model.md §4.2): ``direct``
+    sends every message over the innermost of ``tiers`` that holds both dies; ``hierarchical``
+    sends one copy per destination domain of the inner tier over the outer tier, then forwards
+    it inside the domain. ``inner_dies``: dies in one domain of the inner tier."""
+
+    style: str = "direct"
+    tiers: tuple = ("ub",)
+    inner_dies: object = 1.0
+    message: MessageFormat = ASCEND_MESSAGE
+
+
+def ep_traffic(route: Route, T, k, remote_fraction, shared_msgs, received_rows, ep, msg_B):
+    """Per die and microbatch: messages through the communication engine and bytes on each
+    tier of ``route`` for ``T`` tokens, each sent to ``k`` routed experts (a fraction
+    ``remote_fraction`` of them on other dies) and ``shared_msgs`` remote shared copies; the
+    busiest die receives ``received_rows`` remote rows. Returns (sent, {tier: bytes})."""
+    sent = T * (k * remote_fraction + shared_msgs)
+    link = np.maximum(sent, received_rows)  # a die's port carries the larger of what it sends and receives
+    if len(route.tiers) == 1:
+        return sent, {route.tiers[0]: link * msg_B}
+    inner, outer = route.tiers[0], route.tiers[-1]
+    ep = np.asarray(ep, dtype=float)
+    D = np.minimum(np.asarray(route.inner_dies, dtype=float), ep)
+    inside = np.where(ep > 1, (D - 1) / np.maximum(ep - 1, 1), 0.0)  # remote peers in the same inner domain
+    if route.style == "direct":
+        return sent, {inner: link * inside * msg_B, outer: link * (1 - inside) * msg_B}
+    # hierarchical: one copy per remote domain a token reaches, then forwarded inside it
+    domains = ep / D
+    remote_domains = (domains - 1) * (1 - (1 - 1 / np.maximum(domains, 1)) ** k)
+    outer_msgs = T * remote_domains
+    forwards = link * inside + T * k * (1 - inside) * remote_fraction * (D - 1) / np.maximum(D, 1)
+    return outer_msgs + forwards, {inner: forwards * msg_B, outer: outer_msgs * msg_B}
 
 
 def swiglu_activation_bytes(m, rows, intermediate) -> object:
@@ -109,7 +166,7 @@ def mla_decode_ops(m, T, R, L) -> list[Op]:
     return [prolog, core, o_proj]
 
 
-def mla_prefill_ops(m, T, P, tp) -> list[Op]:
+def mla_prefill_ops(m, T, P, tp, tier: str = "ub") -> list[Op]:
     """Non-absorbed MLA as causal 128-head MHA for ``T`` tokens of prompts of length ``P``,
     hybrid SP -> TP(``tp``) -> SP (paper §4.3.1, docs/model.md §2.2). Returns, in order:
     down-projection, all-gather, up-projection + FlashAttention, all-to-all, O-proj."""
@@ -129,7 +186,7 @@ def mla_prefill_ops(m, T, P, tp) -> list[Op]:
     down = Op("mla_down", "cube", flops=2 * T * down_w, dtype=m.precision.matmul, vector_ops=T * down_vec,
               hbm_bytes=down_w * b.weight + T * h * b.hidden + T * compressed * b.hidden,
               weight_bytes=down_w * b.weight)
-    gather = Op("attn_allgather", "dma", launches=1, tier="ub",
+    gather = Op("attn_allgather", "dma", launches=1, tier=tier,
                 net_bytes=(tp - 1) * T * compressed * b.hidden, net_messages=0.0,
                 hbm_bytes=tp * T * compressed * b.hidden, sync_group=tp)
     up = Op("mla_up", "cube", flops=2 * T * up_w, dtype=m.precision.matmul, vector_ops=T * up_vec,
@@ -139,7 +196,7 @@ def mla_prefill_ops(m, T, P, tp) -> list[Op]:
               flops=2 * T * a.num_heads * (qk + a.v_head_dim) * (np.asarray(P, dtype=float) + 1) / 2,
               vector_ops=VEC_SOFTMAX * T * a.num_heads * (np.asarray(P, dtype=float) + 1) / 2, chained=True,
               hbm_bytes=T * a.num_heads * (2 * qk + 2 * a.v_head_dim) * b.attn + T * lat * b.kv)
-    a2a = Op("attn_alltoall", "dma", launches=1, tier="ub",
+    a2a = Op("attn_alltoall", "dma", launches=1, tier=tier,
              net_bytes=T * (tp - 1) / tp * a.num_heads * a.v_head_dim * b.hidden, net_messages=0.0,
              hbm_bytes=T * a.num_heads * a.v_head_dim * b.hidden, sync_group=tp)
     o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec,
@@ -192,7 +249,7 @@ def placement(m, T, ep, redundant, shared_copies, imbalance, tile_rows) -> Place
                      shared_remote=(S > 0) & ~every_die, remote_routed_fraction=(ep - 1) / ep)
 
 
-def moe_ops(m, T, ep, pl: Placement) -> list[Op]:
+def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
     """Gate, dispatch, grouped-GEMM experts (+ SwiGLU + re-quantisation) and combine for
     ``T`` tokens per die (paper §4.2, docs/model.md §2.3, §4.2)."""
     b, mo, h = Bytes.of(m), m.moe, m.hidden_size
@@ -201,15 +258,18 @@ def moe_ops(m, T, ep, pl: Placement) -> list[Op]:
     shared_msgs = np.where(pl.shared_remote, mo.shared_experts, 0.0)
     fanout = mo.experts_per_token * pl.remote_routed_fraction + shared_msgs
     rows_remote = pl.rows * pl.remote_routed_fraction
-    d_B, c_B = dispatch_message_B(m), combine_message_B(m)
+    d_B, c_B = dispatch_message_B(m, route.message), combine_message_B(m)
+    traffic = partial(ep_traffic, route, T, mo.experts_per_token, pl.remote_routed_fraction, shared_msgs, rows_remote, ep)
+    d_msgs, d_tiers = traffic(d_B)
+    _, c_tiers = traffic(c_B)
 
     router_w = mo.routed_experts * h
     gate = Op("gate", "cube", flops=2 * T * router_w, dtype=m.precision.hidden,
               vector_ops=T * (VEC_RMSNORM * h + VEC_ROUTING * mo.routed_experts),
               hbm_bytes=router_w * b.hidden + T * h * b.hidden + T * mo.routed_experts * 4,
               weight_bytes=router_w * b.hidden)
-    dispatch = Op("dispatch", "vector", tier="ub", vector_ops=T * VEC_QUANT * h,
-                  net_messages=T * fanout, net_bytes=np.maximum(T * fanout, rows_remote) * d_B,
+    dispatch = Op("dispatch", "vector", tier=route.tiers[-1], vector_ops=T * VEC_QUANT * h,
+                  net_messages=d_msgs, tier_bytes=d_tiers, net_bytes=sum(d_tiers.values()),
                   hbm_bytes=T * h * b.hidden + (T * fanout + rows_remote) * d_B, sync_group=ep)
     e_w = arch.expert_params(m)
     rows = pl.rows
@@ -218,8 +278,9 @@ def moe_ops(m, T, ep, pl: Placement) -> list[Op]:
                  tile_efficiency=rows / np.maximum(pl.padded_rows, 1e-30),
                  hbm_bytes=pl.instances_per_die * e_w * b.weight + swiglu_activation_bytes(m, rows, I),
                  weight_bytes=pl.instances_per_die * e_w * b.weight)
-    combine = Op("combine", "vector", tier="ub", vector_ops=T * h * (VEC_COMBINE * (fanout + 1) + VEC_RESIDUAL),
-                 net_messages=rows_remote, net_bytes=np.maximum(T * fanout, rows_remote) * c_B,
+    combine = Op("combine", "vector", tier=route.tiers[-1], vector_ops=T * h * (VEC_COMBINE * (fanout + 1) + VEC_RESIDUAL),
+                 net_messages=rows_remote if route.style == "direct" else d_msgs, tier_bytes=c_tiers,
+                 net_bytes=sum(c_tiers.values()),
                  hbm_bytes=(T * fanout + rows_remote) * c_B + T * h * b.hidden, sync_group=ep)
     return [gate, dispatch, experts, combine]
 

@@ -55,9 +55,10 @@ class Op:
     hbm_bytes: Any = 0.0
     vector_ops: Any = 0.0  # element operations on the AI Vector cores (docs/model.md §2.4)
     tile_efficiency: Any = 1.0
-    net_bytes: Any = 0.0
+    net_bytes: Any = 0.0  # on ``tier``, unless ``tier_bytes`` spreads them over several tiers
     net_messages: Any = 0.0
-    tier: str | None = None
+    tier: str | None = None  # the tier it uses (for several, the outermost: its latency sets the rounds)
+    tier_bytes: Any = None  # {tier: bytes} when the traffic spans tiers
     sync_group: Any = None
     launches: Any = 1.0
     weight_bytes: Any = 0.0  # the part of hbm_bytes that is weights (shown in --breakdown)
@@ -116,13 +117,23 @@ class OpTime:
 
 
 def tier_bandwidth_Bps(hw, tier: str):
-    """Per-die bandwidth of a network tier: its measured value, else its chip port's nominal."""
-    t = getattr(hw.system.tiers, tier)
-    if t.bandwidth_Bps is not None:
-        return t.bandwidth_Bps
-    if t.port is not None:
-        return getattr(hw.chip.die.ports, t.port)
-    return t.node_bandwidth_Bps / (hw.system.node.npus * hw.chip.dies_per_package)
+    """Achievable bandwidth of a network tier per die and direction (a tier quoted per chip
+    or per node shares it among the dies there)."""
+    t = hw.system.tiers[tier]
+    per = {"die": 1, "chip": hw.chip.dies_per_package, "node": hw.system.node.chips * hw.chip.dies_per_package}[t.per]
+    return t.bandwidth_Bps / per
+
+
+def tier_for_group(hw, group_dies, tiers=None) -> str:
+    """The innermost tier (of ``tiers``, default all) whose domain holds ``group_dies`` dies
+    (a group of consecutive dies: a TP group, a node). Scalar group sizes only."""
+    names = list(tiers) if tiers is not None else hw.system.tiers.keys()
+    chips = float(np.max(group_dies)) / hw.chip.dies_per_package
+    for name in names:
+        domain = hw.system.tiers[name].domain_chips
+        if domain is None or chips <= domain:
+            return name
+    return names[-1]
 
 
 def hbm_rate_Bps(hw):
@@ -137,7 +148,7 @@ def sync_rounds(group) -> np.ndarray:
 
 def sync_round_s(hw, tier: str):
     """One synchronisation round: a UB round trip, twice the tier's one-way latency."""
-    return 2.0 * getattr(hw.system.tiers, tier).latency_s
+    return 2.0 * hw.system.tiers[tier].latency_s
 
 
 def _ratio(num, den):
@@ -158,9 +169,13 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     activation_memory = (np.asarray(op.hbm_bytes, dtype=float) - np.asarray(op.weight_bytes, dtype=float)) / hbm_rate_Bps(hw)
     pool_vector = np.asarray(op.vector_ops, dtype=float) / die.vector_ops_per_s
     latency = np.asarray(op.launches, dtype=float) * hw.chip.latency.kernel_launch_s
+    net_bytes = np.asarray(op.net_bytes, dtype=float)
     if op.tier is not None:
         engine = np.asarray(op.net_messages, dtype=float) * coll.message_issue_s
-        network = np.maximum(np.asarray(op.net_bytes, dtype=float) / tier_bandwidth_Bps(hw, op.tier), engine)
+        per_tier = op.tier_bytes if op.tier_bytes is not None else {op.tier: net_bytes}
+        links = [np.asarray(b, dtype=float) / tier_bandwidth_Bps(hw, t) for t, b in per_tier.items()]
+        network = np.maximum.reduce(np.broadcast_arrays(engine, *links))
+        net_bytes = sum(np.asarray(b, dtype=float) for b in per_tier.values())
         if op.sync_group is not None:
             latency = latency + sync_rounds(op.sync_group) * sync_round_s(hw, op.tier)
     else:
@@ -170,8 +185,8 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     arrays = np.broadcast_arrays(compute, vector, memory, network, latency, pool_compute, pool_vector, activation_memory)
     return OpTime(op.name, op.engine, *arrays,
                   flops=flops, hbm_bytes=np.asarray(op.hbm_bytes, dtype=float),
-                  net_bytes=np.asarray(op.net_bytes, dtype=float), weight_bytes=np.asarray(op.weight_bytes, dtype=float),
-                  chained=op.chained)
+                  net_bytes=net_bytes, weight_bytes=np.asarray(op.weight_bytes, dtype=float),
+                  chained=op.chained and eff.attention_phases == "chained")
 
 
 def dtype_bytes(name: str) -> int:

@@ -1,11 +1,13 @@
-"""Expert-parallel dispatch / combine on their own: the operator micro-benchmark of paper
-Table 7 (``tokens`` per rank, top-k routing over ``ep`` dies, all vector cores), timed by the
-same ops and placement as the MoE layers (docs/model.md §4.2)."""
+"""Expert-parallel dispatch / combine on their own: the operator micro-benchmarks of paper
+Table 7 and DeepEP (``tokens`` per rank, top-k routing over ``ep`` dies, all cores), timed by
+the same ops and placement as the MoE layers (docs/model.md §4.2): ``dispatch_us`` over the
+system's decode route (low-latency kernels), ``dispatch_normal_us`` over its prefill route."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..cost.collectives import route_of
 from ..cost.ops import combine_message_B, dispatch_message_B, moe_ops, placement
 from ..cost.roofline import op_time
 
@@ -14,15 +16,19 @@ def collective(hw, m, g) -> dict:
     T = np.asarray(g["tokens"], dtype=float)
     pl = placement(m, T, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
                    hw.chip.efficiency.matmul_tile_rows)
-    _, dispatch, _, combine = moe_ops(m, T, g["ep"], pl)
-    td, tc = op_time(dispatch, hw), op_time(combine, hw)
     k = m.moe.experts_per_token
+    out = {}
+    for phase, suffix in (("decode", ""), ("prefill", "_normal")):
+        route = route_of(hw, phase)
+        _, dispatch, _, combine = moe_ops(m, T, g["ep"], pl, route)
+        td, tc = op_time(dispatch, hw), op_time(combine, hw)
+        out[f"dispatch{suffix}_us"] = td.time_s * 1e6
+        out[f"combine{suffix}_us"] = tc.time_s * 1e6
+        # the paper's and DeepEP's low-latency bandwidth column: tokens x top-k messages / time
+        out[f"dispatch{suffix}_GBps"] = T * k * dispatch_message_B(m, route.message) / td.time_s / 1e9
+        out[f"combine{suffix}_GBps"] = T * k * combine_message_B(m) / tc.time_s / 1e9
     return {
-        "dispatch_us": td.time_s * 1e6,
-        "combine_us": tc.time_s * 1e6,
-        # the paper's bandwidth column: tokens x top-k messages / latency
-        "dispatch_GBps": T * k * dispatch_message_B(m) / td.time_s / 1e9,
-        "combine_GBps": T * k * combine_message_B(m) / tc.time_s / 1e9,
+        **out,
         "_schedules": None,
         "_choice": np.ones_like(T),
     }

@@ -18,31 +18,62 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cost.collectives import route_of
 from ..cost.ops import dense_ffn_op, embedding_op, head_op, mla_decode_ops, moe_ops, mtp_proj_op, placement
 from .common import Schedule, choose, select, timed, tokens_per_s_per_tflops, wait_after
 from .pipeline import Pipeline, Stage, pipeline
 
 LANES = {1: ("serial", "serial"), 2: ("A (attention)", "B (moe)")}
-RULES = {1: "one microbatch: A + dispatch wait + B + combine wait",
-         2: "max(2A, 2B, A + B + barrier waits, shared pools): two microbatches on two streams"}
+RULES = {1: "one microbatch: every stage and barrier wait in series",
+         2: "max(2A, 2B, A + B + barrier waits, shared pools): two microbatches on two streams",
+         "compute-comm": "two microbatches one stage apart: compute of one under communication of the other"}
+
+
+def comm_shares(hw, n: int) -> tuple[float, float]:
+    """(compute lane, communication lane) shares of the cores in a compute-comm overlap:
+    communication holds ``comm_units`` of the die's units while it runs (0: it only issues
+    remote writes and holds none; its little vector work then draws on the shared pool)."""
+    if n == 1:
+        return 1.0, 1.0
+    held = hw.system.overlap.decode.comm_units / hw.chip.die.vector_units
+    return 1.0 - held, np.where(held > 0, held, 1.0)
 
 
 def moe_stages(hw, m, g, tokens, requests, n: int) -> list[Stage]:
-    """The two stages of one MoE layer for one of ``n`` microbatches of a die's ``tokens``
-    tokens of ``requests`` requests, timed on the cores their streams own."""
-    T, R = tokens / n, requests / n
-    share = g["attention_share"] if n == 2 else 1.0
-    moe_share = 1.0 - share if n == 2 else 1.0
+    """The stages of one MoE layer for one of ``n`` microbatches of a die's ``tokens``
+    tokens of ``requests`` requests, timed on the cores their lanes own (docs/model.md §5.2).
 
+    core-split (Ascend): A = attention | B = gate, dispatch, experts, combine, on two streams.
+    compute-comm (NVIDIA two-batch overlap): attention + gate | dispatch | experts | combine,
+    compute on one lane and communication on the other."""
+    T, R = tokens / n, requests / n
     pl = placement(m, T, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
                    hw.chip.efficiency.matmul_tile_rows)
-    attn = timed(mla_decode_ops(m, T, R, g["kv_len"]), hw, share, share)
-    moe = timed(moe_ops(m, T, g["ep"], pl), hw, moe_share, moe_share)
-    lane_a, lane_b = LANES[n]
-    # dispatch waits for the slowest die's attention, gate and send; combine for its experts
-    w_dispatch = wait_after(attn + moe[:2], g["ep"], hw)
-    w_combine = wait_after(moe[2:], g["ep"], hw)
-    return [Stage("attention", lane_a, attn, w_dispatch), Stage("moe", lane_b, moe, w_combine)]
+    attn_ops = mla_decode_ops(m, T, R, g["kv_len"])
+    gate, dispatch, experts, combine = moe_ops(m, T, g["ep"], pl, route_of(hw, "decode"))
+    ep = g["ep"]
+    if hw.system.overlap.decode.style == "core-split":
+        share = np.where(np.isnan(g["attention_share"]), hw.system.overlap.decode.attention_share,
+                         g["attention_share"]) if n == 2 else 1.0
+        other = 1.0 - share if n == 2 else 1.0
+        attn = timed(attn_ops, hw, share, share)
+        moe = timed([gate, dispatch, experts, combine], hw, other, other)
+        lane_a, lane_b = LANES[n]
+        # dispatch waits for the slowest die's attention, gate and send; combine for its experts
+        return [Stage("attention", lane_a, attn, wait_after(attn + moe[:2], ep, hw)),
+                Stage("moe", lane_b, moe, wait_after(moe[2:], ep, hw))]
+    compute, comm = comm_shares(hw, n)
+    c1 = timed(attn_ops + [gate], hw, compute, compute)
+    m1 = timed([dispatch], hw, comm, comm)
+    c2 = timed([experts], hw, compute, compute)
+    m2 = timed([combine], hw, comm, comm)
+    lane_c, lane_m = ("serial", "serial") if n == 1 else ("compute", "comm")
+    return [Stage("attention", lane_c, c1), Stage("dispatch", lane_m, m1, wait_after(c1 + m1, ep, hw)),
+            Stage("experts", lane_c, c2), Stage("combine", lane_m, m2, wait_after(c2 + m2, ep, hw))]
+
+
+def rule(hw, n: int) -> str:
+    return RULES[n] if n == 1 or hw.system.overlap.decode.style == "core-split" else RULES["compute-comm"]
 
 
 def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, Pipeline]:
@@ -56,12 +87,12 @@ def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, Pipeline]:
     dense = timed(mla_decode_ops(m, T_die, R_die, g["kv_len"]) + [dense_ffn_op(m, T_die)], hw)
     sched.serial("dense_layer", dense, n_dense, "sum of all ops (all cores; no barrier to hide)")
     main = pipeline(moe_stages(hw, m, g, T_die, R_die, n), n)
-    sched.stack("moe_layer", main, m.num_layers - n_dense, rule=RULES[n])
+    sched.stack("moe_layer", main, m.num_layers - n_dense, rule=rule(hw, n))
     # MTP: k draft steps, each one token per request through eh_proj, one MoE block and the head
     sched.serial("mtp", timed([mtp_proj_op(m, R_die), head_op(m, R_die, "mtp_head")], hw), k,
                  "eh_proj + head, once per draft step")
     draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n), n)
-    sched.stack("mtp_layer", draft, 1, repeats=k, rule=RULES[n])
+    sched.stack("mtp_layer", draft, 1, repeats=k, rule=rule(hw, n))
     sched.serial("per_iteration", timed([embedding_op(m, T_die), head_op(m, T_die)], hw), 1,
                  "embedding + LM head over all tokens + iteration overhead", hw.chip.latency.iteration_overhead_s)
     return sched.total_s(), sched, main
@@ -94,14 +125,15 @@ def decode(hw, m, g) -> dict:
     tpot = it / emitted_tokens(g)
     throughput = g["batch"] / tpot
     two = choice == 2
+    lanes = ("A (attention)", "B (moe)") if hw.system.overlap.decode.style == "core-split" else ("compute", "comm")
     return {
         "microbatches_used": choice,
         "iteration_ms": it * 1e3,
         "tpot_ms": tpot * 1e3,
         "layer_us": select(choice, p1.period_s, p2.period_s) * 1e6,
         "barrier_wait_us": select(choice, p1.wait_s, 2 * p2.wait_s) * 1e6,
-        "stream_a_us": np.where(two, p2.lane_s(LANES[2][0]), np.nan) * 1e6,
-        "stream_b_us": np.where(two, p2.lane_s(LANES[2][1]) + p2.wait_s, np.nan) * 1e6,
+        "stream_a_us": np.where(two, p2.lane_s(lanes[0]), np.nan) * 1e6,
+        "stream_b_us": np.where(two, p2.lane_s(lanes[1]) + p2.wait_s, np.nan) * 1e6,
         "tokens_per_iteration": emitted_tokens(g),
         "throughput_per_npu": throughput,
         "tokens_per_s_per_user": 1.0 / tpot,

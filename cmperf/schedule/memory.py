@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost import arch
-from ..cost.ops import Bytes, combine_message_B, dispatch_message_B, placement
+from ..cost.collectives import route_of
+from ..cost.ops import ASCEND_MESSAGE, Bytes, combine_message_B, dispatch_message_B, placement
 from .decode import draft_tokens
 
 
@@ -32,10 +33,10 @@ def weight_bytes(m, g, attn_tp=1.0) -> np.ndarray:
             + mtp_layers * arch.mtp_eh_proj_params(m) * b.weight)
 
 
-def buffer_bytes(m, tokens_per_die, ep) -> np.ndarray:
+def buffer_bytes(m, tokens_per_die, ep, message=ASCEND_MESSAGE) -> np.ndarray:
     """Dispatch + combine receive buffers (paper Eq. 1-2): every one of ``ep`` peers may send
     each of its tokens to this die once, so each buffer holds tokens x EP messages."""
-    return tokens_per_die * np.asarray(ep, dtype=float) * (dispatch_message_B(m) + combine_message_B(m))
+    return tokens_per_die * np.asarray(ep, dtype=float) * (dispatch_message_B(m, message) + combine_message_B(m))
 
 
 def activation_bytes(m, tokens) -> np.ndarray:
@@ -54,7 +55,8 @@ def decode_memory(hw, m, g) -> dict:
     kv_tok = arch.kv_bytes_per_token(m, Bytes.of(m).kv, arch.kv_layers(m, np.asarray(g["mtp"], dtype=float)))
     context = g["prompt_len"] + g["output_len"]
     fixed = weight_bytes(m, g) + hw.chip.memory.runtime_reserved_B
-    per_request = context * kv_tok + tpr * (buffer_bytes(m, 1.0, g["ep"]) + activation_bytes(m, 1.0)
+    msg = route_of(hw, "decode").message
+    per_request = context * kv_tok + tpr * (buffer_bytes(m, 1.0, g["ep"], msg) + activation_bytes(m, 1.0)
                                             + m.vocab_size * 4)
     total = fixed + R_die * per_request
     cap = hw.chip.die.hbm_capacity_B
@@ -63,7 +65,7 @@ def decode_memory(hw, m, g) -> dict:
         "memory_per_die_bytes": total,
         "weights_per_die_bytes": weight_bytes(m, g),
         "kv_cache_per_die_bytes": R_die * context * kv_tok,
-        "buffers_per_die_bytes": buffer_bytes(m, R_die * tpr, g["ep"]),
+        "buffers_per_die_bytes": buffer_bytes(m, R_die * tpr, g["ep"], msg),
         "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(total)).astype(float),
         "max_batch_per_npu": max_r * dpp,
         "fits": total <= cap,
@@ -76,14 +78,15 @@ def prefill_memory(hw, m, g, microbatches) -> dict:
     T_mb = T_die / microbatches
     kv_tok = arch.kv_bytes_per_token(m, Bytes.of(m).kv, arch.kv_layers(m, np.asarray(g["mtp"], dtype=float)))
     fixed = weight_bytes(m, g, g["attn_tp"]) + hw.chip.memory.runtime_reserved_B
-    per_token = kv_tok + (buffer_bytes(m, 1.0, g["ep"]) + activation_bytes(m, 1.0)) / microbatches
+    msg = route_of(hw, "prefill").message
+    per_token = kv_tok + (buffer_bytes(m, 1.0, g["ep"], msg) + activation_bytes(m, 1.0)) / microbatches
     total = fixed + T_die * per_token
     cap = hw.chip.die.hbm_capacity_B
     return {
         "memory_per_die_bytes": total,
         "weights_per_die_bytes": weight_bytes(m, g, g["attn_tp"]),
         "kv_cache_per_die_bytes": T_die * kv_tok,
-        "buffers_per_die_bytes": buffer_bytes(m, T_mb, g["ep"]),
+        "buffers_per_die_bytes": buffer_bytes(m, T_mb, g["ep"], msg),
         "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(total)).astype(float),
         "max_tokens_per_npu": np.floor(np.maximum(cap - fixed, 0) / per_token) * dpp,
         "fits": total <= cap,

@@ -23,7 +23,8 @@ import numpy as np
 
 from ..cost.arch import kv_bytes_per_token, kv_layers
 from ..cost.ops import Bytes, dense_ffn_op, embedding_op, head_op, mla_prefill_ops, moe_ops, mtp_proj_op, placement
-from ..cost.roofline import tier_bandwidth_Bps
+from ..cost.collectives import route_of
+from ..cost.roofline import tier_bandwidth_Bps, tier_for_group
 from .common import Schedule, choose, select, timed, tokens_per_s_per_tflops, wait_after
 from .pipeline import Stage, pipeline
 
@@ -34,13 +35,15 @@ RULES = {1: "one microbatch: every stage and barrier wait in series",
 def layer_stages(hw, m, g, T, moe: bool) -> list[Stage]:
     """The stages of one layer for a microbatch of ``T`` tokens per die."""
 
+    tp_tier = tier_for_group(hw, g["attn_tp"])
+
     def build(t):
-        down, gather, up, core, a2a, o_proj = mla_prefill_ops(m, t, g["prompt_len"], g["attn_tp"])
+        down, gather, up, core, a2a, o_proj = mla_prefill_ops(m, t, g["prompt_len"], g["attn_tp"], tp_tier)
         if not moe:
             return [[down], [gather], [up, core], [a2a], [o_proj, dense_ffn_op(m, t)]]
         pl = placement(m, t, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
                        hw.chip.efficiency.matmul_tile_rows)
-        gate, dispatch, experts, combine = moe_ops(m, t, g["ep"], pl)
+        gate, dispatch, experts, combine = moe_ops(m, t, g["ep"], pl, route_of(hw, "prefill"))
         return [[down], [gather], [up, core], [a2a], [o_proj, gate], [dispatch], [experts], [combine]]
 
     timed_stages = [timed(ops, hw) for ops in build(T)]
@@ -72,12 +75,13 @@ def forward(hw, m, g, n: int) -> tuple[np.ndarray, Schedule]:
 
 
 def kv_transfer_s(hw, m, g) -> np.ndarray:
-    """Whole KV cache of a die's prompts sent once to the decode instance over RDMA
-    (paper §4.1): bytes / RDMA bandwidth + latency (docs/model.md §4.4)."""
+    """Whole KV cache of a die's prompts sent once to the decode instance over the system's
+    KV-transfer tier (RDMA in the paper, §4.1): bytes / bandwidth + latency (docs/model.md §4.4)."""
     layers = kv_layers(m, np.asarray(g["mtp"], dtype=float))
     T_die = g["tokens_per_npu"] / hw.chip.dies_per_package
     bytes_ = T_die * kv_bytes_per_token(m, Bytes.of(m).kv, layers)
-    return bytes_ / tier_bandwidth_Bps(hw, "rdma") + hw.system.tiers.rdma.latency_s
+    tier = hw.system.kv_transfer_tier
+    return bytes_ / tier_bandwidth_Bps(hw, tier) + hw.system.tiers[tier].latency_s
 
 
 def prefill(hw, m, g) -> dict:

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..errors import SpecError
-from .schema import SPEC_KINDS, ChipSpec, ModelSpec, SystemSpec
+from .schema import SPEC_KINDS, ChipSpec, ModelSpec, SystemSpec, system_reference_problems
 
 SPEC_DIRS = {"chip": "hardware", "system": "hardware", "model": "models"}
 
@@ -153,21 +153,30 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
 
 # --------------------------------------------------------------------------- validation
 def _format_validation(path: Path, err: ValidationError, overrides: Mapping[str, Any] | None = None,
-                       label: str = "") -> str:
-    first = err.errors()[0]
-    loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
-    key = loc.removesuffix(".value")
-    where = f"--set {label}.{key}={overrides[key]}" if overrides and key in overrides else f"{path}: field '{loc}'"
-    kind = first["type"]
-    if kind == "extra_forbidden":
-        msg = "unknown field (not in the schema; check the spelling)"
-    elif kind == "missing":
-        msg = "required field is missing"
-    else:
-        msg = f"{first['msg']} (got {first.get('input')!r})"
-    more = len(err.errors()) - 1
-    tail = f" [and {more} more problem{'s' if more > 1 else ''}]" if more else ""
-    return f"{where}: {msg}{tail}"
+                       label: str = "", extra: list[str] | None = None) -> str:
+    """Every problem pydantic found, in one line: where (the file's field, or the --set flag
+    that wrote it), what is wrong, and what was found when it is a short scalar."""
+    problems = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        key = loc.removesuffix(".value")
+        where = f"--set {label}.{key}={overrides[key]}" if overrides and key in overrides else f"field '{loc}'"
+        kind = e["type"]
+        if kind == "extra_forbidden":
+            msg = "unknown field (not in the schema; check the spelling)"
+        elif kind == "missing":
+            msg = "required field is missing"
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            found = e.get("input")
+            if isinstance(found, (int, float, str, bool)) and len(repr(found)) <= 40 and kind != "value_error":
+                msg += f" (got {found!r})"
+        if not (kind == "value_error" and loc == "(top level)" and extra):  # the reference checks, said below
+            problems.append(f"{where}: {msg}")
+    problems += [p for p in extra or [] if p not in " ".join(problems)]
+    head = f"{path}: " if not problems or not problems[0].startswith("--set") else ""
+    count = f"{len(problems)} problems: " if len(problems) > 1 else ""
+    return head + count + "; ".join(problems)
 
 
 def validate(kind: str, raw: Mapping, path: Path, overrides: Mapping[str, Any] | None = None,
@@ -179,7 +188,9 @@ def validate(kind: str, raw: Mapping, path: Path, overrides: Mapping[str, Any] |
     try:
         return schema.model_validate(raw)
     except ValidationError as e:
-        raise SpecError(_format_validation(path, e, overrides, label)) from None
+        extra = system_reference_problems(raw) if kind == "system" else []
+        message = _format_validation(path, e, overrides, label, extra)
+        raise SpecError(message) from None
 
 
 def load(kind: str, name_or_path: str | Path, overrides: Mapping[str, Any] | None = None,

@@ -12,8 +12,9 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "int8": 1}
-Dtype = Literal["bf16", "fp16", "int8"]
+DTYPE_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp4": 0.5}
+Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
+Confidence = Literal["high", "medium", "low"]
 
 
 class Strict(BaseModel):
@@ -23,47 +24,67 @@ class Strict(BaseModel):
 class Sourced(Strict):
     """A number with the place it comes from (paper table, datasheet, or fitted row)."""
 
-    value: float
+    value: float = Field(allow_inf_nan=False)
     source: str = Field(min_length=3)
 
 
 class Positive(Sourced):
-    value: float = Field(gt=0)
+    value: float = Field(gt=0, allow_inf_nan=False)
 
 
 class NonNegative(Sourced):
-    value: float = Field(ge=0)
+    value: float = Field(ge=0, allow_inf_nan=False)
 
 
 class Fraction(Sourced):
-    value: float = Field(gt=0, le=1)
+    value: float = Field(gt=0, le=1, allow_inf_nan=False)
 
 
 class Count(Sourced):
     value: int = Field(gt=0)
 
 
+class SourcedChoice(Strict):
+    """A modelling choice with the evidence for it."""
+
+    value: str
+    source: str = Field(min_length=3)
+
+
 # --------------------------------------------------------------------------- chip
 class PeakFlops(Strict):
-    bf16: Positive
-    fp16: Positive
-    int8: Positive
+    """Dense peak per die in each dtype the chip's matrix units run natively."""
 
+    bf16: Optional[Positive] = None
+    fp16: Optional[Positive] = None
+    fp8: Optional[Positive] = None
+    int8: Optional[Positive] = None
+    fp4: Optional[Positive] = None
 
-class Ports(Strict):
-    die_to_die_Bps: Positive
-    ub_Bps: Positive
-    rdma_Bps: Positive
+    @model_validator(mode="after")
+    def _some(self):
+        if not any(getattr(self, d) is not None for d in DTYPE_BYTES):
+            raise ValueError("give the dense peak of at least one dtype (bf16, fp16, fp8, int8, fp4)")
+        return self
 
 
 class Die(Strict):
-    cube_cores: Count
-    vector_cores: Count
+    """One die: the unit that runs a rank of the parallel configuration."""
+
+    matrix_units: Count  # Ascend: AI Cube cores; NVIDIA: SMs (tensor cores)
+    vector_units: Count  # Ascend: AI Vector cores; NVIDIA: SMs (CUDA cores)
     peak_flops_per_s: PeakFlops
     vector_ops_per_s: Positive
     hbm_capacity_B: Positive
     hbm_bandwidth_Bps: Positive
-    ports: Ports
+
+
+class AttentionPhases(SourcedChoice):
+    """How attention's cube work (scores, values) and vector work (softmax) share time:
+    ``chained`` when they run on separate cores and wait on each other block by block
+    (Ascend AIC/AIV), ``overlapped`` when one core overlaps them (NVIDIA warp specialisation)."""
+
+    value: Literal["chained", "overlapped"]
 
 
 class Efficiency(Strict):
@@ -71,6 +92,7 @@ class Efficiency(Strict):
     matmul_tile_rows: Count
     attention_compute: Fraction
     memory_bandwidth: Fraction
+    attention_phases: AttentionPhases
 
 
 class Latency(Strict):
@@ -86,6 +108,8 @@ class ChipSpec(Strict):
     kind: Literal["chip"]
     name: str
     description: str
+    vendor: str
+    confidence: Confidence  # how well the numbers are sourced (docs/specs.md)
     dies_per_package: Count
     die: Die
     efficiency: Efficiency
@@ -95,17 +119,18 @@ class ChipSpec(Strict):
 
 # --------------------------------------------------------------------------- system
 class Node(Strict):
-    npus: Count
-    cpus: Count
+    chips: Count
+    cpus: Optional[Count] = None
+    host_memory_B: Optional[Positive] = None
+
+
+class UBFabric(Strict):
+    """CloudMatrix384's UB switches (paper §3.3.2-§3.3.3): shown by ``hw show``."""
+
     cpu_ub_Bps: Positive
     l1_switch_chips: Count
     l1_uplink_links: Count
     l1_uplink_link_Bps: Positive
-
-
-class Supernode(Strict):
-    nodes: Count
-    racks: Count
     l2_subplanes: Count
     l2_chips_per_subplane: Count
     l2_ports_per_chip: Count
@@ -113,33 +138,75 @@ class Supernode(Strict):
 
 
 class Measured(Strict):
-    inter_Bps: float = Field(gt=0)
-    intra_Bps: float = Field(gt=0)
-    inter_latency_s: float = Field(gt=0)
-    intra_latency_s: float = Field(gt=0)
+    inter_Bps: float = Field(gt=0, allow_inf_nan=False)
+    intra_Bps: float = Field(gt=0, allow_inf_nan=False)
+    inter_latency_s: float = Field(gt=0, allow_inf_nan=False)
+    intra_latency_s: float = Field(gt=0, allow_inf_nan=False)
     source: str = Field(min_length=3)
 
 
 class Tier(Strict):
-    scope: Literal["package", "node", "supernode", "cluster", "datacenter"]
-    port: Optional[Literal["die_to_die_Bps", "ub_Bps", "rdma_Bps"]] = None
-    bandwidth_Bps: Optional[Positive] = None
-    node_bandwidth_Bps: Optional[Positive] = None
+    """One network tier: the packages one of its domains connects (none: the whole system
+    and beyond), its achievable bandwidth per direction per die, and its latency."""
+
+    domain_chips: Optional[Count] = None
+    bandwidth_Bps: Positive  # achievable, one direction, per die (or per chip/node, see `per`)
+    per: Literal["die", "chip", "node"] = "die"
+    nominal_Bps: Optional[Positive] = None
     latency_s: Positive
     measured: Optional[dict[str, Measured]] = None
 
+
+class MessageFormat(Strict):
+    """Bytes of one dispatched token: hidden x dtype bytes + one scale of ``scale_B`` per
+    ``scale_block`` elements (0: one per token) + ``header_B``, rounded up to ``align_B``."""
+
+    scale_block: int = Field(ge=0)
+    scale_B: int = Field(ge=0)
+    header_B: int = Field(ge=0)
+    align_B: int = Field(ge=1)
+    source: str = Field(min_length=3)
+
+
+class Route(Strict):
+    """How expert-parallel dispatch/combine reach the experts' dies: ``direct`` (every
+    message over the innermost listed tier that holds both dies) or ``hierarchical`` (one
+    copy per destination domain of the inner tier over the outer tier, then forwarded
+    inside the domain: DeepEP's normal kernels)."""
+
+    route: Literal["direct", "hierarchical"]
+    tiers: list[str] = Field(min_length=1)  # innermost first
+    message: MessageFormat
+    source: str = Field(min_length=3)
+
+
+class Routes(Strict):
+    decode: Route
+    prefill: Route
+
+
+class Overlap(Strict):
+    """How two microbatches share a die: ``core-split`` (two streams, each owning a share of
+    the cores) or ``compute-comm`` (compute on all cores but ``comm_units`` that
+    communication holds while it runs; 0 when it only issues remote writes)."""
+
+    style: Literal["core-split", "compute-comm"]
+    attention_share: Optional[Fraction] = None
+    comm_units: Optional[NonNegative] = None
+    source: str = Field(min_length=3)
+
     @model_validator(mode="after")
-    def _bandwidth_known(self):
-        if self.port is None and self.bandwidth_Bps is None and self.node_bandwidth_Bps is None:
-            raise ValueError("a tier needs a chip `port`, a `bandwidth_Bps` or a `node_bandwidth_Bps`")
+    def _style_fields(self):
+        if self.style == "core-split" and self.attention_share is None:
+            raise ValueError("a core-split overlap needs `attention_share`")
+        if self.style == "compute-comm" and self.comm_units is None:
+            raise ValueError("a compute-comm overlap needs `comm_units`")
         return self
 
 
-class Tiers(Strict):
-    die_to_die: Tier
-    ub: Tier
-    rdma: Tier
-    vpc: Tier
+class Overlaps(Strict):
+    decode: Overlap
+    prefill: Overlap
 
 
 class Collectives(Strict):
@@ -154,10 +221,57 @@ class SystemSpec(Strict):
     name: str
     description: str
     chip: str
+    confidence: Confidence
     node: Node
-    supernode: Supernode
-    tiers: Tiers
+    nodes: Count  # nodes in the system
+    racks: Optional[Count] = None
+    ub_fabric: Optional[UBFabric] = None
+    tiers: dict[str, Tier]  # ordered, innermost first; names are free
+    kv_transfer_tier: str  # the tier prefill sends the KV cache to decode over
+    expert_parallel: Routes
+    overlap: Overlaps
     collectives: Collectives
+
+    @model_validator(mode="after")
+    def _tiers_consistent(self):
+        problems = system_reference_problems(self.model_dump())
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def system_reference_problems(raw) -> list[str]:
+    """What a system file's fields say about each other (tier names an EP route or the KV
+    transfer uses, their order, domain sizes), checked on the raw mapping so that the loader
+    can report these together with every field error."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("tiers"), dict):
+        return []
+    tiers = raw["tiers"]
+    names = list(tiers)
+    problems = [] if tiers else ["`tiers` needs at least one tier"]
+
+    def domain(t):
+        d = t.get("domain_chips") if isinstance(t, dict) else None
+        return d.get("value") if isinstance(d, dict) else None
+
+    refs = [("kv_transfer_tier", raw.get("kv_transfer_tier"))]
+    routes = raw.get("expert_parallel") if isinstance(raw.get("expert_parallel"), dict) else {}
+    for ph, r in routes.items():
+        if isinstance(r, dict) and isinstance(r.get("tiers"), list):
+            refs += [(f"expert_parallel.{ph}.tiers", t) for t in r["tiers"]]
+            order = [names.index(t) for t in r["tiers"] if t in tiers]
+            if order != sorted(order):
+                problems.append(f"`expert_parallel.{ph}.tiers` must list tiers innermost first, as `tiers` does")
+            if r.get("route") == "hierarchical" and len(r["tiers"]) != 2:
+                problems.append(f"`expert_parallel.{ph}`: a hierarchical route needs two tiers, inner then outer")
+    for where, t in refs:
+        if t is not None and t not in tiers:
+            problems.append(f"`{where}` names tier '{t}', which `tiers` does not define (tiers: {', '.join(names)})")
+    sizes = [(n, domain(t)) for n, t in tiers.items()]
+    for (n1, d1), (n2, d2) in zip(sizes, sizes[1:]):
+        if (d1 is None and d2 is not None) or (d1 is not None and d2 is not None and d2 < d1):
+            problems.append(f"tier '{n2}' must connect at least as many chips as the tier inside it, '{n1}'")
+    return problems
 
 
 # --------------------------------------------------------------------------- model

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel
 
-from .schema import Sourced
+from .schema import Sourced, SourcedChoice
 
 
 class SpecView:
@@ -27,12 +27,24 @@ class SpecView:
         path = f"{self._prefix}{name}"
         if path in self._over:
             return self._over[path]
-        value = getattr(self._obj, name)
-        if isinstance(value, Sourced):
+        if isinstance(self._obj, dict):
+            if name not in self._obj:
+                raise AttributeError(name)
+            value = self._obj[name]
+        else:
+            value = getattr(self._obj, name)
+        if isinstance(value, (Sourced, SourcedChoice)):
             return value.value
-        if isinstance(value, BaseModel):
+        if isinstance(value, (BaseModel, dict)):
             return SpecView(value, self._over, f"{path}.")
         return value
+
+    def __getitem__(self, name: str) -> Any:
+        return self.__getattr__(name)
+
+    def keys(self) -> list[str]:
+        """The fields (or, for a mapping such as ``tiers``, the names) in order."""
+        return list(self._obj) if isinstance(self._obj, dict) else list(type(self._obj).model_fields)
 
     @property
     def spec(self) -> BaseModel:
