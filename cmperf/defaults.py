@@ -26,6 +26,7 @@ DECODE_DEFAULTS: dict[str, Default] = {
     "output_len": Default(256, "paper Table 5 (D2): output 256", "output tokens per request"),
     "kv_len": Default(float("nan"), "paper Table 4: KV length 4,096; unset = prompt + output/2", "cached tokens attended per decode step", "prompt + output/2"),
     "dies": Default(320, "paper §4.1: 160 NPUs = 320 dies", "dies in the decode instance"),
+    "tp": Default(1, "paper §4.2: data-parallel attention (DP320)", "tensor-parallel degree of attention and dense FFN (dies sharing the same requests)"),
     "ep": Default(0, "paper §4.2: EP320 (unset = all dies)", "expert-parallel degree", "= dies"),
     "microbatches": Default(0, "auto: the faster of one and two microbatches; at the paper's deployment that is two (paper §4.2.3)", "1, 2 or auto", "auto: the faster"),
     "mtp": Default(1, "paper §5.1: MTP on", "multi-token prediction", "on"),

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from .cost import arch
-from .cost.ops import combine_message_B, dispatch_message_B, flops_per_token
+from .cost.ops import combine_message_B, dispatch_message_B, experts_dtype, flops_per_token
 from .cost.roofline import sync_round_s, tier_bandwidth_Bps
 from .specs.loader import Hardware
 from .specs.schema import DTYPE_BYTES, ChipSpec, ModelSpec
@@ -23,18 +23,23 @@ def model_facts(m: ModelSpec, context: int = 4096) -> list[dict]:
               "MTP block + its own embedding/head copies"),
            _r("parameters", "activated per token (matmuls)", arch.activated_matmul_params(m), "params",
               "attention + dense FFN + top-k routed + shared experts + router + LM head")]
-    for part in ("mla", "dense_ffn", "routed_experts", "shared_experts", "router", "norms", "embedding", "head", "mtp"):
+    for part in ("attention", "dense_ffn", "routed_experts", "shared_experts", "router", "norms", "embedding", "head", "mtp"):
         out.append(_r("parameters by part", part, getattr(pb, part), "params"))
     out.append(_r("parameters by part", "mtp embedding+head copies", pb.mtp_embedding_and_head_copies, "params",
                   "shared with the main model at run time"))
-    out.append(_r("layers", "dense / MoE / MTP", f"{m.first_dense_layers} / {m.num_layers - m.first_dense_layers} / {m.mtp.modules}", ""))
+    out.append(_r("layers", "dense / MoE / MTP", f"{m.first_dense_layers} / {arch.moe_layers(m)} / {m.mtp.modules}", ""))
+    a = m.attention
+    per_layer = (f"({a.kv_lora_rank} + {a.qk_rope_head_dim})" if arch.is_mla(m)
+                 else f"2 x {a.num_kv_heads} KV heads x {a.head_dim}")
     for dt, b in DTYPE_BYTES.items():
-        if dt == "fp16":
+        if dt in ("fp16", "int8"):
             continue
         out.append(_r("KV cache per token", dt, arch.kv_bytes_per_token(m, b), "B",
-                      f"({m.attention.kv_lora_rank} + {m.attention.qk_rope_head_dim}) x {m.num_layers} layers x {b} B"))
-    out.append(_r("EP messages", "dispatch per token per expert", dispatch_message_B(m), "B", "INT8 hidden + scale, 512 B aligned"))
-    out.append(_r("EP messages", "combine per token per expert", combine_message_B(m), "B", "BF16 hidden"))
+                      f"{per_layer} x {m.num_layers} layers x {b:g} B"))
+    if m.moe is not None:
+        out.append(_r("EP messages", "dispatch per token per expert", dispatch_message_B(m), "B",
+                      f"{experts_dtype(m).upper()} hidden + one FP32 scale, 512 B aligned (the CloudMatrix384 format)"))
+        out.append(_r("EP messages", "combine per token per expert", combine_message_B(m), "B", f"{m.precision.hidden.upper()} hidden"))
     for phase, note in (("decode", f"one new token attending to {context} cached tokens"),
                         ("prefill", f"average token of a {context}-token prompt (causal)")):
         for part, v in flops_per_token(m, context, phase).items():

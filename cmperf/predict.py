@@ -108,6 +108,8 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     values = dict(values or {})
     sweep_cols = {k: list(v) for k, v in (sweeps or {}).items()}
     base = grid_from_rows(phase, rows) if rows is not None else make_grid(phase, values)
+    given = set(values) if rows is None else set().union(*(set(r) for r in rows)) if rows else set()
+    base = _model_defaults(base, given, specs.model)
     grid = _with_sweeps(base, sweep_cols, zip_sweeps) if sweep_cols else base
     hw0, m0 = specs.views()
     if "expert_imbalance" in grid:  # 'default' = the model's documented real-traffic balance
@@ -139,6 +141,18 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     table.insert(0, "phase", phase)
     add_bands(table, phase)
     return Prediction(phase, table, invalid, out["_schedules"])
+
+
+def _model_defaults(grid: pd.DataFrame, given: set, m) -> pd.DataFrame:
+    """Defaults that depend on the model: MTP off for a model without an MTP module, no
+    shared-expert copies for a model without a shared expert (the paper's deployment
+    defaults assume DeepSeek-R1)."""
+    grid = grid.copy()
+    if "mtp" in grid and "mtp" not in given and m.mtp.modules == 0:
+        grid["mtp"] = 0
+    if "shared_copies" in grid and "shared_copies" not in given and (m.moe is None or m.moe.shared_experts == 0):
+        grid["shared_copies"] = 0
+    return grid
 
 
 def _with_sweeps(base: pd.DataFrame, sweep_cols, zipped: bool = False) -> pd.DataFrame:

@@ -101,14 +101,20 @@ def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarra
                   lambda i, reach=reach, outer=outer: f"--ep {g['ep'].iat[i]} exceeds the {reach} dies one '{outer}' domain connects "
                                                       f"(expert parallelism runs over {outer})")
     check(g["redundant_experts"] < 0, lambda i: f"--redundant-experts must be >= 0 (got {g['redundant_experts'].iat[i]})")
-    if mo.shared_experts > 0 and phase != "collective":  # Table 7's benchmark routes top-8 only
-        check(g["shared_copies"] < 1,
-              lambda i: f"--shared-copies must be >= 1: the model has a shared expert that some die must hold (got {g['shared_copies'].iat[i]})")
-    inst = mo.routed_experts + g["redundant_experts"] + g["shared_copies"]
-    check(np.mod(inst, g["ep"]) != 0,
-          lambda i: (f"--ep {g['ep'].iat[i]} does not divide the {inst.iat[i]} expert instances "
-                     f"({mo.routed_experts} routed + {g['redundant_experts'].iat[i]} redundant + {g['shared_copies'].iat[i]} shared copies); "
-                     f"change --redundant-experts/--shared-copies or pick an EP that divides {inst.iat[i]}"))
+    if mo is None and phase == "collective":
+        check(np.ones(len(g), dtype=bool), lambda i: f"model {m.name} has no MoE layers: no dispatch/combine to time")
+    if mo is not None:
+        if mo.shared_experts > 0 and phase != "collective":  # Table 7's benchmark routes top-k only
+            check(g["shared_copies"] < 1,
+                  lambda i: f"--shared-copies must be >= 1: the model has a shared expert that some die must hold (got {g['shared_copies'].iat[i]})")
+        if mo.shared_experts == 0:
+            check(g["shared_copies"] != 0,
+                  lambda i: f"--shared-copies must be 0: model {m.name} has no shared expert (got {g['shared_copies'].iat[i]})")
+        inst = mo.routed_experts + g["redundant_experts"] + g["shared_copies"]
+        check(np.mod(inst, g["ep"]) != 0,
+              lambda i: (f"--ep {g['ep'].iat[i]} does not divide the {inst.iat[i]} expert instances "
+                         f"({mo.routed_experts} routed + {g['redundant_experts'].iat[i]} redundant + {g['shared_copies'].iat[i]} shared copies); "
+                         f"change --redundant-experts/--shared-copies or pick an EP that divides {inst.iat[i]}"))
     check(g["expert_imbalance"] < 1, lambda i: f"--expert-imbalance must be >= 1 (1 = perfect balance; got {g['expert_imbalance'].iat[i]})")
     if phase == "collective":
         check(g["tokens"] <= 0, lambda i: f"tokens must be > 0 (got {g['tokens'].iat[i]})")
@@ -126,6 +132,10 @@ def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarra
         check((g["mtp"] == 1) & (m.mtp.modules < 1), lambda i: "MTP requested but the model has no MTP module")
         check((g["attention_share"] <= 0) | (g["attention_share"] >= 1),
               lambda i: f"--attention-share must be within (0, 1) (got {g['attention_share'].iat[i]})")
+        check(g["tp"] < 1, lambda i: f"--tp must be >= 1 (got {g['tp'].iat[i]})")
+        check(np.mod(m.attention.num_heads, g["tp"]) != 0,
+              lambda i: f"--tp {g['tp'].iat[i]} does not divide the {m.attention.num_heads} attention heads")
+        check(np.mod(g["dies"], g["tp"]) != 0, lambda i: f"--tp {g['tp'].iat[i]} does not divide --dies {g['dies'].iat[i]}")
     else:
         check(g["tokens_per_npu"] <= 0, lambda i: f"--tokens-per-npu must be > 0 (got {g['tokens_per_npu'].iat[i]})")
         check(g["attn_tp"] < 1, lambda i: f"--attn-tp must be >= 1 (got {g['attn_tp'].iat[i]})")

@@ -21,7 +21,7 @@ ROUTER = 256 * H + 256
 
 def test_mla_weights_per_layer(model):
     assert MLA == 187_105_280
-    assert sum(arch.mla_weights(model).values()) == MLA
+    assert sum(arch.attention_weights(model).values()) == MLA
 
 
 def test_total_parameters_671b_within_1pct(model):

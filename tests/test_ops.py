@@ -4,8 +4,8 @@ token at 4K context, dispatch/combine bytes per die at EP320, buffer memory of E
 import numpy as np
 import pytest
 
-from cmperf.cost.ops import (combine_message_B, dense_ffn_op, dispatch_message_B, mla_decode_ops,
-                             mla_prefill_ops, moe_ops, placement)
+from cmperf.cost.ops import (combine_message_B, dense_ffn_op, dispatch_message_B, attention_decode_ops,
+                             attention_prefill_ops, moe_ops, placement)
 from cmperf.schedule.memory import buffer_bytes
 
 H = 7168
@@ -14,7 +14,7 @@ EXPERT = 3 * H * 2048
 
 
 def test_decode_mla_per_token_at_4k(model):
-    prolog, core, o_proj = mla_decode_ops(model, T=1.0, R=1.0, L=4096)
+    prolog, core, o_proj = attention_decode_ops(model, T=1.0, R=1.0, L=4096)
     assert prolog.flops == 2 * (H * 1536 + 1536 * 128 * 192 + H * 576 + W_UK)  # 122,552,320
     assert prolog.weight_bytes == H * 1536 + 1536 * 128 * 192 + H * 576 + W_UK  # INT8: 1 B/weight
     assert core.flops == 2 * 128 * (576 + 512) * 4096  # scores over 576 dims, output over 512
@@ -22,13 +22,13 @@ def test_decode_mla_per_token_at_4k(model):
     assert core.hbm_bytes == pytest.approx(kv_read + 128 * (576 + 512) * 2)
     assert o_proj.flops == 2 * (W_UV + 128 * 128 * H)
     # one request, two tokens (MTP): the cache is read once, the work doubles
-    _, core2, _ = mla_decode_ops(model, T=2.0, R=1.0, L=4096)
+    _, core2, _ = attention_decode_ops(model, T=2.0, R=1.0, L=4096)
     assert core2.flops == 2 * core.flops
     assert core2.hbm_bytes - 2 * 128 * (576 + 512) * 2 == pytest.approx(kv_read)
 
 
 def test_prefill_mha_per_token_at_4k(model):
-    down, gather, up, core, a2a, o_proj = mla_prefill_ops(model, T=4096.0, P=4096, tp=4)
+    down, gather, up, core, a2a, o_proj = attention_prefill_ops(model, T=4096.0, P=4096, tp=4)
     assert down.flops == 2 * 4096 * (H * 1536 + H * 576)
     assert up.flops == 2 * 4096 * (1536 * 128 * 192 + 512 * 128 * 256)
     # causal: token i attends to i keys; sum over i = P (P + 1) / 2

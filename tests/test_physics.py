@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cmperf.cost.collectives import barrier_wait_s, expected_max_normal
-from cmperf.cost.ops import mla_decode_ops, moe_ops, placement
+from cmperf.cost.ops import attention_decode_ops, moe_ops, placement
 from cmperf.cost.roofline import op_time
 from cmperf.predict import load_specs, predict
 
@@ -54,7 +54,7 @@ def test_decode_attention_core_on_the_attention_stream(views):
     cache, on 16 of 24 cube and 32 of 48 vector cores. FlashAttention's cube and vector
     work alternate block by block, so they add."""
     hw, m = views
-    _, core, _ = mla_decode_ops(m, 48.0, 24.0, 4096)
+    _, core, _ = attention_decode_ops(m, 48.0, 24.0, 4096)
     t = op_time(core, hw, 16 / 24, 32 / 48)
     compute = 2 * 48 * 128 * (576 + 512) * 4096 / (376e12 * 0.654 * 16 / 24)  # 334.0 us
     vector = 5 * 48 * 128 * 4096 / (1e12 * 32 / 48)  # softmax, 5 op per score: 188.7 us
@@ -101,7 +101,7 @@ def test_memory_bound_ops_do_not_slow_with_fewer_cores(views):
     """Sanity: an op bound by bandwidth or latency does not slow down in proportion to the
     cores it lost; a compute-bound one does."""
     hw, m = views
-    prolog, _, o_proj = mla_decode_ops(m, 48.0, 24.0, 4096)
+    prolog, _, o_proj = attention_decode_ops(m, 48.0, 24.0, 4096)
     for op in (prolog, o_proj):
         assert float(op_time(op, hw, 2 / 3, 2 / 3).time_s) == pytest.approx(float(op_time(op, hw).time_s), rel=1e-9)
     pl = placement(m, 480.0, 32, 32, 32, 1.0, 128)
@@ -220,10 +220,10 @@ def test_prediction_bands(specs):
 def test_prefill_tensor_parallel_collectives_over_ub(views):
     """P1's SP -> TP all-gather and TP -> SP all-to-all per microbatch (4,096 tokens per die,
     TP 4) are bulk copies over the UB plane: bytes / 135 GB/s + launch + ceil(log2 4) rounds."""
-    from cmperf.cost.ops import mla_prefill_ops
+    from cmperf.cost.ops import attention_prefill_ops
 
     hw, m = views
-    _, gather, _, _, a2a, _ = mla_prefill_ops(m, 4096.0, 4096, 4)
+    _, gather, _, _, a2a, _ = attention_prefill_ops(m, 4096.0, 4096, 4)
     rounds = 2 * US + 2 * ROUND
     gather_bytes = 3 * 4096 * (1536 + 576) * 2  # the compressed q and kv of the 3 other dies, BF16
     a2a_bytes = 4096 * 3 / 4 * 128 * 128 * 2  # 3/4 of the attention outputs leave the die

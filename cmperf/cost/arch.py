@@ -1,6 +1,7 @@
-"""Weight shapes of a DeepSeek-V3-style model: the single place parameter counts come from
-(docs/model.md §1). Every function takes a model spec or a SpecView of one; results are
-element counts (multiply by bytes per element for memory).
+"""Weight shapes of a transformer with MLA or GQA attention, dense and/or MoE FFN layers and
+optional MTP modules: the single place parameter counts come from (docs/model.md §1). Every
+function takes a model spec or a SpecView of one; results are element counts (multiply by
+bytes per element for memory).
 """
 
 from __future__ import annotations
@@ -8,26 +9,49 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def is_mla(m) -> bool:
+    return m.attention.type == "mla"
+
+
 def qk_head_dim(m) -> int:
+    """Width of a query/key head: nope + rope (MLA) or head_dim (GQA)."""
     a = m.attention
-    return a.qk_nope_head_dim + a.qk_rope_head_dim
+    return a.qk_nope_head_dim + a.qk_rope_head_dim if is_mla(m) else a.head_dim
+
+
+def v_head_dim(m) -> int:
+    a = m.attention
+    return a.v_head_dim if is_mla(m) else a.head_dim
 
 
 def latent_dim(m) -> int:
-    """Width of one cached MLA token per layer: compressed KV + decoupled RoPE key."""
+    """MLA: width of one cached token per layer, compressed KV + decoupled RoPE key."""
     a = m.attention
     return a.kv_lora_rank + a.qk_rope_head_dim
 
 
-def mla_weights(m) -> dict[str, int]:
-    """MLA projection matrices of one layer (docs/model.md §1.1).
+def kv_elements(m) -> int:
+    """Elements one token keeps in the KV cache per layer: the MLA latent, or a key and a
+    value per KV head (GQA)."""
+    if is_mla(m):
+        return latent_dim(m)
+    return 2 * m.attention.num_kv_heads * m.attention.head_dim
 
-    In decode the up-projection ``kv_b`` is absorbed: its key half (W_UK) multiplies the
-    query, its value half (W_UV) the attention output; the element counts are the same."""
+
+def attention_weights(m) -> dict[str, int]:
+    """Projection matrices of one attention layer (docs/model.md §1.1).
+
+    MLA: ``q_a``/``q_b`` (or ``q`` without a q LoRA), ``kv_a``, the up-projection ``kv_b``
+    split into its key half W_UK and value half W_UV (absorbed into the query and output in
+    decode; the element counts are the same), ``o``. GQA: ``q``, ``k``, ``v``, ``o``."""
     h, a = m.hidden_size, m.attention
+    if not is_mla(m):
+        return {"q": h * a.num_heads * a.head_dim, "k": h * a.num_kv_heads * a.head_dim,
+                "v": h * a.num_kv_heads * a.head_dim, "o": a.num_heads * a.head_dim * h}
+    q = ({"q_a": h * a.q_lora_rank, "q_b": a.q_lora_rank * a.num_heads * qk_head_dim(m)} if a.q_lora_rank
+         else {"q": h * a.num_heads * qk_head_dim(m)})
     return {
-        "q_a": h * a.q_lora_rank,
-        "q_b": a.q_lora_rank * a.num_heads * qk_head_dim(m),
+        **q,
         "kv_a": h * latent_dim(m),
         "kv_b_k": a.kv_lora_rank * a.num_heads * a.qk_nope_head_dim,  # W_UK
         "kv_b_v": a.kv_lora_rank * a.num_heads * a.v_head_dim,  # W_UV
@@ -35,9 +59,13 @@ def mla_weights(m) -> dict[str, int]:
     }
 
 
-def mla_norm_weights(m) -> int:
-    """RMSNorm weights of one layer: input norm, q_a norm, kv_a norm, post-attention norm."""
-    return 2 * m.hidden_size + m.attention.q_lora_rank + m.attention.kv_lora_rank
+def attention_norm_weights(m) -> int:
+    """RMSNorm weights of one layer: input and post-attention norms, plus MLA's q_a and kv_a
+    norms or GQA's per-head q/k norms."""
+    a = m.attention
+    if is_mla(m):
+        return 2 * m.hidden_size + (a.q_lora_rank or 0) + a.kv_lora_rank
+    return 2 * m.hidden_size + (2 * a.head_dim if a.qk_norm else 0)
 
 
 def swiglu_params(hidden: int, intermediate: int) -> int:
@@ -50,7 +78,7 @@ def expert_params(m) -> int:
 
 
 def dense_ffn_params(m) -> int:
-    return swiglu_params(m.hidden_size, m.dense_ffn.intermediate_size)
+    return swiglu_params(m.hidden_size, m.dense_ffn.intermediate_size) if m.dense_ffn is not None else 0
 
 
 def router_params(m) -> int:
@@ -59,7 +87,7 @@ def router_params(m) -> int:
 
 
 def moe_layers(m) -> int:
-    return m.num_layers - m.first_dense_layers
+    return m.num_layers - m.first_dense_layers if m.moe is not None else 0
 
 
 def embedding_params(m) -> int:
@@ -75,7 +103,7 @@ def mtp_module_params(m) -> int:
     """One MTP module without the shared embedding/head: enorm, hnorm, eh_proj (2h -> h), one
     MoE transformer block, and the shared-head norm."""
     h = m.hidden_size
-    block = sum(mla_weights(m).values()) + mla_norm_weights(m) + moe_layer_params(m)
+    block = sum(attention_weights(m).values()) + attention_norm_weights(m) + moe_layer_params(m)
     return 3 * h + mtp_eh_proj_params(m) + block
 
 
@@ -86,7 +114,7 @@ def moe_layer_params(m) -> int:
 
 @dataclass(frozen=True)
 class ParamBreakdown:
-    mla: int
+    attention: int
     dense_ffn: int
     routed_experts: int
     shared_experts: int
@@ -100,7 +128,7 @@ class ParamBreakdown:
     @property
     def total(self) -> int:
         """Main model (what "671B" counts): everything but the MTP module."""
-        return (self.mla + self.dense_ffn + self.routed_experts + self.shared_experts + self.router
+        return (self.attention + self.dense_ffn + self.routed_experts + self.shared_experts + self.router
                 + self.norms + self.embedding + self.head)
 
     @property
@@ -113,16 +141,17 @@ def param_breakdown(m) -> ParamBreakdown:
     n_moe = moe_layers(m)
     emb = embedding_params(m)
     copies = 2 * emb if m.mtp.shares_embedding_and_head else 0
+    moe = m.moe
     return ParamBreakdown(
-        mla=m.num_layers * sum(mla_weights(m).values()),
+        attention=m.num_layers * sum(attention_weights(m).values()),
         dense_ffn=m.first_dense_layers * dense_ffn_params(m),
-        routed_experts=n_moe * m.moe.routed_experts * expert_params(m),
-        shared_experts=n_moe * m.moe.shared_experts * expert_params(m),
-        router=n_moe * router_params(m),
-        norms=m.num_layers * mla_norm_weights(m) + m.hidden_size,
+        routed_experts=n_moe * moe.routed_experts * expert_params(m) if moe else 0,
+        shared_experts=n_moe * moe.shared_experts * expert_params(m) if moe else 0,
+        router=n_moe * router_params(m) if moe else 0,
+        norms=m.num_layers * attention_norm_weights(m) + m.hidden_size,
         embedding=emb,
         head=0 if m.tie_word_embeddings else emb,
-        mtp=m.mtp.modules * mtp_module_params(m),
+        mtp=m.mtp.modules * mtp_module_params(m) if m.mtp.modules else 0,
         mtp_embedding_and_head_copies=m.mtp.modules * copies,
     )
 
@@ -132,11 +161,12 @@ def activated_matmul_params(m) -> int:
     weights, top-k routed + shared experts, router, and the LM head (the embedding is a
     lookup, not a matmul)."""
     n_moe = moe_layers(m)
-    mo = m.moe
-    per_moe = (mo.experts_per_token + mo.shared_experts) * expert_params(m) + router_params(m)
-    head = embedding_params(m)
-    return (m.num_layers * sum(mla_weights(m).values()) + m.first_dense_layers * dense_ffn_params(m)
-            + n_moe * per_moe + head)
+    per_moe = 0
+    if m.moe is not None:
+        mo = m.moe
+        per_moe = (mo.experts_per_token + mo.shared_experts) * expert_params(m) + router_params(m)
+    return (m.num_layers * sum(attention_weights(m).values()) + m.first_dense_layers * dense_ffn_params(m)
+            + n_moe * per_moe + embedding_params(m))
 
 
 def kv_layers(m, mtp_on=0):
@@ -145,5 +175,5 @@ def kv_layers(m, mtp_on=0):
 
 
 def kv_bytes_per_token(m, dtype_bytes: float, layers: int | None = None) -> float:
-    """Latent KV cache per token: (kv_lora_rank + rope dim) x layers x bytes (docs/model.md §1.2)."""
-    return latent_dim(m) * (m.num_layers if layers is None else layers) * dtype_bytes
+    """KV cache per token: elements per layer (§1.2) x layers x bytes."""
+    return kv_elements(m) * (m.num_layers if layers is None else layers) * dtype_bytes

@@ -20,20 +20,26 @@ from .roofline import Op, dtype_bytes
 class Bytes:
     """Bytes per element of each tensor family, from the model's precision section."""
 
-    weight: int
-    act: int
-    hidden: int
-    attn: int
-    kv: int
-    head: int
-    emb: int
+    weight: float
+    act: float
+    hidden: float
+    attn: float
+    kv: float
+    head: float
+    emb: float
+    expert: float  # expert weights and their activations (= weight unless the model says otherwise)
 
     @classmethod
     def of(cls, m) -> "Bytes":
         p = m.precision
         return cls(weight=dtype_bytes(p.matmul), act=dtype_bytes(p.matmul), hidden=dtype_bytes(p.hidden),
                    attn=dtype_bytes(p.attention), kv=dtype_bytes(p.kv_cache), head=dtype_bytes(p.head),
-                   emb=dtype_bytes(p.embedding))
+                   emb=dtype_bytes(p.embedding), expert=dtype_bytes(experts_dtype(m)))
+
+
+def experts_dtype(m) -> str:
+    """Dtype of the MoE grouped GEMMs and of the tokens dispatched to them."""
+    return m.precision.experts or m.precision.matmul
 
 
 # --------------------------------------------------------------------------- vector work
@@ -76,7 +82,7 @@ def dispatch_message_B(m, fmt: MessageFormat = ASCEND_MESSAGE) -> float:
     56 x 4 + 16 = 7,408 B)."""
     h = m.hidden_size
     scales = 1 if fmt.scale_block == 0 else -(-h // fmt.scale_block)
-    raw = h * dtype_bytes(m.precision.matmul) + scales * fmt.scale_B + fmt.header_B
+    raw = h * dtype_bytes(experts_dtype(m)) + scales * fmt.scale_B + fmt.header_B
     return float(-(-raw // fmt.align_B) * fmt.align_B)
 
 
@@ -121,66 +127,130 @@ def ep_traffic(route: Route, T, k, remote_fraction, shared_msgs, received_rows, 
     return outer_msgs + forwards, {inner: forwards * msg_B, outer: outer_msgs * msg_B}
 
 
-def swiglu_activation_bytes(m, rows, intermediate) -> object:
-    """HBM bytes of the activations of a W8A8 SwiGLU FFN over ``rows`` tokens: INT8 input,
-    BF16 gate and up outputs written and read back by the activation, INT8 input of the
-    down projection, BF16 output."""
+def swiglu_activation_bytes(m, rows, intermediate, act=None) -> object:
+    """HBM bytes of the activations of a W8A8 SwiGLU FFN over ``rows`` tokens: quantised
+    input, BF16 gate and up outputs written and read back by the activation, quantised input
+    of the down projection, BF16 output (``act``: bytes of a quantised activation)."""
     b, h = Bytes.of(m), m.hidden_size
+    act = b.act if act is None else act
     gate_up = 2 * intermediate * b.hidden  # two matrices' outputs
-    return rows * (h * b.act + 2 * gate_up + intermediate * b.act + h * b.hidden)
+    return rows * (h * act + 2 * gate_up + intermediate * act + h * b.hidden)
 
 
-# --------------------------------------------------------------------------- MLA
-def mla_decode_ops(m, T, R, L) -> list[Op]:
-    """Absorbed MLA for ``T`` tokens of ``R`` requests with ``L`` cached tokens each
-    (docs/model.md §1.1, §2.1): MLAProlog, FusedAttention over the latent cache, O-proj."""
+# --------------------------------------------------------------------------- attention
+def kv_shards(m, tp) -> np.ndarray:
+    """How many ways tensor parallelism splits a token's KV cache: by KV head, up to the
+    number of KV heads (GQA); not at all for MLA's single latent."""
+    tp = np.asarray(tp, dtype=float)
+    return np.minimum(tp, m.attention.num_kv_heads) if not arch.is_mla(m) else np.ones_like(tp)
+
+
+def attention_decode_ops(m, T, R, L, tp=1.0) -> list[Op]:
+    """Decode attention for ``T`` tokens of ``R`` requests with ``L`` cached tokens each,
+    heads split ``tp`` ways (docs/model.md §2.1): prolog (projections, RoPE, cache write),
+    the attention core over the cache, output projection; with ``tp`` > 1 the per-die work
+    is 1/tp of the heads for the whole TP group's tokens."""
+    return _mla_decode_ops(m, T, R, L, tp) if arch.is_mla(m) else _gqa_decode_ops(m, T, R, L, tp)
+
+
+def attention_prefill_ops(m, T, P, tp, tier: str = "ub") -> list[Op]:
+    """Prefill attention for ``T`` tokens of prompts of length ``P``, hybrid SP -> TP(``tp``)
+    -> SP (paper §4.3.1, docs/model.md §2.2). Returns, in order: pre-projection, all-gather,
+    projections + FlashAttention, all-to-all, output projection."""
+    return _mla_prefill_ops(m, T, P, tp, tier) if arch.is_mla(m) else _gqa_prefill_ops(m, T, P, tp, tier)
+
+
+def _mla_q_weights(m, w) -> int:
+    return w["q_b"] if "q_b" in w else w["q"]
+
+
+def _mla_decode_ops(m, T, R, L, tp) -> list[Op]:
+    """Absorbed MLA (MLAProlog, FusedAttention over the latent cache, O-proj). The latent is
+    one per token, so every die of a TP group reads all of its requests' caches."""
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
-    w = arch.mla_weights(m)
+    w = arch.attention_weights(m)
+    tp = np.asarray(tp, dtype=float)
     lat = arch.latent_dim(m)
     qk_dim = arch.qk_head_dim(m)
-    prolog_w = w["q_a"] + w["q_b"] + w["kv_a"] + w["kv_b_k"]
-    out_w = w["kv_b_v"] + w["o"]
-    nope, rope, H = a.qk_nope_head_dim, a.qk_rope_head_dim, a.num_heads
-    prolog_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (a.q_lora_rank + lat)
-                  + VEC_RMSNORM * (a.q_lora_rank + a.kv_lora_rank) + VEC_QUANT * a.q_lora_rank
+    r_q = a.q_lora_rank or 0
+    prolog_w = w.get("q_a", 0) + w["kv_a"] + (_mla_q_weights(m, w) + w["kv_b_k"]) / tp
+    out_w = (w["kv_b_v"] + w["o"]) / tp
+    nope, rope, H = a.qk_nope_head_dim, a.qk_rope_head_dim, a.num_heads / tp
+    prolog_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (r_q + lat)
+                  + VEC_RMSNORM * (r_q + a.kv_lora_rank) + VEC_QUANT * r_q
                   + VEC_DEQUANT * H * qk_dim + VEC_ROPE * (H + 1) * rope + VEC_QUANT * H * nope
                   + VEC_DEQUANT * H * a.kv_lora_rank)
     prolog = Op(
         "mla_prolog", "cube", flops=2 * T * prolog_w, dtype=m.precision.matmul, vector_ops=T * prolog_vec,
-        hbm_bytes=prolog_w * b.weight + T * h * b.hidden + T * a.num_heads * lat * b.attn + T * lat * b.kv,
+        hbm_bytes=prolog_w * b.weight + T * h * b.hidden + T * H * lat * b.attn + T * lat * b.kv,
         weight_bytes=prolog_w * b.weight,
     )
     core = Op(
         "attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
-        flops=2 * T * a.num_heads * (lat + a.kv_lora_rank) * L,
-        vector_ops=VEC_SOFTMAX * T * a.num_heads * L, chained=True,
-        hbm_bytes=R * L * lat * b.kv + T * a.num_heads * (lat + a.kv_lora_rank) * b.attn,
+        flops=2 * T * H * (lat + a.kv_lora_rank) * L,
+        vector_ops=VEC_SOFTMAX * T * H * L, chained=True,
+        hbm_bytes=R * L * lat * b.kv + T * H * (lat + a.kv_lora_rank) * b.attn,
     )
     o_vec = (VEC_QUANT * H * a.kv_lora_rank + VEC_DEQUANT * H * a.v_head_dim + VEC_QUANT * H * a.v_head_dim
              + VEC_DEQUANT * h + VEC_RESIDUAL * h)
     o_proj = Op(
         "o_proj", "cube", flops=2 * T * out_w, dtype=m.precision.matmul, vector_ops=T * o_vec,
-        hbm_bytes=out_w * b.weight + T * a.num_heads * a.kv_lora_rank * b.attn + T * h * b.hidden,
+        hbm_bytes=out_w * b.weight + T * H * a.kv_lora_rank * b.attn + T * h * b.hidden,
         weight_bytes=out_w * b.weight,
     )
     return [prolog, core, o_proj]
 
 
-def mla_prefill_ops(m, T, P, tp, tier: str = "ub") -> list[Op]:
-    """Non-absorbed MLA as causal 128-head MHA for ``T`` tokens of prompts of length ``P``,
-    hybrid SP -> TP(``tp``) -> SP (paper §4.3.1, docs/model.md §2.2). Returns, in order:
-    down-projection, all-gather, up-projection + FlashAttention, all-to-all, O-proj."""
+def _gqa_decode_ops(m, T, R, L, tp) -> list[Op]:
+    """GQA: q/k/v projections with RoPE and the cache write, the attention core over the
+    K and V caches, the output projection."""
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
-    w = arch.mla_weights(m)
+    w = arch.attention_weights(m)
+    tp = np.asarray(tp, dtype=float)
+    shards = kv_shards(m, tp)
+    d, H, Hkv = a.head_dim, a.num_heads / tp, a.num_kv_heads / shards
+    qkv_w = w["q"] / tp + (w["k"] + w["v"]) / shards
+    qkv_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (H + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d
+               + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0))
+    qkv = Op("qkv_proj", "cube", flops=2 * T * qkv_w, dtype=m.precision.matmul, vector_ops=T * qkv_vec,
+             hbm_bytes=qkv_w * b.weight + T * h * b.hidden + T * H * d * b.attn + T * 2 * Hkv * d * b.kv,
+             weight_bytes=qkv_w * b.weight)
+    core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
+              flops=2 * T * H * 2 * d * L, vector_ops=VEC_SOFTMAX * T * H * L, chained=True,
+              hbm_bytes=R * L * 2 * Hkv * d * b.kv + 2 * T * H * d * b.attn)
+    o_w = w["o"] / tp
+    o_vec = VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h
+    o_proj = Op("o_proj", "cube", flops=2 * T * o_w, dtype=m.precision.matmul, vector_ops=T * o_vec,
+                hbm_bytes=o_w * b.weight + T * H * d * b.attn + T * h * b.hidden, weight_bytes=o_w * b.weight)
+    return [qkv, core, o_proj]
+
+
+def tp_allreduce_op(m, T, tp, tier: str, name: str = "tp_allreduce") -> Op:
+    """Sum the partial outputs of a TP group for ``T`` tokens (ring all-reduce: each die
+    sends and receives 2 (tp - 1)/tp of the hidden states; nothing when tp = 1)."""
+    b = Bytes.of(m)
+    tp = np.asarray(tp, dtype=float)
+    data = T * m.hidden_size * b.hidden
+    return Op(name, "dma", tier=tier, net_bytes=2 * (tp - 1) / tp * data, hbm_bytes=np.where(tp > 1, 3 * data, 0.0),
+              vector_ops=np.where(tp > 1, T * m.hidden_size, 0.0), sync_group=tp, launches=np.where(tp > 1, 1.0, 0.0))
+
+
+def _mla_prefill_ops(m, T, P, tp, tier) -> list[Op]:
+    """Non-absorbed MLA as causal MHA: the down-projections on each die's own tokens, the
+    compressed q/kv all-gathered in the TP group, up-projections and FlashAttention on 1/tp
+    of the heads, an all-to-all back to the tokens, O-proj."""
+    b, a, h = Bytes.of(m), m.attention, m.hidden_size
+    w = arch.attention_weights(m)
     lat, qk = arch.latent_dim(m), arch.qk_head_dim(m)
     tp = np.asarray(tp, dtype=float)
-    down_w = w["q_a"] + w["kv_a"]
-    up_w = w["q_b"] + w["kv_b_k"] + w["kv_b_v"]
-    compressed = a.q_lora_rank + lat  # per token, gathered across the TP group
+    r_q = a.q_lora_rank or 0
+    down_w = w.get("q_a", 0) + w["kv_a"]
+    up_w = w.get("q_b", 0) + w.get("q", 0) + w["kv_b_k"] + w["kv_b_v"]
+    compressed = (r_q or h) + lat  # per token, gathered across the TP group (the hidden state when no q LoRA)
     H, rope = a.num_heads, a.qk_rope_head_dim
     down_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * compressed
-                + VEC_RMSNORM * (a.q_lora_rank + a.kv_lora_rank) + VEC_ROPE * rope)
-    up_vec = (VEC_QUANT * (a.q_lora_rank + a.kv_lora_rank) + VEC_DEQUANT * H * (qk + a.qk_nope_head_dim + a.v_head_dim)
+                + VEC_RMSNORM * (r_q + a.kv_lora_rank) + VEC_ROPE * rope)
+    up_vec = (VEC_QUANT * (r_q + a.kv_lora_rank) + VEC_DEQUANT * H * (qk + a.qk_nope_head_dim + a.v_head_dim)
               + VEC_ROPE * H * rope)
     o_vec = VEC_QUANT * H * a.v_head_dim + VEC_DEQUANT * h + VEC_RESIDUAL * h
     down = Op("mla_down", "cube", flops=2 * T * down_w, dtype=m.precision.matmul, vector_ops=T * down_vec,
@@ -190,18 +260,50 @@ def mla_prefill_ops(m, T, P, tp, tier: str = "ub") -> list[Op]:
                 net_bytes=(tp - 1) * T * compressed * b.hidden, net_messages=0.0,
                 hbm_bytes=tp * T * compressed * b.hidden, sync_group=tp)
     up = Op("mla_up", "cube", flops=2 * T * up_w, dtype=m.precision.matmul, vector_ops=T * up_vec,
-            hbm_bytes=up_w * b.weight / tp + T * compressed * b.hidden + T * a.num_heads * (2 * qk + a.v_head_dim) * b.attn,
+            hbm_bytes=up_w * b.weight / tp + T * compressed * b.hidden + T * H * (2 * qk + a.v_head_dim) * b.attn,
             weight_bytes=up_w * b.weight / tp)
     core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
-              flops=2 * T * a.num_heads * (qk + a.v_head_dim) * (np.asarray(P, dtype=float) + 1) / 2,
-              vector_ops=VEC_SOFTMAX * T * a.num_heads * (np.asarray(P, dtype=float) + 1) / 2, chained=True,
-              hbm_bytes=T * a.num_heads * (2 * qk + 2 * a.v_head_dim) * b.attn + T * lat * b.kv)
+              flops=2 * T * H * (qk + a.v_head_dim) * (np.asarray(P, dtype=float) + 1) / 2,
+              vector_ops=VEC_SOFTMAX * T * H * (np.asarray(P, dtype=float) + 1) / 2, chained=True,
+              hbm_bytes=T * H * (2 * qk + 2 * a.v_head_dim) * b.attn + T * lat * b.kv)
     a2a = Op("attn_alltoall", "dma", launches=1, tier=tier,
-             net_bytes=T * (tp - 1) / tp * a.num_heads * a.v_head_dim * b.hidden, net_messages=0.0,
-             hbm_bytes=T * a.num_heads * a.v_head_dim * b.hidden, sync_group=tp)
+             net_bytes=T * (tp - 1) / tp * H * a.v_head_dim * b.hidden, net_messages=0.0,
+             hbm_bytes=T * H * a.v_head_dim * b.hidden, sync_group=tp)
     o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec,
-                hbm_bytes=w["o"] * b.weight + T * a.num_heads * a.v_head_dim * b.attn + T * h * b.hidden,
+                hbm_bytes=w["o"] * b.weight + T * H * a.v_head_dim * b.attn + T * h * b.hidden,
                 weight_bytes=w["o"] * b.weight)
+    return [down, gather, up, core, a2a, o_proj]
+
+
+def _gqa_prefill_ops(m, T, P, tp, tier) -> list[Op]:
+    """GQA prefill, the same SP -> TP -> SP shape: the normed hidden states all-gathered in
+    the TP group, q/k/v projections and FlashAttention on 1/tp of the heads, an all-to-all
+    back to the tokens, the output projection."""
+    b, a, h = Bytes.of(m), m.attention, m.hidden_size
+    w = arch.attention_weights(m)
+    tp = np.asarray(tp, dtype=float)
+    shards = kv_shards(m, tp)
+    d, H, Hkv = a.head_dim, a.num_heads, a.num_kv_heads
+    P = np.asarray(P, dtype=float)
+    # per die: 1/tp of the q heads and 1/shards of the kv heads for all tp x T tokens of the group
+    qkv_w = w["q"] / tp + (w["k"] + w["v"]) / shards
+    qkv_flops = 2 * T * tp * qkv_w
+    down = Op("attn_norm", "vector", vector_ops=T * (VEC_RMSNORM * h + VEC_QUANT * h),
+              hbm_bytes=T * h * b.hidden + T * h * b.act)
+    gather = Op("attn_allgather", "dma", launches=1, tier=tier, net_bytes=(tp - 1) * T * h * b.act,
+                hbm_bytes=tp * T * h * b.act, sync_group=tp)
+    qkv_vec = VEC_DEQUANT * (H + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0)
+    up = Op("qkv_proj", "cube", flops=qkv_flops, dtype=m.precision.matmul, vector_ops=T * qkv_vec,
+            hbm_bytes=qkv_w * b.weight + tp * T * h * b.act + T * (H + 2 * Hkv) * d * b.attn + T * 2 * Hkv * d * b.kv,
+            weight_bytes=qkv_w * b.weight)
+    core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
+              flops=2 * T * H * 2 * d * (P + 1) / 2, vector_ops=VEC_SOFTMAX * T * H * (P + 1) / 2, chained=True,
+              hbm_bytes=T * (H + 2 * Hkv) * d * b.attn + T * H * d * b.attn)
+    a2a = Op("attn_alltoall", "dma", launches=1, tier=tier, net_bytes=T * (tp - 1) / tp * H * d * b.hidden,
+             hbm_bytes=T * H * d * b.hidden, sync_group=tp)
+    o_vec = VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h
+    o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec,
+                hbm_bytes=w["o"] * b.weight + T * H * d * b.attn + T * h * b.hidden, weight_bytes=w["o"] * b.weight)
     return [down, gather, up, core, a2a, o_proj]
 
 
@@ -263,21 +365,21 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
     d_msgs, d_tiers = traffic(d_B)
     _, c_tiers = traffic(c_B)
 
-    router_w = mo.routed_experts * h
+    router_w = mo.routed_experts * h  # the gate matrix; its bias is read too
     gate = Op("gate", "cube", flops=2 * T * router_w, dtype=m.precision.hidden,
               vector_ops=T * (VEC_RMSNORM * h + VEC_ROUTING * mo.routed_experts),
-              hbm_bytes=router_w * b.hidden + T * h * b.hidden + T * mo.routed_experts * 4,
-              weight_bytes=router_w * b.hidden)
+              hbm_bytes=arch.router_params(m) * b.hidden + T * h * b.hidden + T * mo.routed_experts * 4,
+              weight_bytes=arch.router_params(m) * b.hidden)
     dispatch = Op("dispatch", "vector", tier=route.tiers[-1], vector_ops=T * VEC_QUANT * h,
                   net_messages=d_msgs, tier_bytes=d_tiers, net_bytes=sum(d_tiers.values()),
                   hbm_bytes=T * h * b.hidden + (T * fanout + rows_remote) * d_B, sync_group=ep)
     e_w = arch.expert_params(m)
     rows = pl.rows
-    experts = Op("experts", "cube", flops=2 * rows * e_w, dtype=m.precision.matmul,
+    experts = Op("experts", "cube", flops=2 * rows * e_w, dtype=experts_dtype(m),
                  vector_ops=rows * (VEC_SWIGLU * I + VEC_QUANT * I + VEC_DEQUANT * (2 * I + h)),
                  tile_efficiency=rows / np.maximum(pl.padded_rows, 1e-30),
-                 hbm_bytes=pl.instances_per_die * e_w * b.weight + swiglu_activation_bytes(m, rows, I),
-                 weight_bytes=pl.instances_per_die * e_w * b.weight)
+                 hbm_bytes=pl.instances_per_die * e_w * b.expert + swiglu_activation_bytes(m, rows, I, b.expert),
+                 weight_bytes=pl.instances_per_die * e_w * b.expert)
     combine = Op("combine", "vector", tier=route.tiers[-1], vector_ops=T * h * (VEC_COMBINE * (fanout + 1) + VEC_RESIDUAL),
                  net_messages=rows_remote if route.style == "direct" else d_msgs, tier_bytes=c_tiers,
                  net_bytes=sum(c_tiers.values()),
@@ -285,14 +387,17 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
     return [gate, dispatch, experts, combine]
 
 
-def dense_ffn_op(m, T) -> Op:
-    """SwiGLU FFN of the first dense layers, data-parallel (each die its own tokens)."""
+def dense_ffn_op(m, T, tp=1.0) -> Op:
+    """SwiGLU FFN of a dense layer for ``T`` tokens, its intermediate split ``tp`` ways
+    (each die 1/tp of the columns for all the TP group's tokens; tp = 1: data-parallel)."""
     b, h, I = Bytes.of(m), m.hidden_size, m.dense_ffn.intermediate_size
-    w = arch.dense_ffn_params(m)
-    vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (2 * I + h) + VEC_SWIGLU * I + VEC_QUANT * I
+    tp = np.asarray(tp, dtype=float)
+    w = arch.dense_ffn_params(m) / tp
+    Ip = I / tp
+    vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (2 * Ip + h) + VEC_SWIGLU * Ip + VEC_QUANT * Ip
            + VEC_RESIDUAL * h)
     return Op("dense_ffn", "cube", flops=2 * T * w, dtype=m.precision.matmul, vector_ops=T * vec,
-              hbm_bytes=w * b.weight + swiglu_activation_bytes(m, T, I),
+              hbm_bytes=w * b.weight + swiglu_activation_bytes(m, T, Ip),
               weight_bytes=w * b.weight)
 
 
@@ -330,21 +435,24 @@ def flops_per_token(m, context, phase: str = "decode") -> dict[str, float]:
     ``prefill``: the average token of a ``context``-long prompt (causal MHA)."""
     mo = m.moe
     if phase == "decode":
-        attn = mla_decode_ops(m, 1.0, 1.0, context)
+        attn = attention_decode_ops(m, 1.0, 1.0, context)
     else:
-        attn = [o for o in mla_prefill_ops(m, 1.0, context, 1.0) if o.tier is None]
-    one_token = Placement(instances_per_die=np.asarray(1.0), rows=np.asarray(float(mo.experts_per_token + mo.shared_experts)),
-                          padded_rows=np.asarray(float(mo.experts_per_token + mo.shared_experts)),
-                          shared_remote=np.asarray(False), remote_routed_fraction=np.asarray(1.0))
-    gate, _, experts, _ = moe_ops(m, 1.0, 1.0, one_token)
-    n_dense, n_moe = m.first_dense_layers, m.num_layers - m.first_dense_layers
+        attn = [o for o in attention_prefill_ops(m, 1.0, context, 1.0) if o.tier is None]
+    n_dense, n_moe = m.first_dense_layers, arch.moe_layers(m)
+    moe = 0.0
+    if mo is not None:
+        one_token = Placement(instances_per_die=np.asarray(1.0), rows=np.asarray(float(mo.experts_per_token + mo.shared_experts)),
+                              padded_rows=np.asarray(float(mo.experts_per_token + mo.shared_experts)),
+                              shared_remote=np.asarray(False), remote_routed_fraction=np.asarray(1.0))
+        gate, _, experts, _ = moe_ops(m, 1.0, 1.0, one_token)
+        moe = float(gate.flops) + float(experts.flops)
     attn_core = sum(float(o.flops) for o in attn if o.flop_kind == "attention")
     attn_linear = sum(float(o.flops) for o in attn if o.flop_kind != "attention")
     out = {
         "attention_core": m.num_layers * attn_core,
         "attention_projections": m.num_layers * attn_linear,
-        "dense_ffn": n_dense * float(dense_ffn_op(m, 1.0).flops),
-        "moe": n_moe * (float(gate.flops) + float(experts.flops)),
+        "dense_ffn": n_dense * float(dense_ffn_op(m, 1.0).flops) if n_dense else 0.0,
+        "moe": n_moe * moe,
         # prefill runs the head on the last prompt token only: amortised over the prompt
         "lm_head": float(head_op(m, 1.0).flops) / (1.0 if phase == "decode" else float(context)),
     }

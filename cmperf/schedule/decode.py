@@ -19,7 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost.collectives import route_of
-from ..cost.ops import dense_ffn_op, embedding_op, head_op, mla_decode_ops, moe_ops, mtp_proj_op, placement
+from ..cost.ops import (attention_decode_ops, dense_ffn_op, embedding_op, head_op, moe_ops, mtp_proj_op, placement,
+                        tp_allreduce_op)
+from ..cost.roofline import tier_for_group
 from .common import Schedule, choose, select, timed, tokens_per_s_per_tflops, wait_after
 from .pipeline import Pipeline, Stage, pipeline
 
@@ -39,6 +41,16 @@ def comm_shares(hw, n: int) -> tuple[float, float]:
     return 1.0 - held, np.where(held > 0, held, 1.0)
 
 
+def attention_ops(hw, m, g, T, R) -> list:
+    """Attention of a die's ``T`` tokens of ``R`` requests, heads split over its TP group of
+    ``tp`` dies (each die works on the whole group's tokens), then the group's all-reduce."""
+    tp = g["tp"]
+    ops = attention_decode_ops(m, T * tp, R * tp, g["kv_len"], tp)
+    if np.any(np.asarray(tp) > 1):
+        ops.append(tp_allreduce_op(m, T * tp, tp, tier_for_group(hw, tp), "attn_allreduce"))
+    return ops
+
+
 def moe_stages(hw, m, g, tokens, requests, n: int) -> list[Stage]:
     """The stages of one MoE layer for one of ``n`` microbatches of a die's ``tokens``
     tokens of ``requests`` requests, timed on the cores their lanes own (docs/model.md §5.2).
@@ -49,7 +61,7 @@ def moe_stages(hw, m, g, tokens, requests, n: int) -> list[Stage]:
     T, R = tokens / n, requests / n
     pl = placement(m, T, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
                    hw.chip.efficiency.matmul_tile_rows)
-    attn_ops = mla_decode_ops(m, T, R, g["kv_len"])
+    attn_ops = attention_ops(hw, m, g, T, R)
     gate, dispatch, experts, combine = moe_ops(m, T, g["ep"], pl, route_of(hw, "decode"))
     ep = g["ep"]
     if hw.system.overlap.decode.style == "core-split":
@@ -84,18 +96,40 @@ def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, Pipeline]:
     k = draft_tokens(g)
     T_die = R_die * (1 + k)
     n_dense = m.first_dense_layers
-    dense = timed(mla_decode_ops(m, T_die, R_die, g["kv_len"]) + [dense_ffn_op(m, T_die)], hw)
-    sched.serial("dense_layer", dense, n_dense, "sum of all ops (all cores; no barrier to hide)")
-    main = pipeline(moe_stages(hw, m, g, T_die, R_die, n), n)
-    sched.stack("moe_layer", main, m.num_layers - n_dense, rule=rule(hw, n))
-    # MTP: k draft steps, each one token per request through eh_proj, one MoE block and the head
-    sched.serial("mtp", timed([mtp_proj_op(m, R_die), head_op(m, R_die, "mtp_head")], hw), k,
-                 "eh_proj + head, once per draft step")
-    draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n), n)
-    sched.stack("mtp_layer", draft, 1, repeats=k, rule=rule(hw, n))
+    if n_dense:
+        tp = g["tp"]
+        ffn = [dense_ffn_op(m, T_die * tp, tp)]
+        if np.any(np.asarray(tp) > 1):
+            ffn.append(tp_allreduce_op(m, T_die * tp, tp, tier_for_group(hw, tp), "ffn_allreduce"))
+        sched.serial("dense_layer", timed(attention_ops(hw, m, g, T_die, R_die) + ffn, hw), n_dense,
+                     "sum of all ops (all cores; no barrier to hide)")
+    main = None
+    if m.moe is not None:
+        main = pipeline(moe_stages(hw, m, g, T_die, R_die, n), n)
+        sched.stack("moe_layer", main, m.num_layers - n_dense, rule=rule(hw, n))
+    if m.mtp.modules:
+        # MTP: k draft steps, each one token per request through eh_proj, one MoE block and the head
+        sched.serial("mtp", timed([mtp_proj_op(m, R_die), head_op(m, R_die, "mtp_head")], hw), k,
+                     "eh_proj + head, once per draft step")
+        draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n), n)
+        sched.stack("mtp_layer", draft, 1, repeats=k, rule=rule(hw, n))
     sched.serial("per_iteration", timed([embedding_op(m, T_die), head_op(m, T_die)], hw), 1,
                  "embedding + LM head over all tokens + iteration overhead", hw.chip.latency.iteration_overhead_s)
     return sched.total_s(), sched, main
+
+
+def _dense_model(hw, m, g, it, sched) -> dict:
+    tpot = it / emitted_tokens(g)
+    throughput = g["batch"] / tpot
+    layer = sched.sections[0].time_s
+    nan = np.full(np.shape(tpot), np.nan)
+    return {"microbatches_used": np.ones(np.shape(tpot)), "iteration_ms": it * 1e3, "tpot_ms": tpot * 1e3,
+            "layer_us": np.broadcast_to(layer, np.shape(tpot)) * 1e6, "barrier_wait_us": np.zeros(np.shape(tpot)),
+            "stream_a_us": nan, "stream_b_us": nan, "tokens_per_iteration": emitted_tokens(g),
+            "throughput_per_npu": throughput, "tokens_per_s_per_user": 1.0 / tpot,
+            "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
+            "microbatch_gain": np.zeros(np.shape(tpot)), "microbatch_layer_saving": np.zeros(np.shape(tpot)),
+            "_schedules": (sched, sched), "_choice": np.ones(np.shape(tpot))}
 
 
 def draft_tokens(g) -> np.ndarray:
@@ -119,6 +153,8 @@ def decode(hw, m, g) -> dict:
     two-microbatch schedule, the MoE stream's including the barrier waits inside dispatch
     and combine (paper §4.2.3: about 600 us each); empty when one microbatch is used."""
     it1, s1, p1 = iteration(hw, m, g, 1)
+    if m.moe is None:  # a dense model has no barrier for a second microbatch to hide
+        return _dense_model(hw, m, g, it1, s1)
     it2, s2, p2 = iteration(hw, m, g, 2)
     choice = choose(g["microbatches"], it1, it2)
     it = select(choice, it1, it2)

@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost.arch import kv_bytes_per_token, kv_layers
-from ..cost.ops import Bytes, dense_ffn_op, embedding_op, head_op, mla_prefill_ops, moe_ops, mtp_proj_op, placement
+from ..cost.ops import (Bytes, attention_prefill_ops, dense_ffn_op, embedding_op, head_op, moe_ops, mtp_proj_op,
+                        placement, tp_allreduce_op)
 from ..cost.collectives import route_of
 from ..cost.roofline import tier_bandwidth_Bps, tier_for_group
 from .common import Schedule, choose, select, timed, tokens_per_s_per_tflops, wait_after
@@ -32,22 +33,32 @@ RULES = {1: "one microbatch: every stage and barrier wait in series",
          2: "two microbatches one stage apart: compute of one under communication of the other"}
 
 
+def ffn_tp(m, g):
+    """TP degree of the dense FFN in prefill: data-parallel (1) in a MoE model's few dense
+    layers (paper §4.3.1), the attention's TP degree in a dense model (Megatron style)."""
+    return g["attn_tp"] if m.moe is None else np.ones_like(np.asarray(g["attn_tp"], dtype=float))
+
+
 def layer_stages(hw, m, g, T, moe: bool) -> list[Stage]:
     """The stages of one layer for a microbatch of ``T`` tokens per die."""
 
     tp_tier = tier_for_group(hw, g["attn_tp"])
 
     def build(t):
-        down, gather, up, core, a2a, o_proj = mla_prefill_ops(m, t, g["prompt_len"], g["attn_tp"], tp_tier)
+        down, gather, up, core, a2a, o_proj = attention_prefill_ops(m, t, g["prompt_len"], g["attn_tp"], tp_tier)
         if not moe:
-            return [[down], [gather], [up, core], [a2a], [o_proj, dense_ffn_op(m, t)]]
+            tp = ffn_tp(m, g)
+            stages = [[down], [gather], [up, core], [a2a], [o_proj, dense_ffn_op(m, t * tp, tp)]]
+            if m.moe is None:  # the TP group sums the FFN's partial outputs
+                stages.append([tp_allreduce_op(m, t * tp, tp, tp_tier, "ffn_allreduce")])
+            return stages
         pl = placement(m, t, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
                        hw.chip.efficiency.matmul_tile_rows)
         gate, dispatch, experts, combine = moe_ops(m, t, g["ep"], pl, route_of(hw, "prefill"))
         return [[down], [gather], [up, core], [a2a], [o_proj, gate], [dispatch], [experts], [combine]]
 
     timed_stages = [timed(ops, hw) for ops in build(T)]
-    groups = [g["attn_tp"], g["attn_tp"], g["ep"], g["ep"]]
+    groups = [g["attn_tp"], g["attn_tp"], g["ep"] if moe else g["attn_tp"], g["ep"]]
     stages = []
     for i, ops in enumerate(timed_stages):
         if i % 2 == 0:  # compute stage: its load counts toward the next barrier
@@ -63,11 +74,14 @@ def forward(hw, m, g, n: int) -> tuple[np.ndarray, Schedule]:
     T_die = g["tokens_per_npu"] / hw.chip.dies_per_package
     T = T_die / n
     n_dense = m.first_dense_layers
-    sched.stack("dense_layer", pipeline(layer_stages(hw, m, g, T, moe=False), n), n_dense, rule=RULES[n])
-    sched.stack("moe_layer", pipeline(layer_stages(hw, m, g, T, moe=True), n), m.num_layers - n_dense, rule=RULES[n])
-    mtp = np.asarray(g["mtp"], dtype=float)
-    sched.serial("mtp", timed([mtp_proj_op(m, T_die)], hw), mtp, "eh_proj over all prompt tokens")
-    sched.stack("mtp_layer", pipeline(layer_stages(hw, m, g, T, moe=True), n), 1, repeats=mtp, rule=RULES[n])
+    if n_dense:
+        sched.stack("dense_layer", pipeline(layer_stages(hw, m, g, T, moe=False), n), n_dense, rule=RULES[n])
+    if m.moe is not None:
+        sched.stack("moe_layer", pipeline(layer_stages(hw, m, g, T, moe=True), n), m.num_layers - n_dense, rule=RULES[n])
+    if m.mtp.modules:
+        mtp = np.asarray(g["mtp"], dtype=float)
+        sched.serial("mtp", timed([mtp_proj_op(m, T_die)], hw), mtp, "eh_proj over all prompt tokens")
+        sched.stack("mtp_layer", pipeline(layer_stages(hw, m, g, T, moe=True), n), 1, repeats=mtp, rule=RULES[n])
     seqs = T_die / g["prompt_len"]
     sched.serial("per_pass", timed([embedding_op(m, T_die), head_op(m, seqs)], hw), 1,
                  "embedding + LM head on the last token of each prompt + overhead", hw.chip.latency.iteration_overhead_s)

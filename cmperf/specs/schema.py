@@ -8,7 +8,7 @@ default.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -275,14 +275,37 @@ def system_reference_problems(raw) -> list[str]:
 
 
 # --------------------------------------------------------------------------- model
-class Attention(Strict):
+class MLA(Strict):
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): a compressed KV latent of
+    ``kv_lora_rank`` plus a shared RoPE key is cached per token and layer."""
+
     type: Literal["mla"]
     num_heads: int = Field(gt=0)
-    q_lora_rank: int = Field(gt=0)
+    q_lora_rank: Optional[int] = Field(default=None, gt=0)  # None: q projected straight from the hidden state
     kv_lora_rank: int = Field(gt=0)
     qk_nope_head_dim: int = Field(gt=0)
     qk_rope_head_dim: int = Field(gt=0)
     v_head_dim: int = Field(gt=0)
+
+
+class GQA(Strict):
+    """Grouped-query attention (Llama, Qwen, Mixtral; MHA when num_kv_heads = num_heads):
+    a key and a value of ``head_dim`` per KV head are cached per token and layer."""
+
+    type: Literal["gqa"]
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    qk_norm: bool = False  # RMSNorm on q and k per head (Qwen3)
+
+    @model_validator(mode="after")
+    def _groups(self):
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads})")
+        return self
+
+
+Attention = Annotated[Union[MLA, GQA], Field(discriminator="type")]
 
 
 class DenseFFN(Strict):
@@ -294,8 +317,8 @@ class MoE(Strict):
     experts_per_token: int = Field(gt=0)
     shared_experts: int = Field(ge=0)
     expert_intermediate_size: int = Field(gt=0)
-    groups: int = Field(gt=0)
-    top_groups: int = Field(gt=0)
+    groups: int = Field(default=1, gt=0)
+    top_groups: int = Field(default=1, gt=0)
     scoring: Literal["sigmoid", "softmax"]
 
     @model_validator(mode="after")
@@ -309,20 +332,24 @@ class MoE(Strict):
 
 class MTP(Strict):
     modules: int = Field(ge=0)
-    shares_embedding_and_head: bool
+    shares_embedding_and_head: bool = True
 
 
 class Precision(Strict):
-    matmul: Dtype
-    attention: Dtype
-    hidden: Dtype
+    """Dtype of each tensor family. ``experts`` (the MoE grouped GEMMs and the dispatched
+    tokens) defaults to ``matmul``: set it for FP4 experts under FP8 attention (Blackwell)."""
+
+    matmul: Dtype  # attention and dense projections
+    attention: Dtype  # attention core (QK^T, softmax, PV)
+    hidden: Dtype  # residual stream and matmul outputs (combine messages)
     embedding: Dtype
     head: Dtype
     kv_cache: Dtype
+    experts: Optional[Dtype] = None
 
 
 class Imbalance(Sourced):
-    value: float = Field(ge=1)
+    value: float = Field(ge=1, allow_inf_nan=False)
 
 
 class Serving(Strict):
@@ -336,23 +363,32 @@ class ModelSpec(Strict):
     source: str = Field(min_length=3)
     hidden_size: int = Field(gt=0)
     num_layers: int = Field(gt=0)
-    first_dense_layers: int = Field(ge=0)
+    first_dense_layers: int = Field(ge=0)  # dense (FFN) layers before the MoE layers; all, when no `moe`
     vocab_size: int = Field(gt=0)
     tie_word_embeddings: bool
     attention: Attention
-    dense_ffn: DenseFFN
-    moe: MoE
-    mtp: MTP
+    dense_ffn: Optional[DenseFFN] = None
+    moe: Optional[MoE] = None
+    mtp: MTP = MTP(modules=0)
     precision: Precision
-    serving: Serving
+    serving: Optional[Serving] = None
 
-    @field_validator("first_dense_layers")
-    @classmethod
-    def _dense_within_layers(cls, v, info):
-        n = info.data.get("num_layers")
-        if n is not None and v > n:
-            raise ValueError(f"first_dense_layers ({v}) exceeds num_layers ({n})")
-        return v
+    @model_validator(mode="after")
+    def _layers_consistent(self):
+        problems = []
+        if self.first_dense_layers > self.num_layers:
+            problems.append(f"first_dense_layers ({self.first_dense_layers}) exceeds num_layers ({self.num_layers})")
+        if self.moe is None and self.first_dense_layers != self.num_layers:
+            problems.append(f"a model without `moe` is dense: first_dense_layers must equal num_layers ({self.num_layers})")
+        if self.first_dense_layers > 0 and self.dense_ffn is None:
+            problems.append("dense layers need `dense_ffn`")
+        if self.moe is not None and self.serving is None:
+            problems.append("a MoE model needs `serving.default_expert_imbalance`")
+        if self.mtp.modules > 0 and self.moe is None:
+            problems.append("an MTP module is a MoE block here: it needs `moe`")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 SPEC_KINDS = {"chip": ChipSpec, "system": SystemSpec, "model": ModelSpec}
