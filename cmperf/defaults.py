@@ -60,7 +60,23 @@ COLLECTIVE_DEFAULTS: dict[str, Default] = {
     "expert_imbalance": Default(1.0, "uniform routing", "max/mean tokens per die"),
 }
 
-PHASE_DEFAULTS = {"decode": DECODE_DEFAULTS, "prefill": PREFILL_DEFAULTS, "collective": COLLECTIVE_DEFAULTS}
+GEMM_DEFAULTS: dict[str, Default] = {
+    "m": Default(4096, "DeepGEMM's large-M rows", "rows per group (tokens)"),
+    "n": Default(7168, "DeepGEMM: DeepSeek-V3 shapes", "output columns"),
+    "k": Default(2048, "DeepGEMM: DeepSeek-V3 shapes", "reduction dimension"),
+    "groups": Default(1, "a plain GEMM", "GEMMs of this shape in one grouped launch"),
+    "dtype": Default("fp8", "DeepGEMM runs FP8", "input dtype (bf16, fp16, fp8, int8, fp4)"),
+}
+
+ATTENTION_DEFAULTS: dict[str, Default] = {
+    "batch": Default(128, "FlashMLA's benchmark batch", "requests"),
+    "s_q": Default(1, "one new token per request", "query tokens per request"),
+    "h_q": Default(128, "DeepSeek-V3: 128 heads without TP", "query heads"),
+    "seq_k": Default(4096, "a 4K cache", "cached tokens per request"),
+}
+
+PHASE_DEFAULTS = {"decode": DECODE_DEFAULTS, "prefill": PREFILL_DEFAULTS, "collective": COLLECTIVE_DEFAULTS,
+                  "gemm": GEMM_DEFAULTS, "attention": ATTENTION_DEFAULTS}
 
 
 def help_text(phase: str, key: str) -> str:

@@ -20,15 +20,16 @@ from .bands import add_bands
 from .errors import ConfigError
 from .schedule.collective import collective
 from .schedule.decode import decode
+from .schedule.kernels import attention, gemm
 from .schedule.memory import decode_memory, prefill_memory
 from .schedule.prefill import prefill
 from .scenario import grid_from_rows, make_grid, validate
 from .specs.loader import Hardware, load_hardware, load_model, split_overrides
-from .specs.schema import ModelSpec
+from .specs.schema import DTYPE_BYTES, ModelSpec
 from .specs.view import HardwareView, SpecView
 
-PHASES = ("decode", "prefill", "collective")
-RUN = {"decode": decode, "prefill": prefill, "collective": collective}
+PHASES = ("decode", "prefill", "collective", "gemm", "attention")
+RUN = {"decode": decode, "prefill": prefill, "collective": collective, "gemm": gemm, "attention": attention}
 
 
 @dataclass
@@ -112,6 +113,8 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     base = _model_defaults(base, given, specs.model)
     grid = _with_sweeps(base, sweep_cols, zip_sweeps) if sweep_cols else base
     hw0, m0 = specs.views()
+    if phase in ("decode", "prefill"):
+        check_precision(specs)
     if "expert_imbalance" in grid:  # 'default' = the model's documented real-traffic balance
         default = specs.model.serving.default_expert_imbalance.value
         col = grid["expert_imbalance"]  # a numeric column cannot hold the word: skip the per-row str()
@@ -131,8 +134,8 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
                                             cols["expert_imbalance"]).astype(float)
         g = g.drop(columns="_default_imbalance").assign(expert_imbalance=cols["expert_imbalance"])
     out = RUN[phase](hw, m, cols)
-    mem = ({} if phase == "collective" else decode_memory(hw, m, cols) if phase == "decode"
-           else prefill_memory(hw, m, cols, out["_choice"]))
+    mem = (decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
+           if phase == "prefill" else {})
     table = g.copy()
     n = len(g)
     for k, v in {**out, **mem}.items():
@@ -141,6 +144,28 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     table.insert(0, "phase", phase)
     add_bands(table, phase)
     return Prediction(phase, table, invalid, out["_schedules"])
+
+
+def check_precision(specs: Specs) -> None:
+    """Every dtype the model computes in must be one the chip's matrix units run: a model in
+    FP8 on a chip without FP8 (Ascend) is an error, not a silent fallback."""
+    chip, m = specs.hardware.chip, specs.model
+    p = m.precision
+    needed = {"matmul": p.matmul, "attention": p.attention, "head": p.head}
+    if m.moe is not None:
+        needed["experts"] = p.experts or p.matmul
+    missing = {k: v for k, v in needed.items() if getattr(chip.die.peak_flops_per_s, v) is None}
+    if missing:
+        have = ", ".join(d for d in DTYPE_BYTES if getattr(chip.die.peak_flops_per_s, d) is not None)
+        what = "; ".join(f"precision.{k} = {v}" for k, v in missing.items())
+        raise ConfigError(f"model {m.name} computes in a dtype chip {chip.name} lacks ({what}); the chip runs {have}: "
+                          f"set e.g. --set model.precision.{next(iter(missing))}={_closest(next(iter(missing.values())), chip)}")
+
+
+def _closest(dtype: str, chip) -> str:
+    """The chip's dtype of the same width, else its widest."""
+    same = [d for d, b in DTYPE_BYTES.items() if b == DTYPE_BYTES[dtype] and getattr(chip.die.peak_flops_per_s, d) is not None]
+    return same[0] if same else next(d for d in DTYPE_BYTES if getattr(chip.die.peak_flops_per_s, d) is not None)
 
 
 def _model_defaults(grid: pd.DataFrame, given: set, m) -> pd.DataFrame:

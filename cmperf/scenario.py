@@ -62,6 +62,8 @@ def grid_from_rows(phase: str, rows: list[Mapping[str, Any]]) -> pd.DataFrame:
 def resolve_defaults(phase: str, df: pd.DataFrame) -> pd.DataFrame:
     """Fill the inputs whose default depends on others (EP = dies, kv_len, shared copies)."""
     df = df.copy()
+    if phase in ("gemm", "attention"):
+        return df
     if phase == "collective":
         df["dies"] = np.where(df["dies"] <= 0, df["ep"], df["dies"])
         return df
@@ -84,6 +86,19 @@ def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarra
 
     g = df
     mo = m.moe
+    if phase == "gemm":
+        for c in ("m", "n", "k", "groups"):
+            check(g[c] <= 0, lambda i, c=c: f"gemm {c} must be > 0 (got {g[c].iat[i]})")
+        peaks = {d for d in ("bf16", "fp16", "fp8", "int8", "fp4") if getattr(hw.chip.spec.die.peak_flops_per_s, d, None) is not None}
+        check(~g["dtype"].astype(str).isin(peaks),
+              lambda i: f"gemm dtype {g['dtype'].iat[i]!r}: chip {hw.chip.name} runs {', '.join(sorted(peaks))}")
+        return reason == "", reason
+    if phase == "attention":
+        for c in ("batch", "s_q", "h_q", "seq_k"):
+            check(g[c] <= 0, lambda i, c=c: f"attention {c} must be > 0 (got {g[c].iat[i]})")
+        check(np.mod(m.attention.num_heads, g["h_q"]) != 0,
+              lambda i: f"attention h_q {g['h_q'].iat[i]} must divide the model's {m.attention.num_heads} heads")
+        return reason == "", reason
     dies_per_pkg = hw.chip.dies_per_package
     system_dies = hw.system.nodes * hw.system.node.chips * dies_per_pkg
     check(g["dies"] <= 0, lambda i: f"--dies must be positive (got {g['dies'].iat[i]})")

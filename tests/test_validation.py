@@ -94,11 +94,10 @@ def test_efficiencies_come_from_tables_8_to_10(specs):
 
 
 def test_fitted_parameters_are_few_physical_and_sourced(specs):
-    from cmperf.calibration.fit import PARAMS
-
     fitted = fitted_parameters(specs)
-    assert len(PARAMS) <= 6
-    assert set(p.path for p in PARAMS) <= set(fitted["parameter"])
+    ref = load_reference()
+    assert len(ref.fit) <= 6
+    assert {p.path for p in ref.fit} | {m.path for m in ref.measured} <= set(fitted["parameter"])
     assert all("docs/calibration.md" in s for s in fitted["source"])
 
 

@@ -1,40 +1,50 @@
-"""``python -m cmperf.calibration [--write]``: re-fit the parameters no table gives, print
-them and every row; with ``--write`` store them in the built-in spec files, run the
-cross-validation and write the prediction bands (docs/calibration.md)."""
+"""``python -m cmperf.calibration [REFERENCE ...] [--write]``: re-fit the parameters a
+reference file calibrates (its ``fit`` and ``measured`` sections), print them and every row;
+with ``--write`` store them in the built-in spec files and, for the CloudMatrix384 paper, run
+the cross-validation and write the prediction bands (docs/calibration.md). With no file:
+every built-in reference file in turn."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ..predict import load_specs
 from .crossval import bands_from, cross_validate, write_bands
-from .fit import IMBALANCE, IMBALANCE_ROW, PARAMS, evidence, fit, write
-from .reference import load_reference
-from .validate import evaluate
+from .fit import evidence, fit, params_of, write
+from .reference import BUILTIN_REFERENCE, builtin_references, load_reference
+from .validate import evaluate, specs_for
+
+
+def calibrate_file(path, do_write: bool) -> None:
+    ref = load_reference(path)
+    specs = specs_for(ref)
+    values = fit(ref, specs)
+    ev = evidence(ref)
+    print(f"== {ref.name}: {len(ref.fit)} parameters fitted to {len(ev.rows)} evidence rows "
+          f"(groups {', '.join(sorted({r.fold for r in ev.rows}))})"
+          + "".join(f"; {mea.path} measured from {mea.row}" for mea in ref.measured))
+    meaning = {p.path: p.meaning for p in params_of(ref)} | {mea.path: mea.meaning for mea in ref.measured}
+    for path, v in values.items():
+        print(f"  {path:45s} = {v:.4g}    # {meaning[path]}")
+    out = evaluate(ref, specs, values)
+    print(out[["id", "kind", "predicted", "paper", "error", "pass"]].to_string(index=False))
+    if do_write:
+        for line in write(values, specs):
+            print("wrote", line)
+        if path == BUILTIN_REFERENCE:
+            cv = cross_validate(ref, specs_for(ref))
+            print(cv.groups.to_string(index=False))
+            print("wrote", write_bands(bands_from(cv, ref), cv, ref))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cmperf.calibration", description=__doc__.splitlines()[0])
+    ap.add_argument("references", nargs="*", help="reference files (default: every built-in one)")
     ap.add_argument("--write", action="store_true",
-                    help="store the fitted values in the built-in spec files and the prediction bands (runs the cross-validation)")
+                    help="store the fitted values in the built-in spec files (and, for the paper, the prediction bands)")
     args = ap.parse_args(argv)
-    ref = load_reference()
-    specs = load_specs(ref.hardware, ref.model)
-    values = fit(ref, specs)
-    ev = evidence(ref)
-    print(f"fitted {len(PARAMS)} parameters to {len(ev.rows)} evidence rows "
-          f"(groups {', '.join(sorted({r.fold for r in ev.rows}))}); {IMBALANCE.path} measured from {IMBALANCE_ROW}:")
-    for p in PARAMS + [IMBALANCE]:
-        print(f"  {p.path:45s} = {values[p.path]:.4g}    # {p.meaning}")
-    out = evaluate(ref, specs, values)
-    print(out[["id", "kind", "predicted", "paper", "error", "pass"]].to_string(index=False))
-    if args.write:
-        for line in write(values, specs):
-            print("wrote", line)
-        cv = cross_validate(ref, load_specs(ref.hardware, ref.model))
-        print(cv.groups.to_string(index=False))
-        print("wrote", write_bands(bands_from(cv, ref), cv, ref))
+    for path in args.references or builtin_references():
+        calibrate_file(path, args.write)
     return 0
 
 

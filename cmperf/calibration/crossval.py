@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..bands import BANDS_FILE
-from ..predict import Specs, load_specs
+from ..predict import Specs
 from .fit import evidence, fit
+from .validate import specs_for
 from .reference import RefFile, load_reference
 from .validate import evaluate
 
@@ -33,7 +34,7 @@ def cross_validate(ref: RefFile | None = None, specs: Specs | None = None) -> Cr
     import pandas as pd
 
     ref = ref or load_reference()
-    specs = specs or load_specs(ref.hardware, ref.model)
+    specs = specs or specs_for(ref)
     full = fit(ref, specs)
     ev = evidence(ref)
     in_sample = evaluate(ev, specs, full).set_index("id")

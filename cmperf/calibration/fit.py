@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..predict import Specs, load_specs
+from ..predict import Specs
 from .reference import RefFile, load_reference
-from .validate import predictions
+from .validate import predictions, specs_for
 
 @dataclass(frozen=True)
 class Param:
@@ -34,17 +34,10 @@ class Param:
     meaning: str
 
 
-# Fitted jointly to the evidence rows. Each has a physical meaning (docs/calibration.md).
-PARAMS = [
-    Param("chip.latency.kernel_launch_s", 1e-7, 50e-6, True, "fixed cost of one kernel inside a captured graph"),
-    Param("chip.die.vector_ops_per_s", 1e11, 5e12, True, "element operations per second of a die's 48 AI Vector cores"),
-    Param("system.collectives.message_issue_s", 1e-9, 1e-6, True, "communication-engine time of one token message of dispatch/combine"),
-    Param("system.collectives.step_time_cv", 0.0, 0.6, False, "spread (std/mean) of a die's load-dependent time between barriers"),
-]
-# Not evidence: the paper's "default" expert balance appears in row P2 only, so it is
-# measured from that row alone, after the joint fit (docs/calibration.md).
-IMBALANCE = Param("model.serving.default_expert_imbalance", 1.0, 3.0, False, "max/mean expert load of the paper's default balance")
-IMBALANCE_ROW = "P2"
+def params_of(ref: RefFile) -> list[Param]:
+    """The parameters a reference file calibrates (its ``fit`` section)."""
+    return [Param(p.path, p.lo, p.hi, p.log, p.meaning) for p in ref.fit]
+
 
 COARSE_POINTS = 5  # per parameter
 STARTS = 3  # best coarse points refined
@@ -119,14 +112,14 @@ def minimise(sub: RefFile, specs: Specs, params: list[Param], fixed: dict[str, f
 
 
 def fit(ref: RefFile | None = None, specs: Specs | None = None, exclude_groups=()) -> dict[str, float]:
-    """The joint fit of PARAMS to the evidence rows (leaving out ``exclude_groups``), then
-    the default imbalance from its row."""
+    """The joint fit of the file's ``fit`` parameters to its evidence rows (leaving out
+    ``exclude_groups``), then each ``measured`` parameter from its one row."""
     ref = ref or load_reference()
-    specs = specs or load_specs(ref.hardware, ref.model)
-    values = minimise(evidence(ref, exclude_groups), specs, PARAMS)
-    imbalance_rows = ref.model_copy(update={"rows": [r for r in ref.rows if r.id == IMBALANCE_ROW]})
-    if imbalance_rows.rows:
-        values.update(minimise(imbalance_rows, specs, [IMBALANCE], fixed=values))
+    specs = specs or specs_for(ref)
+    values = minimise(evidence(ref, exclude_groups), specs, params_of(ref)) if ref.fit else {}
+    for mea in ref.measured:
+        rows = ref.model_copy(update={"rows": [r for r in ref.rows if r.id == mea.row]})
+        values.update(minimise(rows, specs, [Param(mea.path, mea.lo, mea.hi, False, mea.meaning)], fixed=values))
     return values
 
 
@@ -144,7 +137,7 @@ def write(values: dict[str, float], specs: Specs) -> list[str]:
         pat = re.compile(rf"^(\s*{re.escape(rest[-1])}:\s*\{{value:\s*)([^,]+)(,)", re.M)
         new, n = pat.subn(lambda mt: f"{mt.group(1)}{v:.4g}{mt.group(3)}", text)
         if n != 1:
-            raise SystemExit(f"calibrate: cannot find a single flow-style '{rest[-1]}: {{value: ...}}' line in {f}")
+            raise SystemExit(f"calibration: cannot find a single flow-style '{rest[-1]}: {{value: ...}}' line in {f}")
         f.write_text(new)
         done.append(f"{f}: {path} = {v:.4g}")
     return done

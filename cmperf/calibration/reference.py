@@ -17,7 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..errors import SpecError
 from ..specs.loader import read_yaml
 
-BUILTIN_REFERENCE = Path(__file__).resolve().parent.parent / "reference" / "cloudmatrix384-paper.yaml"
+REFERENCE_DIR = Path(__file__).resolve().parent.parent / "reference"
+BUILTIN_REFERENCE = REFERENCE_DIR / "cloudmatrix384-paper.yaml"
+
+
+def builtin_references() -> list[Path]:
+    """Every shipped reference file: the CloudMatrix384 paper first, then each platform's
+    micro-benchmarks (``<system>-microbenchmarks.yaml``)."""
+    others = sorted(p for p in REFERENCE_DIR.glob("*.yaml") if p != BUILTIN_REFERENCE and p.name != "prediction-bands.yaml")
+    return [BUILTIN_REFERENCE, *others]
 
 KINDS = ("evidence", "derived", "spec")
 
@@ -30,7 +38,7 @@ class RefRow(BaseModel):
     kind: Literal["evidence", "derived", "spec"] = "evidence"
     group: Optional[str] = None  # the measurement the row belongs to (cross-validation folds)
     derived_from: Optional[str] = None
-    phase: Literal["decode", "prefill", "collective", "spec"]
+    phase: Literal["decode", "prefill", "collective", "gemm", "attention", "spec"]
     metric: str
     paper: float
     tolerance: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)  # relative
@@ -50,12 +58,44 @@ class RefRow(BaseModel):
         return self.group or self.id
 
 
+class FitParam(BaseModel):
+    """A spec field the file's evidence rows calibrate: its search range (log-spaced for
+    positive rates and times, linear for fractions) and what it means."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str
+    lo: float = Field(allow_inf_nan=False)
+    hi: float = Field(allow_inf_nan=False)
+    log: bool = True
+    meaning: str
+
+    @model_validator(mode="after")
+    def _range(self):
+        if not self.lo < self.hi or (self.log and self.lo <= 0):
+            raise ValueError(f"{self.path}: need lo < hi (and lo > 0 for a log range)")
+        return self
+
+
+class Measured(BaseModel):
+    """A spec field read from one row alone (not evidence: that row cannot fail)."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str
+    row: str
+    lo: float
+    hi: float
+    meaning: str
+
+
 class RefFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     source: str
     hardware: str = "cloudmatrix384"
     model: str = "deepseek-r1"
+    sets: list[str] = Field(default_factory=list)  # spec overrides the rows assume (e.g. a precision)
+    fit: list[FitParam] = Field(default_factory=list)
+    measured: list[Measured] = Field(default_factory=list)
     rows: list[RefRow] = Field(min_length=1)
 
 
@@ -67,9 +107,9 @@ def load_reference(path: str | Path = BUILTIN_REFERENCE) -> RefFile:
     try:
         ref = RefFile.model_validate(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise SpecError(f"{p}: field '{loc}': {first['msg']}") from None
+        problems = [f"field '{'.'.join(str(x) for x in err['loc'])}': {err['msg'].removeprefix('Value error, ')}"
+                    for err in e.errors()]
+        raise SpecError(f"{p}: " + "; ".join(problems)) from None
     ids = [r.id for r in ref.rows]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
@@ -77,4 +117,7 @@ def load_reference(path: str | Path = BUILTIN_REFERENCE) -> RefFile:
     for r in ref.rows:
         if r.derived_from is not None and r.derived_from not in ids:
             raise SpecError(f"{p}: row {r.id}: derived_from '{r.derived_from}' names no row of the file")
+    for mea in ref.measured:
+        if mea.row not in ids:
+            raise SpecError(f"{p}: measured {mea.path}: row '{mea.row}' names no row of the file")
     return ref

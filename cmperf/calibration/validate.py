@@ -17,6 +17,11 @@ from ..predict import Specs, load_specs, predict
 from ..specs.schema import Count, Sourced
 from .reference import RefFile
 
+def specs_for(ref: RefFile, sets=()) -> Specs:
+    """The specs a reference file's rows are evaluated on (its hardware, model and overrides)."""
+    return load_specs(ref.hardware, ref.model, [*ref.sets, *sets])
+
+
 def spec_value(specs: Specs, path: str, sweeps: Mapping[str, Any] | None = None) -> float:
     """The number at a dotted spec path (``chip.efficiency.matmul_compute``)."""
     hw, m = specs.views(sweeps)
@@ -83,7 +88,7 @@ def errors(ref: RefFile, predicted: np.ndarray) -> np.ndarray:
 def evaluate(ref: RefFile, specs: Specs | None = None, sweeps: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Predicted vs paper for every row of ``ref``; ``sweeps`` (path -> value) overrides
     spec fields for this evaluation (used by sensitivity and cross-validation)."""
-    specs = specs or load_specs(ref.hardware, ref.model)
+    specs = specs or specs_for(ref)
     predicted = predictions(ref, specs, {k: [v] for k, v in (sweeps or {}).items()})[:, 0]
     out = pd.DataFrame([{
         "id": r.id, "kind": r.kind, "group": r.fold, "where": r.where, "metric": r.metric, "predicted": p,
@@ -145,7 +150,7 @@ HEADLINE = ("P1", "P2", "D1", "D2", "L1", "L2", "A1-96", "T7-D256", "T7-C256")
 def sensitivity(ref: RefFile, specs: Specs | None = None, step: float = 0.10,
                 params: Optional[list[str]] = None) -> pd.DataFrame:
     """Percent change of each headline row when each parameter moves by -step and +step."""
-    specs = specs or load_specs(ref.hardware, ref.model)
+    specs = specs or specs_for(ref)
     rows = [r for r in ref.rows if r.id in HEADLINE] or [r for r in ref.rows if r.phase != "spec"]
     sub = ref.model_copy(update={"rows": rows})
     base = evaluate(sub, specs).set_index("id")["predicted"]

@@ -28,7 +28,7 @@ def _rows_table(res, title):
 
 
 def validate_cmd(
-    files: Optional[List[str]] = typer.Argument(None, help="reference files (default: the built-in CloudMatrix384 paper rows)"),
+    files: Optional[List[str]] = typer.Argument(None, help="reference files (default: every built-in one: the CloudMatrix384 paper and each platform's micro-benchmarks)"),
     sensitivity: bool = typer.Option(False, "--sensitivity", help="also show how headline rows move when each parameter moves +-10 %"),
     cross_validate: bool = typer.Option(False, "--cross-validate",
                                         help="re-fit without each group of evidence rows and predict it (about a minute)"),
@@ -39,74 +39,98 @@ def validate_cmd(
     Example: cmperf validate --cross-validate"""
     import pandas as pd
 
-    from ..predict import load_specs
-    from ..report import check_format, print_csv, print_json, print_table
-    from ..calibration.reference import BUILTIN_REFERENCE, load_reference
-    from ..calibration.validate import evaluate, fitted_parameters, summary
+    from ..calibration.reference import builtin_references, load_reference
+    from ..calibration.validate import evaluate, fitted_parameters, specs_for, summary
     from ..calibration.validate import sensitivity as sens
+    from ..report import check_format, print_csv, print_json
 
     check_format(fmt)
-    results, fitted, sens_tables, cv = [], None, [], None
-    for f in files or [str(BUILTIN_REFERENCE)]:
+    reports = []
+    for f in files or [str(p) for p in builtin_references()]:
         ref = load_reference(f)
-        specs = load_specs(ref.hardware, ref.model, sets or [])
+        specs = specs_for(ref, sets or [])
         res = evaluate(ref, specs)
         res.insert(0, "file", ref.name)
-        results.append(res)
-        fitted = fitted_parameters(specs)
-        if sensitivity:
-            sens_tables.append(sens(ref, specs))
-        if cross_validate:
+        report = {"ref": ref, "res": res, "fitted": fitted_parameters(specs),
+                  "sens": sens(ref, specs) if sensitivity else None, "cv": None}
+        if cross_validate and ref.fit:
             from ..calibration.crossval import cross_validate as run_cv
 
-            cv = run_cv(ref, specs)
-    res = pd.concat(results, ignore_index=True)
+            report["cv"] = run_cv(ref, specs)
+        reports.append(report)
+    res = pd.concat([r["res"] for r in reports], ignore_index=True)
     stats = summary(res)
     if fmt == "json":
         obj = {"rows": res.to_dict(orient="records"), "summary": stats,
-               "fitted_parameters": fitted.to_dict(orient="records")}
+               "files": [{"name": r["ref"].name, "hardware": r["ref"].hardware, "model": r["ref"].model,
+                          "summary": summary(r["res"]), "fitted_parameters": r["fitted"].to_dict(orient="records")}
+                         for r in reports],
+               "fitted_parameters": reports[0]["fitted"].to_dict(orient="records")}
         if sensitivity:
-            obj["sensitivity"] = pd.concat(sens_tables).to_dict(orient="records")
-        if cv is not None:
+            obj["sensitivity"] = pd.concat([r["sens"] for r in reports]).to_dict(orient="records")
+        cvs = [r for r in reports if r["cv"] is not None]
+        if cvs:
+            cv = cvs[0]["cv"]
             obj["cross_validation"] = {"groups": cv.groups.to_dict(orient="records"),
                                        "rows": cv.rows.to_dict(orient="records"),
                                        "parameters": cv.parameters.to_dict(orient="records")}
+            obj["cross_validation_files"] = {r["ref"].name: r["cv"].groups.to_dict(orient="records") for r in cvs}
         print_json(obj)
     elif fmt == "csv":
         print_csv(res)
     else:
+        for r in reports:
+            _print_file(r)
+        if len(reports) > 1:
+            typer.echo(f"all files: {stats['evidence_rows']} evidence rows, {stats['evidence_rows'] - stats['evidence_failed']} "
+                       f"within tolerance; {stats['rows']} rows in all, {stats['failed']} failing")
+    if stats["failed"]:
+        raise typer.Exit(1)
+
+
+def _print_file(r) -> None:
+    import pandas as pd
+
+    from ..calibration.validate import summary
+    from ..report import print_table
+
+    ref, res, fitted = r["ref"], r["res"], r["fitted"]
+    stats = summary(res)
+    typer.echo(f"\n{ref.name} ({ref.hardware}, {ref.model}): {ref.source}")
+    if stats["evidence_rows"]:
         _rows_table(res[res["kind"] == "evidence"], "evidence: independent published measurements, predicted")
         typer.echo(f"evidence: {stats['evidence_rows']} rows, {stats['evidence_rows'] - stats['evidence_failed']} within "
                    f"tolerance; mean |error| {stats['evidence_mean_abs_error_pct']:.2f} %, max "
                    f"{stats['evidence_max_abs_error_pct']:.2f} %"
                    + (f"; ablation rows max |error| {100 * stats['evidence_max_abs_error_abs']:.1f} points"
                       if stats["evidence_max_abs_error_abs"] == stats["evidence_max_abs_error_abs"] else ""))
-        for kind, title in (("derived", "derived rows: arithmetic on another row, or the row a parameter is read from "
-                                        "(bookkeeping, cannot fail alone)"),
-                            ("spec", "spec rows: hardware-file values against the tables they come from")):
-            part = res[res["kind"] == kind]
-            if len(part):
-                _rows_table(part, title)
+    for kind, title in (("derived", "derived rows: arithmetic on another row, or the row a parameter is read from "
+                                    "(bookkeeping, cannot fail alone)"),
+                        ("spec", "spec rows: hardware-file values against the tables they come from")):
+        part = res[res["kind"] == kind]
+        if len(part):
+            _rows_table(part, title)
+    if len(fitted):
         print_table(fitted.assign(value=fitted["value"].map(lambda v: f"{v:.4g}")),
                     f"fitted parameters ({len(fitted)}; re-fit with: python -m cmperf.calibration)")
-        for t in sens_tables:
-            t = t[t["max_abs_change_pct"] > 0.05]
-            rows = sorted({c.rsplit(" ", 1)[0] for c in t.columns if c.endswith("%") and " " in c})
-            compact = pd.DataFrame({"parameter": t["parameter"]})
-            for r in rows:
-                minus = next(c for c in t.columns if c.startswith(f"{r} -"))
-                plus = next(c for c in t.columns if c.startswith(f"{r} +"))
-                compact[r] = [f"{a:+.1f}/{b:+.1f}" for a, b in zip(t[minus], t[plus])]
-            print_table(compact, "sensitivity: % change of each headline row when the parameter moves -10 % / +10 %")
-        if cv is not None:
-            g = cv.groups.copy()
-            for c in ("held_out_max_abs_error", "held_out_mean_abs_error", "in_sample_max_abs_error"):
-                g[c] = [f"{v:.2f} %" if u == "%" else f"{100 * v:.1f} pt" for v, u in zip(g[c], g["unit"])]
-            print_table(g.drop(columns="unit"), "cross-validation: each evidence group predicted by a fit to the others")
-            p = cv.parameters[["parameter", "full fit", "min", "max", "spread_pct"]].copy()
-            for c in ("full fit", "min", "max"):
-                p[c] = p[c].map(lambda v: f"{v:.4g}")
-            p["spread_pct"] = p["spread_pct"].map(lambda v: f"{v:.1f} %")
-            print_table(p, "fitted parameters across the folds")
-    if stats["failed"]:
-        raise typer.Exit(1)
+    t = r["sens"]
+    if t is not None:
+        t = t[t["max_abs_change_pct"] > 0.05]
+        rows = sorted({c.rsplit(" ", 1)[0] for c in t.columns if c.endswith("%") and " " in c})
+        compact = pd.DataFrame({"parameter": t["parameter"]})
+        for row in rows:
+            minus = next(c for c in t.columns if c.startswith(f"{row} -"))
+            plus = next(c for c in t.columns if c.startswith(f"{row} +"))
+            compact[row] = [f"{a:+.1f}/{b:+.1f}" for a, b in zip(t[minus], t[plus])]
+        print_table(compact, "sensitivity: % change of each headline row when the parameter moves -10 % / +10 %")
+    cv = r["cv"]
+    if cv is not None:
+        g = cv.groups.copy()
+        for c in ("held_out_max_abs_error", "held_out_mean_abs_error", "in_sample_max_abs_error"):
+            g[c] = [f"{v:.2f} %" if u == "%" else f"{100 * v:.1f} pt" for v, u in zip(g[c], g["unit"])]
+        print_table(g.drop(columns="unit"), "cross-validation: each evidence group predicted by a fit to the others")
+        p = cv.parameters[["parameter", "full fit", "min", "max", "spread_pct"]].copy()
+        for c in ("full fit", "min", "max"):
+            p[c] = p[c].map(lambda v: f"{v:.4g}")
+        p["spread_pct"] = p["spread_pct"].map(lambda v: f"{v:.1f} %")
+        print_table(p, "fitted parameters across the folds")

@@ -1,9 +1,10 @@
 """Find, parse and validate spec files; apply ``--set key.path=value`` overrides.
 
 A spec is named either by a built-in name (``ascend-910c``, ``cloudmatrix384``,
-``deepseek-r1``) or by a path to a YAML file of the user's own. Built-in specs ship inside
-the wheel (``cmperf/_data``) and, in a source checkout, are read from the repository's
-``hardware/`` and ``models/`` folders.
+``deepseek-r1``) or by a path to a YAML file of the user's own; a model may also be a Hugging
+Face ``config.json`` (a path ending in ``.json``, imported by :mod:`.hf_import`). Built-in
+specs ship inside the wheel (``cmperf/_data``) and, in a source checkout, are read from the
+repository's ``hardware/`` and ``models/`` folders.
 """
 
 from __future__ import annotations
@@ -70,10 +71,11 @@ def _looks_like_path(text: str) -> bool:
 def resolve(kind: str, name_or_path: str | Path, near: Path | None = None) -> Path:
     """The file for a spec name or path; a clear error when there is none."""
     text = str(name_or_path)
-    if _looks_like_path(text):
+    if _looks_like_path(text) or (kind == "model" and text.endswith(".json")):
         p = Path(text).expanduser()
         if not p.is_file():
-            raise SpecError(f"{text}: no such {kind} spec file (expected a readable YAML file)")
+            expected = "a readable YAML file" + (" or Hugging Face config.json" if kind == "model" else "")
+            raise SpecError(f"{text}: no such {kind} spec file (expected {expected})")
         return p
     if near is not None and (near / f"{text}.yaml").is_file():
         return near / f"{text}.yaml"
@@ -193,10 +195,28 @@ def validate(kind: str, raw: Mapping, path: Path, overrides: Mapping[str, Any] |
         raise SpecError(message) from None
 
 
+_warned_json: set[Path] = set()
+
+
+def read_hf_model(path: Path) -> dict[str, Any]:
+    """A model given as a Hugging Face config.json: imported (:mod:`.hf_import`), its unmapped
+    fields warned about on stderr once per file and process."""
+    import sys
+
+    from .hf_import import import_hf_file
+
+    raw, unmapped = import_hf_file(path)
+    if path.resolve() not in _warned_json:
+        _warned_json.add(path.resolve())
+        for item in unmapped:
+            sys.stderr.write(f"cmperf: warning: {path}: unmapped config field {item}\n")
+    return raw
+
+
 def load(kind: str, name_or_path: str | Path, overrides: Mapping[str, Any] | None = None,
          label: str | None = None, near: Path | None = None) -> tuple[BaseModel, Path]:
     path = resolve(kind, name_or_path, near)
-    raw = read_yaml(path)
+    raw = read_hf_model(path) if kind == "model" and path.suffix.lower() == ".json" else read_yaml(path)
     for key, value in (overrides or {}).items():
         apply_override(raw, key, value, label or kind)
     return validate(kind, raw, path, overrides, label or kind), path

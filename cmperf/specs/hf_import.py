@@ -1,0 +1,417 @@
+"""Hugging Face ``config.json`` -> cmperf model spec (``cmperf model import``, ``--model x.json``).
+
+Each supported family names the same architecture numbers differently (``n_routed_experts``
+vs ``num_experts`` vs ``num_local_experts``; ``first_k_dense_replace``; MLA ranks; ``head_dim``
+given or implied by hidden_size / heads). :func:`import_hf_config` maps one family's names
+onto the schema of :class:`cmperf.specs.schema.ModelSpec` and reports every config field it
+neither used nor knowingly ignored (:data:`IGNORED`, :data:`FAMILY_IGNORED`), so that nothing
+that could change a performance number is dropped silently.
+
+Families: DeepSeek-V3/R1 (``deepseek_v3``) and Kimi K2 (``kimi_k2``): MLA + dense then MoE
+layers; Qwen3-MoE (``qwen3_moe``): GQA with per-head q/k norm, every layer MoE; Mixtral
+(``mixtral``): GQA, every layer MoE; Llama (``llama``): dense GQA.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from ..errors import SpecError
+
+# Config fields that do not change FLOPs, bytes or communication of serving, in any family.
+IGNORED: dict[str, str] = {
+    "architectures": "transformers class name; `model_type` selects the mapping",
+    "auto_map": "remote-code class paths",
+    "transformers_version": "version of the library that wrote the file",
+    "bos_token_id": "tokenizer special-token id",
+    "eos_token_id": "tokenizer special-token id",
+    "pad_token_id": "tokenizer special-token id",
+    "initializer_range": "training-time weight initialisation",
+    "rms_norm_eps": "numerical epsilon of RMSNorm: same FLOPs and bytes",
+    "rope_theta": "RoPE base frequency: same FLOPs and bytes for any value",
+    "rope_scaling": "RoPE context extension (YaRN, llama3): rescaled frequencies, same FLOPs and bytes",
+    "max_position_embeddings": "longest supported context; cmperf takes the context length as an input",
+    "hidden_act": "activation inside the gated (SwiGLU) FFN every supported family uses: elementwise work",
+    "attention_dropout": "training-only dropout",
+    "use_cache": "runtime flag of transformers' generate()",
+    "output_router_logits": "training-only router output",
+    "router_aux_loss_coef": "training-only load-balancing loss",
+    "aux_loss_alpha": "training-only load-balancing loss",
+    "seq_aux": "training-only load-balancing loss",
+    "pretraining_tp": "training-time tensor-parallel split of the projections: same math",
+    "ep_size": "expert-parallel degree of the reference code: a deployment choice (`--ep`)",
+    "norm_topk_prob": "renormalises the top-k routing weights: k elementwise operations per token",
+    "routed_scaling_factor": "scales the routed experts' output: one multiply per element",
+}
+
+# Config fields ignored in one family only, because there they describe nothing that runs.
+FAMILY_IGNORED: dict[str, dict[str, str]] = {
+    "mla": {
+        "num_key_value_heads": "MLA caches one shared latent per token, not per-head keys and values",
+    },
+    "qwen3_moe": {
+        "intermediate_size": "width of dense FFN layers: none here (decoder_sparse_step 1, mlp_only_layers empty)",
+        "max_window_layers": "used only when use_sliding_window is true (it is not)",
+        "sliding_window": "used only when use_sliding_window is true (it is not)",
+    },
+}
+
+# transformers' default for `tie_word_embeddings` in each family's config class
+_TIE_DEFAULT = {"deepseek_v3": False, "kimi_k2": False, "qwen3_moe": False, "mixtral": False, "llama": False}
+
+_LABELS = {"deepseek_v3": "DeepSeek-V3-architecture", "kimi_k2": "Kimi-K2 (DeepSeek-V3 architecture)",
+           "qwen3_moe": "Qwen3-MoE", "mixtral": "Mixtral", "llama": "Llama"}
+
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+
+DEFAULT_IMBALANCE = {"value": 1.0, "source": "ASSUMPTION: perfect balance until measured (docs/calibration.md)"}
+
+_MISSING = object()
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v) if not isinstance(v, str) else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _Config:
+    """A config.json mapping that records which fields were read and what could not be mapped."""
+
+    def __init__(self, raw: dict, model_type: str):
+        self.raw, self.model_type = raw, model_type
+        self.used: set[str] = {"model_type"}
+        self.ignored: dict[str, str] = {}
+        self.problems: list[tuple[str, str]] = []  # (top-level key, message)
+
+    def has(self, key: str) -> bool:
+        return key in self.raw
+
+    def get(self, key: str, default: Any = _MISSING) -> Any:
+        if key in self.raw:
+            self.used.add(key)
+            return self.raw[key]
+        if default is _MISSING:
+            raise SpecError(f"missing required field '{key}' for model_type '{self.model_type}'")
+        return default
+
+    def int(self, key: str, default: Any = _MISSING, minimum: int = 1) -> Any:
+        v = self.get(key, default)
+        if v is None and default is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise SpecError(f"field '{key}': expected an integer, got {_short(v)}")
+        if v < minimum:
+            raise SpecError(f"field '{key}': expected an integer >= {minimum}, got {v}")
+        return v
+
+    def expect(self, key: str, expected: Any, why: str) -> None:
+        """A field the mapping relies on having one value (or being absent): reported when not."""
+        if key not in self.raw:
+            return
+        self.used.add(key)
+        if self.raw[key] != expected:
+            self.report(key, f"{key} = {_short(self.raw[key])}: {why}")
+
+    def ignore(self, table: str) -> None:
+        self.ignored.update(FAMILY_IGNORED[table])
+
+    def report(self, key: str, message: str) -> None:
+        self.used.add(key)
+        self.problems.append((key, message))
+
+    def unmapped(self) -> list[str]:
+        order = {k: i for i, k in enumerate(self.raw)}
+        out = list(self.problems)
+        for k, v in self.raw.items():
+            if k not in self.used and k not in IGNORED and k not in self.ignored:
+                out.append((k, f"{k} = {_short(v)}: not a field cmperf maps or knowingly ignores"))
+        return [m for _, m in sorted(out, key=lambda p: order.get(p[0], len(order)))]
+
+
+# --------------------------------------------------------------------------- shared parts
+def _common(c: _Config) -> dict:
+    return {
+        "hidden_size": c.int("hidden_size"),
+        "num_layers": c.int("num_hidden_layers"),
+        "vocab_size": c.int("vocab_size"),
+    }
+
+
+def _tie(c: _Config) -> bool:
+    v = c.get("tie_word_embeddings", _TIE_DEFAULT[c.model_type])
+    if not isinstance(v, bool):
+        raise SpecError(f"field 'tie_word_embeddings': expected true or false, got {_short(v)}")
+    return v
+
+
+def _gqa(c: _Config, qk_norm: bool = False) -> dict:
+    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
+    if c.has("head_dim") and c.raw["head_dim"] is not None:
+        head_dim = c.int("head_dim")
+    else:
+        c.get("head_dim", None)
+        if hidden % heads:
+            raise SpecError(f"no 'head_dim', and hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})")
+        head_dim = hidden // heads
+    kv_heads = c.int("num_key_value_heads", heads)  # transformers' default: multi-head attention
+    c.expect("attention_bias", False, "biases on the q/k/v/o projections are not modelled")
+    out = {"type": "gqa", "num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim}
+    if qk_norm:
+        out["qk_norm"] = True
+    return out
+
+
+def _sliding_window(c: _Config) -> None:
+    if c.has("use_sliding_window"):
+        c.expect("use_sliding_window", False, "sliding-window attention is not modelled (cmperf attends to the whole context)")
+        if c.raw["use_sliding_window"] is False:
+            return
+    c.expect("sliding_window", None, "sliding-window attention is not modelled (cmperf attends to the whole context)")
+
+
+def _precision(c: _Config) -> dict:
+    dtype_key = "torch_dtype" if c.has("torch_dtype") or not c.has("dtype") else "dtype"  # transformers >= 4.56: `dtype`
+    name = c.get(dtype_key, "bfloat16")
+    base = _DTYPES.get(name)
+    if base is None:
+        c.report(dtype_key, f"{dtype_key} = {_short(name)}: no such cmperf dtype (bf16, fp16); served as bf16")
+        base = "bf16"
+    matmul = base
+    q = c.get("quantization_config", None)
+    if q is not None:
+        if isinstance(q, dict) and q.get("quant_method") == "fp8":
+            matmul = "fp8"
+            checks = {"fmt": ("e4m3", None), "weight_block_size": ([128, 128], None),
+                      "activation_scheme": ("dynamic", "static", None), "quant_method": ("fp8",)}
+            for k, v in q.items():
+                if k not in checks or v not in checks[k]:
+                    c.report("quantization_config", f"quantization_config.{k} = {_short(v)}: "
+                             "not mapped (cmperf knows FP8 e4m3 with 128x128 weight blocks)")
+        else:
+            method = q.get("quant_method") if isinstance(q, dict) else None
+            c.report("quantization_config", f"quantization_config (quant_method {_short(method)}): "
+                     f"not mapped (cmperf knows fp8); matmuls taken as {base} from {dtype_key}")
+    return {"matmul": matmul, "attention": "bf16", "hidden": "bf16", "embedding": "bf16", "head": "bf16",
+            "kv_cache": "bf16"} if base == "bf16" else {
+            "matmul": matmul, "attention": base, "hidden": base, "embedding": base, "head": base, "kv_cache": base}
+
+
+def _moe_extras(model: dict) -> dict:
+    model["serving"] = {"default_expert_imbalance": dict(DEFAULT_IMBALANCE)}
+    return model
+
+
+# --------------------------------------------------------------------------- families
+def _deepseek(c: _Config) -> dict:
+    c.ignore("mla")
+    attention = {
+        "type": "mla",
+        "num_heads": c.int("num_attention_heads"),
+        "q_lora_rank": c.int("q_lora_rank", None),  # null: q projected straight from the hidden state
+        "kv_lora_rank": c.int("kv_lora_rank"),
+        "qk_nope_head_dim": c.int("qk_nope_head_dim"),
+        "qk_rope_head_dim": c.int("qk_rope_head_dim"),
+        "v_head_dim": c.int("v_head_dim"),
+    }
+    if attention["q_lora_rank"] is None:
+        del attention["q_lora_rank"]
+    c.expect("attention_bias", False, "biases on the attention projections are not modelled")
+    c.expect("moe_layer_freq", 1, "cmperf puts a MoE block in every layer after the first dense ones")
+    c.expect("topk_method", "noaux_tc", "cmperf models DeepSeek-V3's group-limited routing with a score-correction bias")
+    scoring = c.get("scoring_func")
+    return _moe_extras({
+        **_common(c),
+        "first_dense_layers": c.int("first_k_dense_replace", minimum=0),
+        "tie_word_embeddings": _tie(c),
+        "attention": attention,
+        "dense_ffn": {"intermediate_size": c.int("intermediate_size")},
+        "moe": {
+            "routed_experts": c.int("n_routed_experts"),
+            "experts_per_token": c.int("num_experts_per_tok"),
+            "shared_experts": c.int("n_shared_experts", 0, minimum=0),
+            "expert_intermediate_size": c.int("moe_intermediate_size"),
+            "groups": c.int("n_group", 1),
+            "top_groups": c.int("topk_group", 1),
+            "scoring": scoring,
+        },
+        "mtp": {"modules": c.int("num_nextn_predict_layers", 0, minimum=0), "shares_embedding_and_head": True},
+        "precision": _precision(c),
+    })
+
+
+def _qwen3_moe(c: _Config) -> dict:
+    c.ignore("qwen3_moe")
+    c.expect("decoder_sparse_step", 1, "cmperf needs every layer to be MoE (a MoE block every `decoder_sparse_step` layers is not modelled)")
+    c.expect("mlp_only_layers", [], "cmperf needs every layer to be MoE (dense layers in between are not modelled)")
+    _sliding_window(c)
+    c.expect("mlp_bias", False, "FFN biases are not modelled")
+    return _moe_extras({
+        **_common(c),
+        "first_dense_layers": 0,
+        "tie_word_embeddings": _tie(c),
+        "attention": _gqa(c, qk_norm=True),  # Qwen3: RMSNorm on q and k per head
+        "moe": {
+            "routed_experts": c.int("num_experts"),
+            "experts_per_token": c.int("num_experts_per_tok"),
+            "shared_experts": 0,
+            "expert_intermediate_size": c.int("moe_intermediate_size"),
+            "groups": 1,
+            "top_groups": 1,
+            "scoring": "softmax",
+        },
+        "precision": _precision(c),
+    })
+
+
+def _mixtral(c: _Config) -> dict:
+    _sliding_window(c)
+    return _moe_extras({
+        **_common(c),
+        "first_dense_layers": 0,
+        "tie_word_embeddings": _tie(c),
+        "attention": _gqa(c),
+        "moe": {
+            "routed_experts": c.int("num_local_experts"),
+            "experts_per_token": c.int("num_experts_per_tok"),
+            "shared_experts": 0,
+            "expert_intermediate_size": c.int("intermediate_size"),  # each expert is a full-width FFN
+            "groups": 1,
+            "top_groups": 1,
+            "scoring": "softmax",
+        },
+        "precision": _precision(c),
+    })
+
+
+def _llama(c: _Config) -> dict:
+    c.expect("mlp_bias", False, "FFN biases are not modelled")
+    common = _common(c)
+    return {
+        **common,
+        "first_dense_layers": common["num_layers"],
+        "tie_word_embeddings": _tie(c),
+        "attention": _gqa(c),
+        "dense_ffn": {"intermediate_size": c.int("intermediate_size")},
+        "precision": _precision(c),
+    }
+
+
+FAMILIES: dict[str, Callable[[_Config], dict]] = {
+    "deepseek_v3": _deepseek, "kimi_k2": _deepseek, "qwen3_moe": _qwen3_moe, "mixtral": _mixtral, "llama": _llama,
+}
+
+
+def _description(m: dict, model_type: str) -> str:
+    a, mo = m["attention"], m.get("moe")
+    attn = "MLA" if a["type"] == "mla" else f"GQA {a['num_heads']}/{a['num_kv_heads']} heads"
+    if mo is None:
+        return f"{_LABELS[model_type]} dense ({attn} attention, {m['num_layers']} layers)"
+    dense, n = m["first_dense_layers"], m["num_layers"]
+    layers = f"{dense} dense + {n - dense} MoE layers" if dense else f"{n} MoE layers"
+    experts = f"top-{mo['experts_per_token']} of {mo['routed_experts']} experts"
+    if mo["shared_experts"]:
+        experts += f" + {mo['shared_experts']} shared"
+    mtp = m.get("mtp", {}).get("modules", 0)
+    return (f"{_LABELS[model_type]} MoE ({attn} attention, {layers}, {experts}"
+            + (f", {mtp} MTP module" + ("s" if mtp > 1 else "") if mtp else "") + ")")
+
+
+# --------------------------------------------------------------------------- API
+def import_hf_config(raw: dict, name: str | None, source: str) -> tuple[dict, list[str]]:
+    """Map a parsed Hugging Face ``config.json`` onto a raw model spec.
+
+    Returns the model mapping (the shape of a ``models/*.yaml`` file, for
+    ``validate("model", ...)``) and the config fields it could not map, one entry per field:
+    ``"<field> = <value>: <why>"``. ``name`` defaults to ``"imported"``; ``source`` becomes
+    the spec's ``source``. Raises :class:`SpecError` (without a file name: callers prefix it)
+    for an unsupported ``model_type`` or a missing or mistyped required field."""
+    if not isinstance(raw, dict):
+        raise SpecError(f"expected a JSON object of config fields at the top level, got {type(raw).__name__}")
+    supported = ", ".join(sorted(FAMILIES))
+    model_type = raw.get("model_type")
+    if model_type is None:
+        raise SpecError(f"missing field 'model_type' (supported: {supported})")
+    if model_type not in FAMILIES:
+        raise SpecError(f"model_type {_short(model_type)} is not supported (supported: {supported})")
+    c = _Config(raw, model_type)
+    body = FAMILIES[model_type](c)
+    if body.get("mtp", {}).get("modules", 1) == 0:
+        del body["mtp"]  # the schema's default: no MTP module
+    model = {"kind": "model", "name": name or "imported", "description": _description(body, model_type),
+             "source": source, **body}
+    return model, c.unmapped()
+
+
+def default_name(path: Path) -> str:
+    """``llama-3.1-70b.json`` -> ``llama-3.1-70b``; ``Meta-Llama-3.1-70B/config.json`` -> ``meta-llama-3.1-70b``."""
+    stem = path.stem if path.stem != "config" or not path.resolve().parent.name else path.resolve().parent.name
+    return stem.lower()
+
+
+def source_of(path: Path) -> str:
+    """The spec's ``source``: the config file, and the row of a ``SOURCES.md`` next to it that names it."""
+    text = f"Hugging Face config.json: {path}"
+    sources = path.parent / "SOURCES.md"
+    try:
+        lines = sources.read_text().splitlines()
+    except OSError:
+        return text
+    for i, line in enumerate(lines, 1):
+        cells = [x.strip() for x in line.strip().strip("|").split("|")]
+        if line.lstrip().startswith("|") and cells and cells[0] == path.name:
+            model = f" ({cells[1]})" if len(cells) > 1 else ""
+            return f"{text}{model}; provenance: {sources} line {i}"
+    return text
+
+
+def read_hf_config(path: Path) -> dict:
+    """A config.json as a mapping; one-line :class:`SpecError` naming the file otherwise."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read file ({e.strerror})") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: expected a JSON object of config fields at the top level, got {type(raw).__name__}")
+    return raw
+
+
+def import_hf_file(path: str | Path, name: str | None = None) -> tuple[dict, list[str]]:
+    """Read and import a config.json; errors name the file."""
+    path = Path(path)
+    raw = read_hf_config(path)
+    try:
+        return import_hf_config(raw, name or default_name(path), source_of(path))
+    except SpecError as e:
+        raise SpecError(f"{path}: {e}") from None
+
+
+# --------------------------------------------------------------------------- YAML
+_SECTIONS = [("kind", "name", "description", "source"),
+             ("hidden_size", "num_layers", "first_dense_layers", "vocab_size", "tie_word_embeddings"),
+             ("attention",), ("dense_ffn",), ("moe",), ("mtp",), ("precision",), ("serving",)]
+
+
+def to_yaml(model: dict, header: list[str] = ()) -> str:
+    """A model mapping as a YAML spec file laid out like ``models/deepseek-r1.yaml``."""
+    def dump(d: dict, flow=False) -> str:
+        return yaml.safe_dump(d, sort_keys=False, default_flow_style=None if flow else False,
+                              width=10_000, allow_unicode=True)
+
+    blocks = []
+    for keys in _SECTIONS:
+        part = {k: model[k] for k in keys if k in model}
+        if part:
+            blocks.append(dump(part, flow=keys == ("serving",)))
+    rest = {k: v for k, v in model.items() if not any(k in s for s in _SECTIONS)}
+    if rest:
+        blocks.append(dump(rest))
+    head = "".join(f"# {line}\n" for line in header)
+    return head + "\n".join(blocks)
