@@ -124,7 +124,10 @@ def fit(ref: RefFile | None = None, specs: Specs | None = None, exclude_groups=(
 
 
 def write(values: dict[str, float], specs: Specs) -> list[str]:
-    """Replace the ``value:`` of each fitted field in its spec file (flow-style lines)."""
+    """Replace the ``value:`` of each fitted field in its spec file, in flow style
+    (``name: {value: 1, source: ...}``) or block style (``name:`` then ``value: 1``); a
+    field addressed through a mapping (``tiers.ib.bandwidth_Bps``) is found inside its
+    parent block."""
     from ..specs.loader import resolve
 
     files = {"chip": specs.hardware.chip_path, "system": specs.hardware.system_path,
@@ -134,10 +137,37 @@ def write(values: dict[str, float], specs: Specs) -> list[str]:
         root, *rest = path.split(".")
         f = Path(files[root])
         text = f.read_text()
-        pat = re.compile(rf"^(\s*{re.escape(rest[-1])}:\s*\{{value:\s*)([^,]+)(,)", re.M)
-        new, n = pat.subn(lambda mt: f"{mt.group(1)}{v:.4g}{mt.group(3)}", text)
-        if n != 1:
-            raise SystemExit(f"calibration: cannot find a single flow-style '{rest[-1]}: {{value: ...}}' line in {f}")
+        new = _replace_value(text, rest, f"{v:.4g}")
+        if new is None:
+            raise SystemExit(f"calibration: cannot find field {'.'.join(rest)} with a `value:` in {f}")
         f.write_text(new)
         done.append(f"{f}: {path} = {v:.4g}")
     return done
+
+
+def _replace_value(text: str, keys: list[str], value: str) -> str | None:
+    """The text with the value of the nested field ``keys`` replaced, or None."""
+    lines = text.splitlines(keepends=True)
+    start, indent = 0, -1
+    for depth, key in enumerate(keys):
+        pat = re.compile(rf"^(\s*){re.escape(key)}:(.*)$")
+        for i in range(start, len(lines)):
+            mt = pat.match(lines[i].rstrip("\n"))
+            if mt and len(mt.group(1)) > indent:
+                start, indent = i, len(mt.group(1))
+                break
+        else:
+            return None
+    head = lines[start]
+    flow = re.compile(r"^(\s*\w+:\s*\{value:\s*)([^,}]+)")
+    if flow.match(head):
+        lines[start] = flow.sub(lambda mt: mt.group(1) + value, head, count=1)
+        return "".join(lines)
+    for i in range(start + 1, len(lines)):  # block style: the first `value:` under it
+        sub = re.match(r"^(\s*)value:(\s*)(\S+)(.*)$", lines[i].rstrip("\n"))
+        if sub and len(sub.group(1)) > indent:
+            lines[i] = f"{sub.group(1)}value:{sub.group(2)}{value}{sub.group(4)}\n"
+            return "".join(lines)
+        if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) <= indent:
+            break
+    return None

@@ -13,7 +13,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from ..errors import SpecError
-from ..predict import Specs, load_specs, predict
+from ..predict import PHASES, Specs, load_specs, predict
 from ..specs.schema import Count, Sourced
 from .reference import RefFile
 
@@ -49,8 +49,8 @@ def predictions(ref: RefFile, specs: Specs, sweeps: Mapping[str, Iterable[float]
         n = len(next(iter(sweeps.values())))
     else:
         n = int(np.prod([len(v) for v in sweeps.values()]))
-    out = np.empty((len(ref.rows), n))
-    for phase in ("decode", "prefill", "collective"):
+    out = np.full((len(ref.rows), n), np.nan)
+    for phase in PHASES:
         idx = [i for i, r in enumerate(ref.rows) if r.phase == phase]
         if not idx:
             continue

@@ -182,6 +182,7 @@ def _mla_decode_ops(m, T, R, L, tp) -> list[Op]:
                   + VEC_DEQUANT * H * a.kv_lora_rank)
     prolog = Op(
         "mla_prolog", "cube", flops=2 * T * prolog_w, dtype=m.precision.matmul, vector_ops=T * prolog_vec,
+        outputs=2 * T * (r_q + lat + H * (qk_dim + a.kv_lora_rank)),
         hbm_bytes=prolog_w * b.weight + T * h * b.hidden + T * H * lat * b.attn + T * lat * b.kv,
         weight_bytes=prolog_w * b.weight,
     )
@@ -195,6 +196,7 @@ def _mla_decode_ops(m, T, R, L, tp) -> list[Op]:
              + VEC_DEQUANT * h + VEC_RESIDUAL * h)
     o_proj = Op(
         "o_proj", "cube", flops=2 * T * out_w, dtype=m.precision.matmul, vector_ops=T * o_vec,
+        outputs=2 * T * (H * a.v_head_dim + h),
         hbm_bytes=out_w * b.weight + T * H * a.kv_lora_rank * b.attn + T * h * b.hidden,
         weight_bytes=out_w * b.weight,
     )
@@ -213,6 +215,7 @@ def _gqa_decode_ops(m, T, R, L, tp) -> list[Op]:
     qkv_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (H + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d
                + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0))
     qkv = Op("qkv_proj", "cube", flops=2 * T * qkv_w, dtype=m.precision.matmul, vector_ops=T * qkv_vec,
+             outputs=2 * T * (H + 2 * Hkv) * d,
              hbm_bytes=qkv_w * b.weight + T * h * b.hidden + T * H * d * b.attn + T * 2 * Hkv * d * b.kv,
              weight_bytes=qkv_w * b.weight)
     core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
@@ -220,7 +223,7 @@ def _gqa_decode_ops(m, T, R, L, tp) -> list[Op]:
               hbm_bytes=R * L * 2 * Hkv * d * b.kv + 2 * T * H * d * b.attn)
     o_w = w["o"] / tp
     o_vec = VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h
-    o_proj = Op("o_proj", "cube", flops=2 * T * o_w, dtype=m.precision.matmul, vector_ops=T * o_vec,
+    o_proj = Op("o_proj", "cube", flops=2 * T * o_w, dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
                 hbm_bytes=o_w * b.weight + T * H * d * b.attn + T * h * b.hidden, weight_bytes=o_w * b.weight)
     return [qkv, core, o_proj]
 
@@ -254,12 +257,14 @@ def _mla_prefill_ops(m, T, P, tp, tier) -> list[Op]:
               + VEC_ROPE * H * rope)
     o_vec = VEC_QUANT * H * a.v_head_dim + VEC_DEQUANT * h + VEC_RESIDUAL * h
     down = Op("mla_down", "cube", flops=2 * T * down_w, dtype=m.precision.matmul, vector_ops=T * down_vec,
+              outputs=2 * T * (r_q + lat),
               hbm_bytes=down_w * b.weight + T * h * b.hidden + T * compressed * b.hidden,
               weight_bytes=down_w * b.weight)
     gather = Op("attn_allgather", "dma", launches=1, tier=tier,
                 net_bytes=(tp - 1) * T * compressed * b.hidden, net_messages=0.0,
                 hbm_bytes=tp * T * compressed * b.hidden, sync_group=tp)
     up = Op("mla_up", "cube", flops=2 * T * up_w, dtype=m.precision.matmul, vector_ops=T * up_vec,
+            outputs=2 * T * H * (qk + a.qk_nope_head_dim + a.v_head_dim),
             hbm_bytes=up_w * b.weight / tp + T * compressed * b.hidden + T * H * (2 * qk + a.v_head_dim) * b.attn,
             weight_bytes=up_w * b.weight / tp)
     core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
@@ -269,7 +274,7 @@ def _mla_prefill_ops(m, T, P, tp, tier) -> list[Op]:
     a2a = Op("attn_alltoall", "dma", launches=1, tier=tier,
              net_bytes=T * (tp - 1) / tp * H * a.v_head_dim * b.hidden, net_messages=0.0,
              hbm_bytes=T * H * a.v_head_dim * b.hidden, sync_group=tp)
-    o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec,
+    o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
                 hbm_bytes=w["o"] * b.weight + T * H * a.v_head_dim * b.attn + T * h * b.hidden,
                 weight_bytes=w["o"] * b.weight)
     return [down, gather, up, core, a2a, o_proj]
@@ -294,6 +299,7 @@ def _gqa_prefill_ops(m, T, P, tp, tier) -> list[Op]:
                 hbm_bytes=tp * T * h * b.act, sync_group=tp)
     qkv_vec = VEC_DEQUANT * (H + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0)
     up = Op("qkv_proj", "cube", flops=qkv_flops, dtype=m.precision.matmul, vector_ops=T * qkv_vec,
+            outputs=2 * T * tp * (H / tp + 2 * Hkv / shards) * d,
             hbm_bytes=qkv_w * b.weight + tp * T * h * b.act + T * (H + 2 * Hkv) * d * b.attn + T * 2 * Hkv * d * b.kv,
             weight_bytes=qkv_w * b.weight)
     core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
@@ -302,7 +308,7 @@ def _gqa_prefill_ops(m, T, P, tp, tier) -> list[Op]:
     a2a = Op("attn_alltoall", "dma", launches=1, tier=tier, net_bytes=T * (tp - 1) / tp * H * d * b.hidden,
              hbm_bytes=T * H * d * b.hidden, sync_group=tp)
     o_vec = VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h
-    o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec,
+    o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
                 hbm_bytes=w["o"] * b.weight + T * H * d * b.attn + T * h * b.hidden, weight_bytes=w["o"] * b.weight)
     return [down, gather, up, core, a2a, o_proj]
 
@@ -366,7 +372,7 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
     _, c_tiers = traffic(c_B)
 
     router_w = mo.routed_experts * h  # the gate matrix; its bias is read too
-    gate = Op("gate", "cube", flops=2 * T * router_w, dtype=m.precision.hidden,
+    gate = Op("gate", "cube", flops=2 * T * router_w, dtype=m.precision.hidden, outputs=2 * T * mo.routed_experts,
               vector_ops=T * (VEC_RMSNORM * h + VEC_ROUTING * mo.routed_experts),
               hbm_bytes=arch.router_params(m) * b.hidden + T * h * b.hidden + T * mo.routed_experts * 4,
               weight_bytes=arch.router_params(m) * b.hidden)
@@ -375,7 +381,7 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
                   hbm_bytes=T * h * b.hidden + (T * fanout + rows_remote) * d_B, sync_group=ep)
     e_w = arch.expert_params(m)
     rows = pl.rows
-    experts = Op("experts", "cube", flops=2 * rows * e_w, dtype=experts_dtype(m),
+    experts = Op("experts", "cube", flops=2 * rows * e_w, dtype=experts_dtype(m), outputs=2 * rows * (2 * I + h),
                  vector_ops=rows * (VEC_SWIGLU * I + VEC_QUANT * I + VEC_DEQUANT * (2 * I + h)),
                  tile_efficiency=rows / np.maximum(pl.padded_rows, 1e-30),
                  hbm_bytes=pl.instances_per_die * e_w * b.expert + swiglu_activation_bytes(m, rows, I, b.expert),
@@ -396,7 +402,7 @@ def dense_ffn_op(m, T, tp=1.0) -> Op:
     Ip = I / tp
     vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (2 * Ip + h) + VEC_SWIGLU * Ip + VEC_QUANT * Ip
            + VEC_RESIDUAL * h)
-    return Op("dense_ffn", "cube", flops=2 * T * w, dtype=m.precision.matmul, vector_ops=T * vec,
+    return Op("dense_ffn", "cube", flops=2 * T * w, dtype=m.precision.matmul, vector_ops=T * vec, outputs=2 * T * (2 * Ip + h),
               hbm_bytes=w * b.weight + swiglu_activation_bytes(m, T, Ip),
               weight_bytes=w * b.weight)
 
@@ -410,7 +416,7 @@ def embedding_op(m, T) -> Op:
 def head_op(m, T, name: str = "lm_head") -> Op:
     """Final RMSNorm + LM head over ``T`` tokens, logits written in FP32, then sampling."""
     b, h, V = Bytes.of(m), m.hidden_size, m.vocab_size
-    return Op(name, "cube", flops=2 * T * V * h, dtype=m.precision.head,
+    return Op(name, "cube", flops=2 * T * V * h, dtype=m.precision.head, outputs=2 * T * V,
               vector_ops=T * (VEC_RMSNORM * h + VEC_SAMPLING * V),
               hbm_bytes=V * h * b.head + T * h * b.hidden + T * V * 4, weight_bytes=V * h * b.head,
               launches=2)
@@ -421,7 +427,7 @@ def mtp_proj_op(m, T) -> Op:
     concatenation, eh_proj (2h -> h)."""
     b, h = Bytes.of(m), m.hidden_size
     w = arch.mtp_eh_proj_params(m)
-    return Op("mtp_eh_proj", "cube", flops=2 * T * w, dtype=m.precision.matmul,
+    return Op("mtp_eh_proj", "cube", flops=2 * T * w, dtype=m.precision.matmul, outputs=2 * T * h,
               vector_ops=T * (2 * VEC_RMSNORM * h + VEC_QUANT * 2 * h + VEC_DEQUANT * h),
               hbm_bytes=w * b.weight + 3 * T * h * b.hidden, weight_bytes=w * b.weight)
 

@@ -6,12 +6,17 @@ between two streams; its **pools** (HBM, the UB port and its communication engin
 a stream that runs alone can draw all of them, two streams that run at once share them
 (the pipeline, cmperf/schedule/pipeline.py, bounds each pool's total use per layer).
 
-    t_compute = FLOPs / (peak[dtype] x efficiency[kind] x tile_efficiency x cube_share)
+    t_compute = (FLOPs + K0 x outputs) / (peak[dtype] x efficiency[kind] x tile_efficiency x cube_share)
     t_vector  = element ops / (vector_ops_per_s x vector_share)
     t_memory  = HBM bytes / (HBM bandwidth x memory efficiency)
     t_network = max(bytes / tier bandwidth, messages x t_msg)
     t_latency = launches x kernel_launch_s + sync rounds x 2 x tier latency
     t         = max(t_compute, t_vector, t_memory, t_network) + t_latency
+
+``outputs`` is twice the output elements of the op's GEMMs: every output tile pays a
+prologue and epilogue worth ``K0`` (``matmul_k_overhead``) steps of its reduction, so short
+reductions run below the large-K efficiency (DeepGEMM: 775 TFLOPS at K = 512, 1,520 at
+16,384, same M and N).
 
 The engines of a fused kernel work as a pipeline, so the slowest sets the pace (the
 roofline's max) and max(terms) <= t_busy <= sum(terms); cmperf takes the lower bound,
@@ -50,6 +55,7 @@ class Op:
     name: str
     engine: str
     flops: Any = 0.0
+    outputs: Any = 0.0  # 2 x output elements of its GEMMs (FLOPs per unit of reduction length)
     flop_kind: str = "matmul"  # "matmul" | "attention": which efficiency applies
     dtype: str = "int8"
     hbm_bytes: Any = 0.0
@@ -164,7 +170,10 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     peak = getattr(die.peak_flops_per_s, op.dtype)
     kind_eff = eff.attention_compute if op.flop_kind == "attention" else eff.matmul_compute
     flops = np.asarray(op.flops, dtype=float)
-    pool_compute = _ratio(flops, peak * kind_eff * np.asarray(op.tile_efficiency, dtype=float))
+    # each output tile pays a prologue/epilogue worth `matmul_k_overhead` reduction steps
+    k0 = eff.matmul_k_overhead if op.flop_kind == "matmul" and eff.matmul_k_overhead is not None else 0.0
+    work = flops + k0 * np.asarray(op.outputs, dtype=float)
+    pool_compute = _ratio(work, peak * kind_eff * np.asarray(op.tile_efficiency, dtype=float))
     memory = np.asarray(op.hbm_bytes, dtype=float) / hbm_rate_Bps(hw)
     activation_memory = (np.asarray(op.hbm_bytes, dtype=float) - np.asarray(op.weight_bytes, dtype=float)) / hbm_rate_Bps(hw)
     pool_vector = np.asarray(op.vector_ops, dtype=float) / die.vector_ops_per_s

@@ -12,6 +12,15 @@ from ..cost.ops import combine_message_B, dispatch_message_B, moe_ops, placement
 from ..cost.roofline import op_time
 
 
+def distinct_destinations(route, ep, k) -> np.ndarray:
+    """Expected distinct destinations of a token routed to ``k`` uniformly placed experts:
+    domains of the route's inner tier when the EP group spans several, else dies."""
+    ep = np.asarray(ep, dtype=float)
+    D = np.minimum(np.asarray(route.inner_dies, dtype=float), ep)
+    units = np.where((len(route.tiers) > 1) & (ep > D), ep / D, ep)
+    return units * (1 - (1 - 1 / units) ** k)
+
+
 def collective(hw, m, g) -> dict:
     T = np.asarray(g["tokens"], dtype=float)
     pl = placement(m, T, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
@@ -27,6 +36,11 @@ def collective(hw, m, g) -> dict:
         # the paper's and DeepEP's low-latency bandwidth column: tokens x top-k messages / time
         out[f"dispatch{suffix}_GBps"] = T * k * dispatch_message_B(m, route.message) / td.time_s / 1e9
         out[f"combine{suffix}_GBps"] = T * k * combine_message_B(m) / tc.time_s / 1e9
+        # DeepEP's normal-kernel "bottleneck bandwidth": one copy per distinct destination
+        # (node over the outer tier, or GPU inside one domain), the local one included
+        per_token = distinct_destinations(route, g["ep"], k)
+        out[f"dispatch{suffix}_bottleneck_GBps"] = T * per_token * dispatch_message_B(m, route.message) / td.time_s / 1e9
+        out[f"combine{suffix}_bottleneck_GBps"] = T * per_token * combine_message_B(m) / tc.time_s / 1e9
     return {
         **out,
         "_schedules": None,

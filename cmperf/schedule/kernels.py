@@ -29,7 +29,8 @@ def gemm(hw, m, g) -> dict:
         sel = dtypes == dt
         b = DTYPE_BYTES[dt]
         data = groups * (rows * k * b + k * n * b + rows * n * OUT_BYTES)
-        op = Op("gemm", "cube", flops=flops, dtype=dt, hbm_bytes=data, weight_bytes=groups * k * n * b,
+        op = Op("gemm", "cube", flops=flops, outputs=2 * groups * rows * n, dtype=dt, hbm_bytes=data,
+                weight_bytes=groups * k * n * b,
                 tile_efficiency=rows / (np.ceil(rows / tile) * tile))
         t = op_time(op, hw).time_s
         time = np.where(sel, t, time)

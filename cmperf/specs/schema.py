@@ -90,6 +90,7 @@ class AttentionPhases(SourcedChoice):
 class Efficiency(Strict):
     matmul_compute: Fraction
     matmul_tile_rows: Count
+    matmul_k_overhead: Optional[NonNegative] = None  # reduction steps an output tile's prologue/epilogue costs
     attention_compute: Fraction
     memory_bandwidth: Fraction
     attention_phases: AttentionPhases
