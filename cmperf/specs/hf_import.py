@@ -64,7 +64,7 @@ FAMILY_IGNORED: dict[str, dict[str, str]] = {
 _TIE_DEFAULT = {"deepseek_v3": False, "kimi_k2": False, "qwen3_moe": False, "mixtral": False, "llama": False}
 
 _LABELS = {"deepseek_v3": "DeepSeek-V3-architecture", "kimi_k2": "Kimi-K2 (DeepSeek-V3 architecture)",
-           "qwen3_moe": "Qwen3-MoE", "mixtral": "Mixtral", "llama": "Llama"}
+           "qwen3_moe": "Qwen3", "mixtral": "Mixtral", "llama": "Llama"}
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
@@ -74,7 +74,11 @@ _MISSING = object()
 
 
 def _short(v: Any) -> str:
-    text = json.dumps(v) if not isinstance(v, str) else repr(v)
+    """A config value as written in JSON, cut to 40 characters."""
+    try:
+        text = json.dumps(v)
+    except (TypeError, ValueError):
+        text = repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -307,16 +311,17 @@ FAMILIES: dict[str, Callable[[_Config], dict]] = {
 
 def _description(m: dict, model_type: str) -> str:
     a, mo = m["attention"], m.get("moe")
-    attn = "MLA" if a["type"] == "mla" else f"GQA {a['num_heads']}/{a['num_kv_heads']} heads"
+    attn = ("MLA attention" if a["type"] == "mla"
+            else f"GQA attention with {a['num_heads']} query / {a['num_kv_heads']} KV heads")
     if mo is None:
-        return f"{_LABELS[model_type]} dense ({attn} attention, {m['num_layers']} layers)"
+        return f"{_LABELS[model_type]} dense ({attn}, {m['num_layers']} layers)"
     dense, n = m["first_dense_layers"], m["num_layers"]
     layers = f"{dense} dense + {n - dense} MoE layers" if dense else f"{n} MoE layers"
     experts = f"top-{mo['experts_per_token']} of {mo['routed_experts']} experts"
     if mo["shared_experts"]:
         experts += f" + {mo['shared_experts']} shared"
     mtp = m.get("mtp", {}).get("modules", 0)
-    return (f"{_LABELS[model_type]} MoE ({attn} attention, {layers}, {experts}"
+    return (f"{_LABELS[model_type]} MoE ({attn}, {layers}, {experts}"
             + (f", {mtp} MTP module" + ("s" if mtp > 1 else "") if mtp else "") + ")")
 
 
