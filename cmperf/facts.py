@@ -18,7 +18,7 @@ def _r(section, quantity, value, unit, note=""):
 
 def model_facts(m: ModelSpec, context: int = 4096) -> list[dict]:
     pb = arch.param_breakdown(m)
-    out = [_r("parameters", "total (main model, without MTP)", pb.total, "params", "the '671B'"),
+    out = [_r("parameters", "total (main model, without MTP)", pb.total, "params", "what a model's size counts"),
            _r("parameters", "total with MTP module (as on disk)", pb.total_with_mtp, "params",
               "MTP block + its own embedding/head copies"),
            _r("parameters", "activated per token (matmuls)", arch.activated_matmul_params(m), "params",
@@ -72,7 +72,9 @@ def chip_facts(chip: ChipSpec) -> list[dict]:
                       peak * v.efficiency.matmul_compute / (d.hbm_bandwidth_Bps * v.efficiency.memory_bandwidth), "FLOP/B"))
     out.append(_r("vector", "element operations per die", d.vector_ops_per_s, "op/s", chip.die.vector_ops_per_s.source))
     for name in type(chip.efficiency).model_fields:
-        out.append(_r("efficiency", name, getattr(v.efficiency, name), "", getattr(chip.efficiency, name).source))
+        field = getattr(chip.efficiency, name)
+        if field is not None:
+            out.append(_r("efficiency", name, getattr(v.efficiency, name), "", field.source))
     for name in type(chip.latency).model_fields:
         out.append(_r("latency", name, getattr(v.latency, name), "s", getattr(chip.latency, name).source))
     return out

@@ -116,7 +116,8 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     if phase in ("decode", "prefill"):
         check_precision(specs)
     if "expert_imbalance" in grid:  # 'default' = the model's documented real-traffic balance
-        default = specs.model.serving.default_expert_imbalance.value
+        serving = specs.model.serving
+        default = serving.default_expert_imbalance.value if serving is not None else 1.0
         col = grid["expert_imbalance"]  # a numeric column cannot hold the word: skip the per-row str()
         grid["_default_imbalance"] = False if pd.api.types.is_numeric_dtype(col) else col.astype(str) == "default"
         grid["expert_imbalance"] = _numeric(grid["expert_imbalance"].replace("default", default), "--expert-imbalance")
@@ -130,8 +131,8 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     cols = {c: g[c].to_numpy() for c in g.columns}
     hw, m = specs.views({k: cols[k].astype(float) for k in sweep_cols})
     if "_default_imbalance" in cols:  # a swept default balance reaches the rows that asked for it
-        cols["expert_imbalance"] = np.where(cols.pop("_default_imbalance"), m.serving.default_expert_imbalance,
-                                            cols["expert_imbalance"]).astype(float)
+        default = m.serving.default_expert_imbalance if specs.model.serving is not None else 1.0
+        cols["expert_imbalance"] = np.where(cols.pop("_default_imbalance"), default, cols["expert_imbalance"]).astype(float)
         g = g.drop(columns="_default_imbalance").assign(expert_imbalance=cols["expert_imbalance"])
     out = RUN[phase](hw, m, cols)
     mem = (decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])

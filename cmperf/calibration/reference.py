@@ -24,8 +24,7 @@ BUILTIN_REFERENCE = REFERENCE_DIR / "cloudmatrix384-paper.yaml"
 def builtin_references() -> list[Path]:
     """Every shipped reference file: the CloudMatrix384 paper first, then each platform's
     micro-benchmarks (``<system>-microbenchmarks.yaml``)."""
-    others = sorted(p for p in REFERENCE_DIR.glob("*.yaml") if p != BUILTIN_REFERENCE and p.name != "prediction-bands.yaml")
-    return [BUILTIN_REFERENCE, *others]
+    return [BUILTIN_REFERENCE, *sorted(REFERENCE_DIR.glob("*-microbenchmarks.yaml"))]
 
 KINDS = ("evidence", "derived", "spec")
 

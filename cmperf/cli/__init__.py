@@ -19,6 +19,7 @@ from ..errors import CmperfError
 from .hw import hw_app
 from .model import model_app
 from .predict import predict_app
+from .compare import compare_app
 from .search import search_app
 from .validate import validate_cmd
 
@@ -33,6 +34,7 @@ app.add_typer(hw_app, name="hw")
 app.add_typer(model_app, name="model")
 app.add_typer(predict_app, name="predict")
 app.add_typer(search_app, name="search")
+app.add_typer(compare_app, name="compare")
 
 
 def _version(value: bool):

@@ -1,0 +1,91 @@
+"""``cmperf compare decode|prefill``: one workload on several systems side by side."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from ..errors import CmperfError
+from .options import FormatOpt
+
+compare_app = typer.Typer(no_args_is_help=True, help="One workload on several systems side by side. "
+                                                    "Example: cmperf compare decode --hardware cloudmatrix384,h800-cluster")
+HardwareListOpt = typer.Option(None, "--hardware", help="comma list of systems (default: every system of the set-ups: "
+                                                        "cloudmatrix384, h800-cluster, h100-cluster)")
+ConfigOpt = typer.Option(None, "--config", help="a set-up file of your own (YAML: per system its model, --set overrides "
+                                                "and decode/prefill inputs; see cmperf/reference/setups.yaml)")
+WithOpt = typer.Option(None, "--with", help="a scenario input for one system or all: [SYSTEM:]key=value, e.g. h800-cluster:batch=64 (repeatable)")
+SetsOpt = typer.Option(None, "--set", help="a spec override for one system or all: [SYSTEM:]key.path=value (repeatable)")
+ModelOpt = typer.Option(None, "--model", help="the model on every system (default: each set-up's)")
+PlotOpt = typer.Option(None, "--plot", help="draw tokens/s per chip and per TFLOPS to this PNG (needs: pip install 'cmperf\\[plot]')")
+
+
+def _per_system(items: Optional[List[str]], flag: str, split_value: bool) -> dict:
+    from ..specs.loader import parse_value
+
+    out: dict = {}
+    for item in items or []:
+        target, sep, rest = item.partition(":") if ":" in item.split("=", 1)[0] else ("*", "", item)
+        if "=" not in rest:
+            raise CmperfError(f"{flag} {item}: expected [SYSTEM:]key=value")
+        key, value = rest.split("=", 1)
+        if split_value:
+            out.setdefault(target, {})[key.strip()] = parse_value(value)
+        else:
+            out.setdefault(target, []).append(rest)
+    return out
+
+
+def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
+    from ..compare import SETUPS_FILE, compare, compare_figure, load_setups
+    from ..report import check_format, check_parent_dir, human, print_csv, print_json, print_table, write_csv
+
+    check_format(fmt)
+    if plot:
+        check_parent_dir(plot, "--plot")
+    systems = [s.strip() for s in hardware.split(",") if s.strip()] if hardware else None
+    cmp = compare(phase, systems, load_setups(config or SETUPS_FILE), model,
+                  _per_system(sets, "--set", False), _per_system(withs, "--with", True))
+    t = cmp.table
+    if out:
+        write_csv(t, out)
+    if plot:
+        compare_figure(cmp, plot)
+    if fmt == "json":
+        print_json(t.to_dict(orient="records"))
+    elif fmt == "csv":
+        print_csv(t)
+    else:
+        lat = "tpot_ms" if phase == "decode" else "ttft_ms"
+        shown = t[["system", "chip", "model", "dtype", "dies", "ep"]].copy()
+        shown[lat] = [f"{v:.4g} ± {(h - lo) / 2:.2g}" for v, lo, h in zip(t[lat], t[f"{lat}_lo"], t[f"{lat}_hi"])]
+        shown["tokens/s per chip"] = [f"{v:,.0f} ± {(h - lo) / 2:,.0f}" for v, lo, h in
+                                      zip(t["throughput_per_chip"], t["throughput_per_chip_lo"], t["throughput_per_chip_hi"])]
+        shown["peak TFLOPS"] = t["chip_peak_TFLOPS"].map(lambda v: f"{v:,.0f}")
+        shown["tokens/s/TFLOPS"] = t["tokens_per_s_per_tflops"].map(lambda v: f"{v:.3g}")
+        shown["memory/die"] = [human(v, "B") for v in t["memory_per_die_bytes"]]
+        shown["fits"] = t["fits"].map(lambda v: "yes" if v else "NO")
+        shown["bound"] = t["bound"]
+        shown["confidence"] = t["confidence"]
+        print_table(shown, f"compare {phase}: each system at its own configuration (band: held-out error)")
+
+
+@compare_app.command("decode")
+def compare_decode(hardware: Optional[str] = HardwareListOpt, config: Optional[str] = ConfigOpt,
+                   model: Optional[str] = ModelOpt, withs: Optional[List[str]] = WithOpt,
+                   sets: Optional[List[str]] = SetsOpt, fmt: str = FormatOpt, plot: Optional[str] = PlotOpt,
+                   out: Optional[str] = typer.Option(None, "--out", help="also write the table to this CSV file")):
+    """TPOT, tokens/s per chip and per TFLOPS of each system's decode deployment (default: the
+    paper's Table 4 set-ups). Example: cmperf compare decode --with h800-cluster:batch=64"""
+    _run("decode", hardware, config, model, withs, sets, fmt, plot, out)
+
+
+@compare_app.command("prefill")
+def compare_prefill(hardware: Optional[str] = HardwareListOpt, config: Optional[str] = ConfigOpt,
+                    model: Optional[str] = ModelOpt, withs: Optional[List[str]] = WithOpt,
+                    sets: Optional[List[str]] = SetsOpt, fmt: str = FormatOpt, plot: Optional[str] = PlotOpt,
+                    out: Optional[str] = typer.Option(None, "--out", help="also write the table to this CSV file")):
+    """TTFT, tokens/s per chip and per TFLOPS of each system's prefill deployment (default: the
+    paper's Table 3 set-ups). Example: cmperf compare prefill --plot prefill.png"""
+    _run("prefill", hardware, config, model, withs, sets, fmt, plot, out)

@@ -1,0 +1,137 @@
+"""One workload on several systems side by side (``cmperf compare``): each system at its own
+parallel configuration, through the same ``predict`` as everything else.
+
+A *set-up* names, per system, the model and the spec overrides it is served with (its
+precision) and one configuration per phase. The built-in set-ups
+(``cmperf/reference/setups.yaml``) are the deployments the CloudMatrix384 paper compares in
+Tables 3-4; a user's own file in the same format replaces them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError, SpecError
+from .predict import load_specs, predict
+
+SETUPS_FILE = Path(__file__).resolve().parent / "reference" / "setups.yaml"
+LATENCY = {"decode": "tpot_ms", "prefill": "ttft_ms"}
+
+
+class SystemSetup(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    sets: list[str] = Field(default_factory=list)
+    prefill: dict[str, Any] = Field(default_factory=dict)
+    decode: dict[str, Any] = Field(default_factory=dict)
+    source: str = ""
+
+
+class Setups(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    source: str
+    systems: dict[str, SystemSetup] = Field(min_length=1)
+
+
+def load_setups(path: str | Path = SETUPS_FILE) -> Setups:
+    from .specs.loader import read_yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"{p}: no such set-up file (expected YAML with `systems:`; see README, Compare)")
+    try:
+        return Setups.model_validate(read_yaml(p))
+    except ValidationError as e:
+        problems = [f"field '{'.'.join(map(str, err['loc']))}': {err['msg']}" for err in e.errors()]
+        raise SpecError(f"{p}: " + "; ".join(problems)) from None
+
+
+@dataclass
+class Comparison:
+    phase: str
+    table: pd.DataFrame  # one row per system
+    breakdowns: dict = field(default_factory=dict)  # system -> per-operator table
+
+
+def compare(phase: str, systems: list[str] | None = None, setups: Setups | None = None, model: str | None = None,
+            sets: Mapping[str, list[str]] | None = None, values: Mapping[str, Mapping[str, Any]] | None = None) -> Comparison:
+    """Predict ``phase`` on each system at its set-up's configuration. ``sets`` and
+    ``values`` add spec overrides and scenario inputs per system (key ``"*"``: all)."""
+    if phase not in LATENCY:
+        raise ConfigError(f"compare {phase}: expected decode or prefill")
+    setups = setups or load_setups()
+    systems = systems or list(setups.systems)
+    sets, values = dict(sets or {}), dict(values or {})
+    rows, breakdowns = [], {}
+    for name in systems:
+        su = setups.systems.get(name)
+        if su is None and model is None:
+            raise ConfigError(f"--hardware {name}: the set-ups ({setups.name}) have no configuration for it "
+                              f"(known: {', '.join(setups.systems)}); give --model and --with {name}:key=value, or --config")
+        su = su or SystemSetup(model=model)
+        spec_sets = [*su.sets, *sets.get("*", []), *sets.get(name, [])]
+        specs = load_specs(name, model or su.model, spec_sets)
+        inputs = {**getattr(su, phase), **values.get("*", {}), **values.get(name, {})}
+        r = predict(phase, inputs, specs)
+        row = r.table.iloc[0]
+        ops, _ = r.breakdown(0)
+        breakdowns[name] = ops
+        chip = specs.hardware.chip
+        dtype = specs.model.precision.experts or specs.model.precision.matmul
+        peak = getattr(chip.die.peak_flops_per_s, specs.model.precision.matmul).value * chip.dies_per_package.value
+        top = ops.sort_values("total_ms", ascending=False).iloc[0]
+        rows.append({
+            "system": name, "chip": chip.name, "model": specs.model.name, "dtype": dtype,
+            "dies": row["dies"], "ep": row["ep"],
+            **({"batch": row["batch"], "kv_len": row["kv_len"], "mtp": row["mtp"]} if phase == "decode"
+               else {"tokens_per_npu": row["tokens_per_npu"], "prompt_len": row["prompt_len"], "attn_tp": row["attn_tp"]}),
+            "microbatches_used": row["microbatches_used"],
+            LATENCY[phase]: row[LATENCY[phase]],
+            f"{LATENCY[phase]}_lo": row[f"{LATENCY[phase]}_lo"], f"{LATENCY[phase]}_hi": row[f"{LATENCY[phase]}_hi"],
+            "throughput_per_chip": row["throughput_per_npu"],
+            "throughput_per_chip_lo": row["throughput_per_npu_lo"], "throughput_per_chip_hi": row["throughput_per_npu_hi"],
+            "chip_peak_TFLOPS": peak / 1e12,
+            "tokens_per_s_per_tflops": row["tokens_per_s_per_tflops"],
+            "memory_per_die_bytes": row["memory_per_die_bytes"], "fits": bool(row["fits"]),
+            "bound": f"{top['op']} ({top['bound']}, {100 * top['total_ms'] / ops['total_ms'].sum():.0f} % of op time)",
+            "confidence": min(specs.hardware.chip.confidence, specs.hardware.system.confidence, key=_rank),
+            "setup_source": su.source,
+        })
+    return Comparison(phase, pd.DataFrame(rows), breakdowns)
+
+
+def _rank(c: str) -> int:
+    return {"low": 0, "medium": 1, "high": 2}[c]
+
+
+def compare_figure(cmp: Comparison, path: str | Path) -> None:
+    """Two bar panels: tokens/s per chip and tokens/s per TFLOPS, one bar per system, with
+    the prediction band as an error bar."""
+    from .plots import _pyplot
+
+    plt = _pyplot()
+    t = cmp.table
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    x = np.arange(len(t))
+    err = np.vstack([t["throughput_per_chip"] - t["throughput_per_chip_lo"], t["throughput_per_chip_hi"] - t["throughput_per_chip"]])
+    axes[0].bar(x, t["throughput_per_chip"], yerr=err, color="#4c72b0", capsize=4)
+    axes[0].set_ylabel(f"{cmp.phase} tokens/s per chip")
+    per = t["tokens_per_s_per_tflops"]
+    axes[1].bar(x, per, yerr=err * per.to_numpy() / t["throughput_per_chip"].to_numpy(), color="#dd8452", capsize=4)
+    axes[1].set_ylabel("tokens/s per TFLOPS (chip peak in its dtype)")
+    for ax in axes:
+        ax.set_xticks(x, [f"{s}\n{d}" for s, d in zip(t["system"], t["dtype"])], fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"cmperf compare {cmp.phase}", x=0.01, ha="left")
+    fig.tight_layout()
+    from .report import write_atomic
+
+    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=130, format="png"))
+    plt.close(fig)
