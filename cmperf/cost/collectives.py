@@ -62,4 +62,5 @@ def route_of(hw, phase: str) -> Route:
     tiers = tuple(spec.tiers)
     domain = hw.system.tiers[tiers[0]].domain_chips
     inner = np.inf if domain is None else domain * hw.chip.dies_per_package
-    return Route(style=spec.route, tiers=tiers, inner_dies=inner, message=MessageFormat.of(spec.message))
+    return Route(style=spec.route, tiers=tiers, inner_dies=inner, message=MessageFormat.of(spec.message),
+                 chunked=spec.transfers == "chunked")

@@ -96,12 +96,15 @@ class Route:
     """How dispatch and combine reach the experts' dies (docs/model.md §4.2): ``direct``
     sends every message over the innermost of ``tiers`` that holds both dies; ``hierarchical``
     sends one copy per destination domain of the inner tier over the outer tier, then forwards
-    it inside the domain. ``inner_dies``: dies in one domain of the inner tier."""
+    it inside the domain. ``inner_dies``: dies in one domain of the inner tier. ``chunked``:
+    tokens travel packed in per-destination buffers, so the engine's per-message cost does
+    not apply, only the tiers' bandwidth (DeepEP's normal kernels)."""
 
     style: str = "direct"
     tiers: tuple = ("ub",)
     inner_dies: object = 1.0
     message: MessageFormat = ASCEND_MESSAGE
+    chunked: bool = False
 
 
 def ep_traffic(route: Route, T, k, remote_fraction, shared_msgs, received_rows, ep, msg_B):
@@ -119,12 +122,24 @@ def ep_traffic(route: Route, T, k, remote_fraction, shared_msgs, received_rows, 
     inside = np.where(ep > 1, (D - 1) / np.maximum(ep - 1, 1), 0.0)  # remote peers in the same inner domain
     if route.style == "direct":
         return sent, {inner: link * inside * msg_B, outer: link * (1 - inside) * msg_B}
-    # hierarchical: one copy per remote domain a token reaches, then forwarded inside it
+    # hierarchical (DeepEP normal kernels): a token crosses the outer tier once per remote
+    # domain it reaches and the inner tier once per distinct die it reaches that is not at the
+    # sender's (or the receiving proxy's) position in its domain: copies are de-duplicated
+    # per node and per die, not sent once per expert. The busiest die's excess (received /
+    # sent) scales both.
     domains = ep / D
     remote_domains = (domains - 1) * (1 - (1 - 1 / np.maximum(domains, 1)) ** k)
-    outer_msgs = T * remote_domains
-    forwards = link * inside + T * k * (1 - inside) * remote_fraction * (D - 1) / np.maximum(D, 1)
+    dies_reached = ep * (1 - (1 - 1 / np.maximum(ep, 1)) ** k) + shared_msgs
+    excess = _ratio_or_one(link, sent)
+    outer_msgs = excess * T * remote_domains
+    forwards = excess * T * dies_reached * (D - 1) / np.maximum(D, 1)
     return outer_msgs + forwards, {inner: forwards * msg_B, outer: outer_msgs * msg_B}
+
+
+def _ratio_or_one(num, den):
+    """num / den, 1 where den is 0."""
+    num, den = np.broadcast_arrays(np.asarray(num, dtype=float), np.asarray(den, dtype=float))
+    return np.divide(num, den, out=np.ones(num.shape), where=den > 0)
 
 
 def swiglu_activation_bytes(m, rows, intermediate, act=None) -> object:
@@ -370,6 +385,9 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
     traffic = partial(ep_traffic, route, T, mo.experts_per_token, pl.remote_routed_fraction, shared_msgs, rows_remote, ep)
     d_msgs, d_tiers = traffic(d_B)
     _, c_tiers = traffic(c_B)
+    c_msgs = rows_remote if route.style == "direct" else d_msgs
+    if route.chunked:  # packed buffers: no per-token engine cost
+        d_msgs = c_msgs = 0.0
 
     router_w = mo.routed_experts * h  # the gate matrix; its bias is read too
     gate = Op("gate", "cube", flops=2 * T * router_w, dtype=m.precision.hidden, outputs=2 * T * mo.routed_experts,
@@ -387,7 +405,7 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
                  hbm_bytes=pl.instances_per_die * e_w * b.expert + swiglu_activation_bytes(m, rows, I, b.expert),
                  weight_bytes=pl.instances_per_die * e_w * b.expert)
     combine = Op("combine", "vector", tier=route.tiers[-1], vector_ops=T * h * (VEC_COMBINE * (fanout + 1) + VEC_RESIDUAL),
-                 net_messages=rows_remote if route.style == "direct" else d_msgs, tier_bytes=c_tiers,
+                 net_messages=c_msgs, tier_bytes=c_tiers,
                  net_bytes=sum(c_tiers.values()),
                  hbm_bytes=(T * fanout + rows_remote) * c_B + T * h * b.hidden, sync_group=ep)
     return [gate, dispatch, experts, combine]

@@ -173,11 +173,15 @@ class Route(Strict):
     """How expert-parallel dispatch/combine reach the experts' dies: ``direct`` (every
     message over the innermost listed tier that holds both dies) or ``hierarchical`` (one
     copy per destination domain of the inner tier over the outer tier, then forwarded
-    inside the domain: DeepEP's normal kernels)."""
+    inside the domain: DeepEP's normal kernels). ``transfers``: ``per_token`` (each token is
+    one message through the communication engine: Ascend's and DeepEP's low-latency kernels)
+    or ``chunked`` (tokens are packed into large buffers per destination, so only bandwidth
+    counts: DeepEP's normal kernels)."""
 
     route: Literal["direct", "hierarchical"]
     tiers: list[str] = Field(min_length=1)  # innermost first
     message: MessageFormat
+    transfers: Literal["per_token", "chunked"] = "per_token"
     source: str = Field(min_length=3)
 
 
