@@ -40,7 +40,7 @@ def _kv_sets(sets: Optional[List[str]], kv_dtype: Optional[str]) -> list[str]:
     return out
 
 
-DECODE_SUMMARY = ["phase", "batch", "kv_len", "dies", "ep", "mtp", "microbatches_used", "tpot_ms", "iteration_ms",
+DECODE_SUMMARY = ["phase", "batch", "kv_len", "dies", "ep", "tp", "mtp", "microbatches_used", "tpot_ms", "iteration_ms",
                   "layer_us", "stream_a_us", "stream_b_us", "barrier_wait_us", "microbatch_gain",
                   "tokens_per_iteration", "throughput_per_npu",
                   "tokens_per_s_per_user", "tokens_per_s_per_tflops", "memory_per_die_bytes", "weights_per_die_bytes",
@@ -107,6 +107,7 @@ def predict_decode(
     kv_len: Optional[float] = typer.Option(None, "--kv-len", help=help_text("decode", "kv_len")),
     dies: Optional[int] = typer.Option(None, "--dies", help=help_text("decode", "dies")),
     ep: Optional[int] = typer.Option(None, "--ep", help=help_text("decode", "ep")),
+    tp: Optional[int] = typer.Option(None, "--tp", help=help_text("decode", "tp")),
     microbatches: Optional[str] = typer.Option(None, "--microbatches", help=help_text("decode", "microbatches")),
     mtp: Optional[bool] = typer.Option(None, "--mtp/--no-mtp", help=help_text("decode", "mtp")),
     mtp_k: Optional[int] = typer.Option(None, "--mtp-k", help=help_text("decode", "mtp_k")),
@@ -123,7 +124,7 @@ def predict_decode(
 ):
     """TPOT, throughput per NPU, per-layer time and memory of a decode instance (default: the
     paper's EP320 deployment, batch 96). Example: cmperf predict decode --batch 8 --breakdown"""
-    values = dict(batch=batch, prompt_len=prompt_len, output_len=output_len, kv_len=kv_len, dies=dies, ep=ep,
+    values = dict(batch=batch, prompt_len=prompt_len, output_len=output_len, kv_len=kv_len, dies=dies, ep=ep, tp=tp,
                   microbatches=_microbatches(microbatches), mtp=None if mtp is None else int(mtp), mtp_k=mtp_k,
                   mtp_acceptance=mtp_acceptance, expert_imbalance=_imbalance(expert_imbalance),
                   redundant_experts=redundant_experts, shared_copies=shared_copies, attention_share=attention_share)

@@ -47,6 +47,7 @@ def search_decode(
     kv_len: Optional[str] = typer.Option(None, "--kv-len", help="cached tokens per decode step (default: prompt + output/2)"),
     dies: str = typer.Option("320", "--dies", help="dies in the decode instance"),
     ep: Optional[str] = typer.Option(None, "--ep", help="expert-parallel degree (default: = dies)"),
+    tp: str = typer.Option("1", "--tp", help="tensor-parallel degree of attention and dense FFN (1 = data-parallel)"),
     microbatches: str = typer.Option("1,2", "--microbatches", help="1, 2 and/or auto"),
     mtp: str = typer.Option("on", "--mtp", help="multi-token prediction: on, off or on,off"),
     mtp_k: str = typer.Option("1", "--mtp-k", help="speculative tokens per step (with MTP on)"),
@@ -71,6 +72,7 @@ def search_decode(
         "kv_len": None if kv_len is None else parse_list(kv_len, "--kv-len"),
         "dies": parse_list(dies, "--dies", integer=True),
         "ep": None if ep is None else parse_list(ep, "--ep", integer=True),
+        "tp": parse_list(tp, "--tp", integer=True),
         "microbatches": parse_list(microbatches, "--microbatches", integer=True, words=MICROBATCHES),
         "mtp": parse_list(mtp, "--mtp", integer=True, words=ONOFF),
         "mtp_k": parse_list(mtp_k, "--mtp-k", integer=True),
@@ -244,7 +246,7 @@ def _shown_columns(result) -> list[str]:
     t = result.table
     if result.phase == "decode":
         always = ["batch", "dies", "ep", "microbatches_used"]
-        maybe = ["prompt_len", "output_len", "kv_len", "mtp", "mtp_k", "mtp_acceptance", "expert_imbalance",
+        maybe = ["tp", "prompt_len", "output_len", "kv_len", "mtp", "mtp_k", "mtp_acceptance", "expert_imbalance",
                  "redundant_experts", "shared_copies"]
         outputs = ["tpot_ms", "tokens_per_s_per_user", "throughput_per_npu", "memory_per_die_bytes"]
     else:
