@@ -21,7 +21,8 @@ def hw_list(fmt: str = FormatOpt):
     for kind in ("system", "chip"):
         for name, path in list_builtin(kind):
             spec = _v(kind, read_yaml(path), path)
-            records.append({"section": kind, "quantity": name, "value": spec.description, "unit": "", "note": str(path)})
+            records.append({"section": kind, "quantity": name, "value": spec.description, "unit": "",
+                            "confidence": spec.confidence, "note": str(path)})
     print_records(records, check_format(fmt), "hardware specs")
 
 

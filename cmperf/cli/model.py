@@ -18,8 +18,11 @@ def model_list(fmt: str = FormatOpt):
     from ..report import check_format, print_records
     from ..specs.loader import list_builtin, read_yaml, validate as _v
 
-    records = [{"section": "model", "quantity": n, "value": _v("model", read_yaml(p), p).description, "unit": "", "note": str(p)}
-               for n, p in list_builtin("model")]
+    records = []
+    for n, p in list_builtin("model"):
+        spec = _v("model", read_yaml(p), p)
+        records.append({"section": "model", "quantity": n, "value": spec.description, "unit": "",
+                        "confidence": spec.confidence, "note": str(p)})
     print_records(records, check_format(fmt), "model specs")
 
 

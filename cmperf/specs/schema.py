@@ -366,6 +366,9 @@ class ModelSpec(Strict):
     name: str
     description: str
     source: str = Field(min_length=3)
+    # architecture numbers copied from an official config.json are "high"; lower it for
+    # a model whose numbers are reconstructed or reported second-hand
+    confidence: Confidence = "high"
     hidden_size: int = Field(gt=0)
     num_layers: int = Field(gt=0)
     first_dense_layers: int = Field(ge=0)  # dense (FFN) layers before the MoE layers; all, when no `moe`
