@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .crossval import bands_from, cross_validate, write_bands
 from .fit import evidence, fit, params_of, write
@@ -24,12 +25,17 @@ def calibrate_file(path, do_write: bool) -> None:
           f"(groups {', '.join(sorted({r.fold for r in ev.rows}))})"
           + "".join(f"; {mea.path} measured from {mea.row}" for mea in ref.measured))
     meaning = {p.path: p.meaning for p in params_of(ref)} | {mea.path: mea.meaning for mea in ref.measured}
-    for path, v in values.items():
-        print(f"  {path:45s} = {v:.4g}    # {meaning[path]}")
+    for field, v in values.items():
+        print(f"  {field:45s} = {v:.4g}    # {meaning[field]}")
     out = evaluate(ref, specs, values)
     print(out[["id", "kind", "predicted", "paper", "error", "pass"]].to_string(index=False))
     if do_write:
-        for line in write(values, specs):
+        name = f"cmperf/reference/{Path(path).name}"
+        groups = ", ".join(sorted({r.fold for r in ev.rows}))
+        sources = {p.path: f"fitted: {p.meaning}; jointly to the evidence rows of {name} ({groups}; docs/calibration.md)"
+                   for p in params_of(ref)}
+        sources |= {mea.path: f"measured from row {mea.row} of {name}: {mea.meaning}" for mea in ref.measured}
+        for line in write(values, specs, sources):
             print("wrote", line)
         if path == BUILTIN_REFERENCE:
             cv = cross_validate(ref, specs_for(ref))

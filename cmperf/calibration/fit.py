@@ -123,11 +123,12 @@ def fit(ref: RefFile | None = None, specs: Specs | None = None, exclude_groups=(
     return values
 
 
-def write(values: dict[str, float], specs: Specs) -> list[str]:
+def write(values: dict[str, float], specs: Specs, sources: dict[str, str] | None = None) -> list[str]:
     """Replace the ``value:`` of each fitted field in its spec file, in flow style
     (``name: {value: 1, source: ...}``) or block style (``name:`` then ``value: 1``); a
     field addressed through a mapping (``tiers.ib.bandwidth_Bps``) is found inside its
-    parent block."""
+    parent block. ``sources`` (path -> text) also replaces the field's ``source:`` when it
+    does not already say how the value was fitted (a hand-written ``fitted: ...`` stays)."""
     from ..specs.loader import resolve
 
     files = {"chip": specs.hardware.chip_path, "system": specs.hardware.system_path,
@@ -137,7 +138,7 @@ def write(values: dict[str, float], specs: Specs) -> list[str]:
         root, *rest = path.split(".")
         f = Path(files[root])
         text = f.read_text()
-        new = _replace_value(text, rest, f"{v:.4g}")
+        new = _replace_value(text, rest, f"{v:.4g}", (sources or {}).get(path))
         if new is None:
             raise SystemExit(f"calibration: cannot find field {'.'.join(rest)} with a `value:` in {f}")
         f.write_text(new)
@@ -145,8 +146,24 @@ def write(values: dict[str, float], specs: Specs) -> list[str]:
     return done
 
 
-def _replace_value(text: str, keys: list[str], value: str) -> str | None:
-    """The text with the value of the nested field ``keys`` replaced, or None."""
+_SOURCE = re.compile(r'(source:\s*)("(?:[^"\\]|\\.)*"|[^,}\n]+)')
+
+
+def _with_source(line: str, source: str | None) -> str:
+    """``line`` with its ``source:`` string replaced by ``source``, unless it already
+    starts with ``fitted`` or ``measured from row``."""
+    mt = _SOURCE.search(line)
+    if source is None or mt is None or mt.group(2).strip('"').lower().startswith(("fitted", "measured from row")):
+        return line
+    before = mt.group(2).strip().strip('"')
+    text = source if before.upper().startswith("ASSUMPTION") else f"{source}; the published reading before the fit: {before}"
+    quoted = '"' + text.replace('\\', '\\\\').replace('"', '\\"') + '"'
+    return line[:mt.start(2)] + quoted + line[mt.end(2):]
+
+
+def _replace_value(text: str, keys: list[str], value: str, source: str | None = None) -> str | None:
+    """The text with the value (and, if given, the source) of the nested field ``keys``
+    replaced, or None."""
     lines = text.splitlines(keepends=True)
     start, indent = 0, -1
     for depth, key in enumerate(keys):
@@ -161,13 +178,16 @@ def _replace_value(text: str, keys: list[str], value: str) -> str | None:
     head = lines[start]
     flow = re.compile(r"^(\s*\w+:\s*\{value:\s*)([^,}]+)")
     if flow.match(head):
-        lines[start] = flow.sub(lambda mt: mt.group(1) + value, head, count=1)
+        lines[start] = _with_source(flow.sub(lambda mt: mt.group(1) + value, head, count=1), source)
         return "".join(lines)
-    for i in range(start + 1, len(lines)):  # block style: the first `value:` under it
-        sub = re.match(r"^(\s*)value:(\s*)(\S+)(.*)$", lines[i].rstrip("\n"))
-        if sub and len(sub.group(1)) > indent:
-            lines[i] = f"{sub.group(1)}value:{sub.group(2)}{value}{sub.group(4)}\n"
-            return "".join(lines)
+    found = False
+    for i in range(start + 1, len(lines)):  # block style: the `value:` and `source:` under it
         if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) <= indent:
             break
-    return None
+        sub = re.match(r"^(\s*)value:(\s*)(\S+)(.*)$", lines[i].rstrip("\n"))
+        if sub and not found:
+            lines[i] = f"{sub.group(1)}value:{sub.group(2)}{value}{sub.group(4)}\n"
+            found = True
+        elif re.match(r"^\s*source:", lines[i]):
+            lines[i] = _with_source(lines[i], source)
+    return "".join(lines) if found else None

@@ -137,14 +137,17 @@ def sourced_parameters(specs: Specs) -> list[tuple[str, float]]:
     return out
 
 
-def _walk(obj: BaseModel, prefix: str) -> Iterable[tuple[str, Sourced]]:
-    for name in type(obj).model_fields:
-        v = getattr(obj, name)
-        path = f"{prefix}.{name}"
-        if isinstance(v, Sourced):
-            yield path, v
-        elif isinstance(v, BaseModel):
-            yield from _walk(v, path)
+def _walk(obj, prefix: str) -> Iterable[tuple[str, Sourced]]:
+    """Every sourced number under ``obj``, with its dotted path (through models and the
+    name-keyed mappings such as ``tiers``)."""
+    if isinstance(obj, Sourced):
+        yield prefix, obj
+    elif isinstance(obj, BaseModel):
+        for name in type(obj).model_fields:
+            yield from _walk(getattr(obj, name), f"{prefix}.{name}")
+    elif isinstance(obj, dict):
+        for key, v in obj.items():
+            yield from _walk(v, f"{prefix}.{key}")
 
 
 HEADLINE = ("P1", "P2", "D1", "D2", "L1", "L2", "A1-96", "T7-D256", "T7-C256")
