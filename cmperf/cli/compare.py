@@ -68,7 +68,7 @@ def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
         shown["fits"] = t["fits"].map(lambda v: "yes" if v else "NO")
         shown["bound"] = t["bound"]
         shown["confidence"] = t["confidence"]
-        print_table(shown, f"compare {phase}: each system at its own configuration (band: held-out error)")
+        print_table(shown, f"compare {phase}: each system at its own configuration (band: CloudMatrix384's held-out error, a lower bound for the other systems)")
 
 
 @compare_app.command("decode")
