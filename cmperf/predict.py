@@ -11,20 +11,21 @@ by cmperf.schedule; nothing loops over configurations.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
 from .bands import add_bands
-from .errors import ConfigError
+from .errors import CmperfError, ConfigError, SpecError
 from .schedule.collective import collective
 from .schedule.decode import decode
 from .schedule.kernels import attention, gemm
 from .schedule.memory import decode_memory, prefill_memory
 from .schedule.prefill import prefill
 from .scenario import grid_from_rows, make_grid, validate
-from .specs.loader import Hardware, load_hardware, load_model, split_overrides
+from .specs.loader import Hardware, load, load_model, read_yaml, resolve, split_overrides
 from .specs.schema import DTYPE_BYTES, ModelSpec
 from .specs.view import HardwareView, SpecView
 
@@ -47,10 +48,46 @@ class Specs:
 
 
 def load_specs(hardware: str = "cloudmatrix384", model: str = "deepseek-r1", sets: Iterable[str] = ()) -> Specs:
+    """The system, its chip and the model, validated together: every problem of the three
+    files, and a model dtype the chip lacks, named in one error (not the first alone)."""
     overrides = split_overrides(sets)
-    hw = load_hardware(hardware, overrides)
-    m, _ = load_model(model, overrides)
-    return Specs(hardware=hw, model=m)
+    problems: list[str] = []
+    system = spath = chip = cpath = m = None
+    try:
+        system, spath = load("system", hardware, overrides.get("system"), "system")
+    except CmperfError as e:
+        problems.append(str(e))
+    try:  # the chip a broken system file names is still checked
+        near = spath.parent if spath is not None else _near(hardware)
+        chip_name = system.chip if system is not None else _raw_chip_name(hardware)
+        if chip_name is not None:
+            chip, cpath = load("chip", chip_name, overrides.get("chip"), "chip", near=near)
+    except CmperfError as e:
+        problems.append(str(e))
+    try:
+        m, _ = load_model(model, overrides)
+    except CmperfError as e:
+        problems.append(str(e))
+    if chip is not None and m is not None:
+        problems += precision_problems(chip, m)
+    if problems:
+        raise SpecError("; ".join(problems))
+    return Specs(hardware=Hardware(system=system, chip=chip, system_path=spath, chip_path=cpath), model=m)
+
+
+def _near(hardware) -> Path | None:
+    path = Path(hardware)
+    return path.parent if path.suffix in (".yaml", ".yml") else None
+
+
+def _raw_chip_name(hardware) -> str | None:
+    """The ``chip:`` a system file names, read without validating it (None if unreadable)."""
+    try:
+        raw = read_yaml(resolve("system", hardware))
+    except CmperfError:
+        return None
+    chip = raw.get("chip") if isinstance(raw, dict) else None
+    return chip if isinstance(chip, str) else None
 
 
 @dataclass
@@ -147,20 +184,27 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     return Prediction(phase, table, invalid, out["_schedules"])
 
 
-def check_precision(specs: Specs) -> None:
+def precision_problems(chip, m) -> list[str]:
     """Every dtype the model computes in must be one the chip's matrix units run: a model in
     FP8 on a chip without FP8 (Ascend) is an error, not a silent fallback."""
-    chip, m = specs.hardware.chip, specs.model
     p = m.precision
     needed = {"matmul": p.matmul, "attention": p.attention, "head": p.head}
     if m.moe is not None:
         needed["experts"] = p.experts or p.matmul
     missing = {k: v for k, v in needed.items() if getattr(chip.die.peak_flops_per_s, v) is None}
-    if missing:
-        have = ", ".join(d for d in DTYPE_BYTES if getattr(chip.die.peak_flops_per_s, d) is not None)
-        what = "; ".join(f"precision.{k} = {v}" for k, v in missing.items())
-        raise ConfigError(f"model {m.name} computes in a dtype chip {chip.name} lacks ({what}); the chip runs {have}: "
-                          f"set e.g. --set model.precision.{next(iter(missing))}={_closest(next(iter(missing.values())), chip)}")
+    if not missing:
+        return []
+    have = ", ".join(d for d in DTYPE_BYTES if getattr(chip.die.peak_flops_per_s, d) is not None)
+    what = "; ".join(f"precision.{k} = {v}" for k, v in missing.items())
+    return [f"model {m.name} computes in a dtype chip {chip.name} lacks ({what}); the chip runs {have}: "
+            f"set e.g. --set model.precision.{next(iter(missing))}={_closest(next(iter(missing.values())), chip)}"]
+
+
+def check_precision(specs: Specs) -> None:
+    """Raise the precision problems of ``specs`` (specs built without load_specs)."""
+    problems = precision_problems(specs.hardware.chip, specs.model)
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def _closest(dtype: str, chip) -> str:
