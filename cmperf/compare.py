@@ -69,6 +69,10 @@ def compare(phase: str, systems: list[str] | None = None, setups: Setups | None 
     setups = setups or load_setups()
     systems = systems or list(setups.systems)
     sets, values = dict(sets or {}), dict(values or {})
+    for flag, given in (("--set", sets), ("--with", values)):
+        unknown = [k for k in given if k != "*" and k not in systems]
+        if unknown:
+            raise ConfigError(f"{flag} {unknown[0]}:...: no such system in this comparison (compared: {', '.join(systems)})")
     rows, breakdowns = [], {}
     for name in systems:
         su = setups.systems.get(name)
@@ -84,8 +88,8 @@ def compare(phase: str, systems: list[str] | None = None, setups: Setups | None 
         ops, _ = r.breakdown(0)
         breakdowns[name] = ops
         chip = specs.hardware.chip
-        dtype = specs.model.precision.experts or specs.model.precision.matmul
-        peak = getattr(chip.die.peak_flops_per_s, specs.model.precision.matmul).value * chip.dies_per_package.value
+        dtype = specs.model.precision.matmul  # the dtype whose peak normalises tokens/s/TFLOPS (as the paper's INT8)
+        peak = getattr(chip.die.peak_flops_per_s, dtype).value * chip.dies_per_package.value
         top = ops.sort_values("total_ms", ascending=False).iloc[0]
         rows.append({
             "system": name, "chip": chip.name, "model": specs.model.name, "dtype": dtype,

@@ -71,7 +71,7 @@ def load_specs(hardware: str = "cloudmatrix384", model: str = "deepseek-r1", set
     if chip is not None and m is not None:
         problems += precision_problems(chip, m)
     if problems:
-        raise SpecError("; ".join(problems))
+        raise SpecError(" | ".join(problems))
     return Specs(hardware=Hardware(system=system, chip=chip, system_path=spath, chip_path=cpath), model=m)
 
 
@@ -189,8 +189,9 @@ def precision_problems(chip, m) -> list[str]:
     FP8 on a chip without FP8 (Ascend) is an error, not a silent fallback."""
     p = m.precision
     needed = {"matmul": p.matmul, "attention": p.attention, "head": p.head}
-    if m.moe is not None:
+    if m.moe is not None:  # the router's gate runs in the hidden dtype
         needed["experts"] = p.experts or p.matmul
+        needed["hidden"] = p.hidden
     missing = {k: v for k, v in needed.items() if getattr(chip.die.peak_flops_per_s, v) is None}
     if not missing:
         return []

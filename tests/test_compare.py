@@ -120,20 +120,13 @@ def test_cloudmatrix_rows_match_the_papers_tables_3_and_4(default_rows):
 
 @pytest.mark.parametrize("phase,system", [
     ("decode", "cloudmatrix384"), ("decode", "h800-cluster"),
-    pytest.param("decode", "h100-cluster", marks=pytest.mark.xfail(strict=True, reason=(
-        "setups.yaml runs SGLang's EP72 decode (batch 256 per rank, KV 2,000) with MTP on (the decode default), "
-        "but that run had no MTP (hardware-reference §7.2: MTP only in the separate 'simulated MTP' run at batch "
-        "128, KV 4,000); with MTP the 62nd cache layer and the doubled tokens give 81.4 GB per 80 GB H100, "
-        "without it 79.7 GB"))),
+    pytest.param("decode", "h100-cluster"),
     ("prefill", "cloudmatrix384"), ("prefill", "h800-cluster"), ("prefill", "h100-cluster")])
 def test_published_deployments_fit_in_hbm(default_rows, phase, system):
     """Every default set-up is a deployment that ran on its hardware, so it fits."""
     assert default_rows[phase][system]["fits"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "setups.yaml leaves MTP at the decode default (on) for SGLang's batch-256, KV-2000 EP72 run, which had "
-    "none (hardware-reference §7.2: MTP only in the separate 'simulated MTP' run at batch 128, KV 4,000)"))
 def test_h100_decode_setup_is_sglangs_run_without_mtp(default_rows):
     assert default_rows["decode"]["h100-cluster"]["mtp"] == 0
 
@@ -214,10 +207,6 @@ def test_peak_is_the_peak_of_the_dtype_shown(default_rows):
             assert r["chip_peak_TFLOPS"] == pytest.approx(peak / 1e12, rel=1e-9)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "compare labels a row with the experts' dtype (precision.experts or matmul) but takes the peak of "
-    "precision.matmul: DeepSeek-V3 with FP4 experts on B200 shows 'fp4' next to 4,500 TFLOPS, the FP8 peak "
-    "(the FP4 peak is 9,000)"))
 def test_peak_matches_the_dtype_shown_for_fp4_experts(cli, tmp_path):
     model = tmp_path / "dsv3-fp4.yaml"
     model.write_text((REPO / "models" / "deepseek-v3.yaml").read_text().replace(
@@ -270,10 +259,6 @@ def test_unknown_system_is_named(cli):
     _one_line_error(code, err, "no-such-system")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "--with/--set targets are not checked against the compared systems: "
-    "`cmperf compare decode --hardware h800-cluster --with h800:batch=64` (a typo for h800-cluster) "
-    "exits 0 with the default batch, silently"))
 def test_unknown_system_in_with_or_set_is_an_error(cli):
     code, _, err = cli("compare", "decode", "--hardware", "h800-cluster", "--with", "h800:batch=64")
     _one_line_error(code, err, "h800")

@@ -122,19 +122,11 @@ def test_fp8_model_on_an_ascend_chip_is_refused(cli, phase, system, model):
     assert code == 0, (line, err)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "precision_problems checks matmul, attention, head and experts but not `hidden`, the dtype the MoE gate "
-    "computes in: `cmperf predict decode --set model.precision.hidden=fp8` on cloudmatrix384 (910C: no FP8) "
-    "ends in a TypeError traceback in op_time (peak None) instead of exit 2"))
 def test_a_hidden_dtype_the_chip_lacks_is_refused(cli):
     code, _, err = cli("predict", "decode", "--set", "model.precision.hidden=fp8")
     _one_line_error(code, err, "fp8", "hidden")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "--set needs the key to be present in the YAML: `--set model.precision.experts=fp4` (FP4 experts under "
-    "FP8 attention, the Blackwell case the schema documents) fails with \"no field 'experts' under precision\", "
-    "although `experts` is a schema field and the README says --set takes any spec field"))
 def test_fp4_experts_can_be_set_on_blackwell(cli):
     code, out, err = cli("predict", "decode", "--hardware", "b200-cluster", "--model", "deepseek-v3", "--dies", 16,
                          "--redundant-experts", 0, "--shared-copies", 16, "--set", "model.precision.experts=fp4",
@@ -282,12 +274,6 @@ def test_deepep_normal_dispatch_at_ep16_by_hand(specs_h800):
     assert bottleneck == pytest.approx(43, rel=0.15)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "moe_ops counts the busiest die's rows of its local shared-expert copies as received remote rows "
-    "(rows_remote = pl.rows x (ep-1)/ep, shared rows included) even when every die holds a shared copy, "
-    "where docs/model.md §2.3 says shared tokens stay local: DeepSeek-V3 prefill on the H800 at EP16 (2 shared "
-    "copies per GPU) carries 9/8 of the hierarchical route's bytes; CloudMatrix384's P1 combine sends 9T x 31/32 "
-    "messages instead of 8T x 31/32"))
 @pytest.mark.parametrize("system,model,ep,shared", [("h800-cluster", "deepseek-v3", 16, 32),
                                                     ("cloudmatrix384", "deepseek-r1", 32, 32)])
 def test_local_shared_experts_add_no_traffic(system, model, ep, shared):

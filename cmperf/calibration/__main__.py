@@ -37,7 +37,7 @@ def calibrate_file(path, do_write: bool) -> None:
         sources |= {mea.path: f"measured from row {mea.row} of {name}: {mea.meaning}" for mea in ref.measured}
         for line in write(values, specs, sources):
             print("wrote", line)
-        if path == BUILTIN_REFERENCE:
+        if Path(path).resolve() == BUILTIN_REFERENCE.resolve():
             cv = cross_validate(ref, specs_for(ref))
             print(cv.groups.to_string(index=False))
             print("wrote", write_bands(bands_from(cv, ref), cv, ref))

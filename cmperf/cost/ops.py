@@ -339,6 +339,7 @@ class Placement:
     padded_rows: np.ndarray  # the same, each instance padded to whole GEMM tiles
     shared_remote: np.ndarray  # tokens travel to a shared-expert copy on another die
     remote_routed_fraction: np.ndarray
+    received_rows: np.ndarray = None  # rows the busiest die receives from other dies (None: rows x remote fraction)
 
 
 def placement(m, T, ep, redundant, shared_copies, imbalance, tile_rows) -> Placement:
@@ -360,16 +361,21 @@ def placement(m, T, ep, redundant, shared_copies, imbalance, tile_rows) -> Place
     def pad(x):
         return np.ceil(x / tile) * tile
 
-    best_rows, best_pad = None, None
+    every_die = (S >= ep) & (np.mod(S, ep) == 0)
+    shared_remote = (S > 0) & ~every_die
+    remote = (ep - 1) / ep
+    best_rows, best_pad, best_in = None, None, None
     for r in (np.ceil(R / ep), np.floor(R / ep)):
         s = np.maximum(n - r, 0)
         rows = r * rows_r + s * rows_s
         padded = r * pad(rows_r) + s * pad(rows_s)
+        # a shared copy on every die serves its own tokens: those rows never cross the network
+        received = r * rows_r * remote + np.where(shared_remote, s * rows_s * remote, 0.0)
         best_rows = rows if best_rows is None else np.maximum(best_rows, rows)
         best_pad = padded if best_pad is None else np.maximum(best_pad, padded)
-    every_die = (S >= ep) & (np.mod(S, ep) == 0)
+        best_in = received if best_in is None else np.maximum(best_in, received)
     return Placement(instances_per_die=n, rows=best_rows, padded_rows=np.maximum(best_pad, best_rows),
-                     shared_remote=(S > 0) & ~every_die, remote_routed_fraction=(ep - 1) / ep)
+                     shared_remote=shared_remote, remote_routed_fraction=remote, received_rows=best_in)
 
 
 def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
@@ -380,7 +386,7 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
     ep = np.asarray(ep, dtype=float)
     shared_msgs = np.where(pl.shared_remote, mo.shared_experts, 0.0)
     fanout = mo.experts_per_token * pl.remote_routed_fraction + shared_msgs
-    rows_remote = pl.rows * pl.remote_routed_fraction
+    rows_remote = pl.received_rows if pl.received_rows is not None else pl.rows * pl.remote_routed_fraction
     d_B, c_B = dispatch_message_B(m, route.message), combine_message_B(m)
     traffic = partial(ep_traffic, route, T, mo.experts_per_token, pl.remote_routed_fraction, shared_msgs, rows_remote, ep)
     d_msgs, d_tiers = traffic(d_B)

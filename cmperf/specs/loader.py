@@ -135,10 +135,17 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
     """Set ``path`` (dotted, without the spec prefix) in a raw spec mapping, in place.
 
     A path that ends on a sourced ``{value, source}`` pair sets its value and marks the
-    source as an override."""
+    source as an override. A last key the file leaves out (an optional field such as
+    ``precision.experts``) is added: a number as a sourced pair, anything else as is; the
+    schema then says whether the field exists."""
     keys = path.split(".")
     node: Any = raw
     for i, k in enumerate(keys):
+        if (isinstance(node, dict) and k not in node and i == len(keys) - 1 and not isinstance(value, (dict, list))
+                and k in _schema_fields(label, keys[:-1])):
+            is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            node[k] = {"value": value, "source": f"--set override of {label}.{path}"} if is_number else value
+            return
         if not isinstance(node, dict) or k not in node:
             where = ".".join(keys[:i]) or "(top level)"
             options = ", ".join(sorted(node)) if isinstance(node, dict) else "none (not a mapping)"
@@ -151,6 +158,32 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
             else:
                 node[k] = value
         node = node[k]
+
+
+def _schema_fields(kind: str, keys: list[str]) -> set[str]:
+    """The field names the schema of ``kind`` allows under the dotted ``keys`` (through
+    optional fields and name-keyed mappings such as ``tiers``); empty when the path leaves
+    the schema."""
+    import typing
+
+    def targets(tp):  # (model, keyed by free names?) pairs a type annotation may hold
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            return [(tp, False)]
+        args = typing.get_args(tp)
+        if typing.get_origin(tp) is dict and len(args) == 2:
+            return [(m, True) for m, _ in targets(args[1])]
+        return [t for a in args for t in targets(a)]
+
+    current = [(SPEC_KINDS[kind], False)] if kind in SPEC_KINDS else []
+    for k in keys:
+        nxt = []
+        for m, keyed in current:
+            if keyed:  # a free name of a mapping: its value is the model itself
+                nxt.append((m, False))
+            elif k in m.model_fields:
+                nxt += targets(m.model_fields[k].annotation)
+        current = nxt
+    return {name for m, keyed in current if not keyed for name in m.model_fields}
 
 
 # --------------------------------------------------------------------------- validation
