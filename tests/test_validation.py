@@ -185,3 +185,17 @@ def test_known_misses_are_few_and_not_far_off():
         misses = ev[ev["known_miss"] != ""]
         assert len(misses) <= len(ev) / 8, (path.name, list(misses["id"]))
         assert (misses["error"].abs() <= 2 * misses["tolerance"]).all(), misses[["id", "error"]]
+
+
+@pytest.mark.parametrize("name", ["h800", "h100-cluster", "h20-cluster", "b200-cluster", "gb200-nvl72"])
+def test_platform_values_are_their_micro_benchmark_fit(name):
+    """Each platform's shipped fitted values are what its own micro-benchmark file gives
+    (re-fit here), so no number was tuned by hand or to an end-to-end result."""
+    from cmperf.calibration.fit import fit
+    from cmperf.calibration.reference import REFERENCE_DIR
+    from cmperf.calibration.validate import spec_value, specs_for
+
+    ref = load_reference(REFERENCE_DIR / f"{name}-microbenchmarks.yaml")
+    specs = specs_for(ref)
+    for path, v in fit(ref, specs).items():
+        assert spec_value(specs, path) == pytest.approx(v, rel=0.02), (name, path)
