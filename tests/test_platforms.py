@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers import one_line_error
 
 REPO = Path(__file__).resolve().parent.parent
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -39,16 +40,6 @@ NEW_MODELS = {"deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "qwen3-30b-a3b", "mix
 
 def num(sourced):
     return float(sourced["value"])  # plain YAML reads '1979.0e12' as a string
-
-
-def _one_line_error(code, err, *names):
-    assert code == 2, err
-    assert "Traceback" not in err
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    for name in names:
-        assert name in lines[0], (name, lines[0])
-    return lines[0]
 
 
 def runnable(system, model):
@@ -98,7 +89,7 @@ def test_every_system_runs_every_model_it_can(cli, phase, system, model):
     code, out, err = cli("predict", phase, "--hardware", system, "--model", model, "--dies", 8, "--ep", 8,
                          "--redundant-experts", 0, "--format", "json")
     if not runnable(system, model):
-        _one_line_error(code, err, "lacks", spec("hardware", system)["chip"])
+        one_line_error(code, err, "lacks", spec("hardware", system)["chip"])
         return
     assert code == 0, err
     r = json.loads(out)
@@ -115,7 +106,7 @@ def test_fp8_model_on_an_ascend_chip_is_refused(cli, phase, system, model):
     the dtype and the chip, with the fix (INT8 W8A8, the CloudMatrix384 paper's choice)."""
     assert not runnable(system, model)
     code, _, err = cli("predict", phase, "--hardware", system, "--model", model, "--dies", 8)
-    line = _one_line_error(code, err, "fp8", spec("hardware", system)["chip"], "int8")
+    line = one_line_error(code, err, "fp8", spec("hardware", system)["chip"], "int8")
     # ... and the suggested fix works
     code, _, err = cli("predict", phase, "--hardware", system, "--model", model, "--dies", 8,
                        "--set", "model.precision.matmul=int8", "--format", "json")
@@ -124,7 +115,7 @@ def test_fp8_model_on_an_ascend_chip_is_refused(cli, phase, system, model):
 
 def test_a_hidden_dtype_the_chip_lacks_is_refused(cli):
     code, _, err = cli("predict", "decode", "--set", "model.precision.hidden=fp8")
-    _one_line_error(code, err, "fp8", "hidden")
+    one_line_error(code, err, "fp8", "hidden")
 
 
 def test_fp4_experts_can_be_set_on_blackwell(cli):
@@ -165,25 +156,25 @@ def broken(tmp_path):
 
 def test_route_through_an_unknown_tier_is_named(cli, broken):
     code, _, err = cli("predict", "decode", "--hardware", broken("a.yaml", tier=True), "--dies", 16)
-    _one_line_error(code, err, "a.yaml", "infiniband", "expert_parallel.decode.tiers")
+    one_line_error(code, err, "a.yaml", "infiniband", "expert_parallel.decode.tiers")
 
 
 def test_a_tier_with_no_bandwidth_is_named(cli, broken):
     code, _, err = cli("predict", "decode", "--hardware", broken("b.yaml", zero=True), "--dies", 16)
-    _one_line_error(code, err, "b.yaml", "tiers.nvlink.bandwidth_Bps")
+    one_line_error(code, err, "b.yaml", "tiers.nvlink.bandwidth_Bps")
 
 
 def test_a_chip_without_the_models_dtype_is_named(cli, broken):
     code, _, err = cli("predict", "decode", "--hardware", broken("c.yaml", chip="nofp8"), "--model", "deepseek-v3",
                        "--dies", 16)
-    _one_line_error(code, err, "nofp8", "fp8", "precision.matmul")
+    one_line_error(code, err, "nofp8", "fp8", "precision.matmul")
 
 
 def test_every_problem_is_named_at_once(cli, broken):
     """All three at once: one line, not the first problem alone."""
     path = broken("all.yaml", tier=True, zero=True, chip="nofp8")
     code, _, err = cli("predict", "decode", "--hardware", path, "--model", "deepseek-v3", "--dies", 16)
-    _one_line_error(code, err, "infiniband", "tiers.nvlink.bandwidth_Bps", "nofp8", "fp8")
+    one_line_error(code, err, "infiniband", "tiers.nvlink.bandwidth_Bps", "nofp8", "fp8")
 
 
 # --------------------------------------------------------------------------- (a) EP routes, by hand
@@ -480,4 +471,4 @@ def test_a_known_miss_back_within_tolerance_is_flagged(cli, tmp_path):
 
 def test_a_short_known_miss_is_refused(cli, tmp_path):
     code, _, err = cli("validate", _reference(tmp_path, "short.yaml", known_miss="wave quantisation"))
-    _one_line_error(code, err, "short.yaml", "known_miss", "20")
+    one_line_error(code, err, "short.yaml", "known_miss", "20")
