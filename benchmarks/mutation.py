@@ -79,10 +79,10 @@ class Mutation:
 
 CATALOGUE = [
     # ---------------------------------------------------------------- bandwidths and tiers
-    Mutation("ub-bandwidth-is-rdma-port", "cmperf/cost/roofline.py", "bandwidth swap",
+    Mutation("tier-nominal-not-measured", "cmperf/cost/roofline.py", "bandwidth swap",
              "    return t.bandwidth_Bps / per\n",
-             "    return hw.system.tiers[\"rdma\"].bandwidth_Bps / per\n",
-             "every tier gets the RDMA plane's bandwidth (25 GB/s) instead of its own (UB: 135 GB/s)"),
+             "    return (t.nominal_Bps or t.bandwidth_Bps) / per\n",
+             "a tier's nominal bandwidth replaces its measured one (UB: 196 instead of 135 GB/s)"),
     Mutation("allgather-over-die-to-die", "cmperf/cost/ops.py", "bandwidth swap",
              'gather = Op("attn_allgather", "dma", launches=1, tier=tier,\n',
              'gather = Op("attn_allgather", "dma", launches=1, tier="die_to_die",\n',
