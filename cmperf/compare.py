@@ -89,7 +89,6 @@ def compare(phase: str, systems: list[str] | None = None, setups: Setups | None 
         breakdowns[name] = ops
         chip = specs.hardware.chip
         dtype = specs.model.precision.matmul  # the dtype whose peak normalises tokens/s/TFLOPS (as the paper's INT8)
-        peak = getattr(chip.die.peak_flops_per_s, dtype).value * chip.dies_per_package.value
         top = ops.sort_values("total_ms", ascending=False).iloc[0]
         rows.append({
             "system": name, "chip": chip.name, "model": specs.model.name, "dtype": dtype,
@@ -101,7 +100,8 @@ def compare(phase: str, systems: list[str] | None = None, setups: Setups | None 
             f"{LATENCY[phase]}_lo": row[f"{LATENCY[phase]}_lo"], f"{LATENCY[phase]}_hi": row[f"{LATENCY[phase]}_hi"],
             "throughput_per_chip": row["throughput_per_npu"],
             "throughput_per_chip_lo": row["throughput_per_npu_lo"], "throughput_per_chip_hi": row["throughput_per_npu_hi"],
-            "chip_peak_TFLOPS": peak / 1e12,
+            # the package peak predict normalised by (schedule/common.py tokens_per_s_per_tflops)
+            "chip_peak_TFLOPS": row["throughput_per_npu"] / row["tokens_per_s_per_tflops"],
             "tokens_per_s_per_tflops": row["tokens_per_s_per_tflops"],
             "memory_per_die_bytes": row["memory_per_die_bytes"], "fits": bool(row["fits"]),
             "bound": f"{top['op']} ({top['bound']}, {100 * top['total_ms'] / ops['total_ms'].sum():.0f} % of op time)",

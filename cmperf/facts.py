@@ -55,7 +55,7 @@ def chip_facts(chip: ChipSpec) -> list[dict]:
            _r("package", "dies", n, ""),
            _r("die", "matrix / vector units", f"{d.matrix_units} / {d.vector_units}", "",
               f"{chip.die.matrix_units.source}; {chip.die.vector_units.source}")]
-    dtypes = [dt for dt in DTYPE_BYTES if getattr(chip.die.peak_flops_per_s, dt) is not None]
+    dtypes = chip.die.peak_flops_per_s.dtypes()
     for dt in dtypes:
         peak = getattr(d.peak_flops_per_s, dt)
         out.append(_r("dense peak", f"{dt} per die", peak, "FLOP/s", getattr(chip.die.peak_flops_per_s, dt).source))
@@ -93,8 +93,8 @@ def system_facts(hw: Hardware) -> list[dict]:
            _r("topology", "dies", dies, ""),
            _r("totals", "HBM", dies * c.die.hbm_capacity_B, "B"),
            _r("totals", "HBM bandwidth", dies * c.die.hbm_bandwidth_Bps, "B/s")]
-    for dt in DTYPE_BYTES:
-        if getattr(hw.chip.die.peak_flops_per_s, dt) is not None and dt != "fp16":
+    for dt in hw.chip.die.peak_flops_per_s.dtypes():
+        if dt != "fp16":
             out.append(_r("totals", f"dense {dt.upper()}", dies * getattr(c.die.peak_flops_per_s, dt), "FLOP/s"))
     if hw.system.node.cpus is not None:
         out.append(_r("topology", "CPUs", s.nodes * s.node.cpus, ""))

@@ -11,7 +11,6 @@ by cmperf.schedule; nothing loops over configurations.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -25,7 +24,7 @@ from .schedule.kernels import attention, gemm
 from .schedule.memory import decode_memory, prefill_memory
 from .schedule.prefill import prefill
 from .scenario import grid_from_rows, make_grid, validate
-from .specs.loader import Hardware, load, load_model, read_yaml, resolve, split_overrides
+from .specs.loader import Hardware, load_hardware_parts, load_model, split_overrides
 from .specs.schema import DTYPE_BYTES, ModelSpec
 from .specs.view import HardwareView, SpecView
 
@@ -51,19 +50,8 @@ def load_specs(hardware: str = "cloudmatrix384", model: str = "deepseek-r1", set
     """The system, its chip and the model, validated together: every problem of the three
     files, and a model dtype the chip lacks, named in one error (not the first alone)."""
     overrides = split_overrides(sets)
-    problems: list[str] = []
-    system = spath = chip = cpath = m = None
-    try:
-        system, spath = load("system", hardware, overrides.get("system"), "system")
-    except CmperfError as e:
-        problems.append(str(e))
-    try:  # the chip a broken system file names is still checked
-        near = spath.parent if spath is not None else _near(hardware)
-        chip_name = system.chip if system is not None else _raw_chip_name(hardware)
-        if chip_name is not None:
-            chip, cpath = load("chip", chip_name, overrides.get("chip"), "chip", near=near)
-    except CmperfError as e:
-        problems.append(str(e))
+    (system, chip, spath, cpath), problems = load_hardware_parts(hardware, overrides)
+    m = None
     try:
         m, _ = load_model(model, overrides)
     except CmperfError as e:
@@ -74,20 +62,6 @@ def load_specs(hardware: str = "cloudmatrix384", model: str = "deepseek-r1", set
         raise SpecError(" | ".join(problems))
     return Specs(hardware=Hardware(system=system, chip=chip, system_path=spath, chip_path=cpath), model=m)
 
-
-def _near(hardware) -> Path | None:
-    path = Path(hardware)
-    return path.parent if path.suffix in (".yaml", ".yml") else None
-
-
-def _raw_chip_name(hardware) -> str | None:
-    """The ``chip:`` a system file names, read without validating it (None if unreadable)."""
-    try:
-        raw = read_yaml(resolve("system", hardware))
-    except CmperfError:
-        return None
-    chip = raw.get("chip") if isinstance(raw, dict) else None
-    return chip if isinstance(chip, str) else None
 
 
 @dataclass
@@ -189,15 +163,16 @@ def precision_problems(chip, m) -> list[str]:
     FP8 on a chip without FP8 (Ascend) is an error, not a silent fallback."""
     p = m.precision
     needed = {"matmul": p.matmul, "attention": p.attention, "head": p.head}
-    if m.moe is not None:  # the router's gate runs in the hidden dtype
-        needed["experts"] = p.experts or p.matmul
+    if m.moe is not None:  # the router's gate runs in the hidden dtype; experts follow matmul unless set
         needed["hidden"] = p.hidden
-    missing = {k: v for k, v in needed.items() if getattr(chip.die.peak_flops_per_s, v) is None}
+        if p.experts is not None:
+            needed["experts"] = p.experts
+    have = chip.die.peak_flops_per_s.dtypes()
+    missing = {k: v for k, v in needed.items() if v not in have}
     if not missing:
         return []
-    have = ", ".join(d for d in DTYPE_BYTES if getattr(chip.die.peak_flops_per_s, d) is not None)
     what = "; ".join(f"precision.{k} = {v}" for k, v in missing.items())
-    return [f"model {m.name} computes in a dtype chip {chip.name} lacks ({what}); the chip runs {have}: "
+    return [f"model {m.name} computes in a dtype chip {chip.name} lacks ({what}); the chip runs {', '.join(have)}: "
             f"set e.g. --set model.precision.{next(iter(missing))}={_closest(next(iter(missing.values())), chip)}"]
 
 
@@ -210,8 +185,9 @@ def check_precision(specs: Specs) -> None:
 
 def _closest(dtype: str, chip) -> str:
     """The chip's dtype of the same width, else its widest."""
-    same = [d for d, b in DTYPE_BYTES.items() if b == DTYPE_BYTES[dtype] and getattr(chip.die.peak_flops_per_s, d) is not None]
-    return same[0] if same else next(d for d in DTYPE_BYTES if getattr(chip.die.peak_flops_per_s, d) is not None)
+    have = chip.die.peak_flops_per_s.dtypes()
+    same = [d for d in have if DTYPE_BYTES[d] == DTYPE_BYTES[dtype]]
+    return same[0] if same else have[0]
 
 
 def _model_defaults(grid: pd.DataFrame, given: set, m) -> pd.DataFrame:

@@ -89,7 +89,7 @@ def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarra
     if phase == "gemm":
         for c in ("m", "n", "k", "groups"):
             check(g[c] <= 0, lambda i, c=c: f"gemm {c} must be > 0 (got {g[c].iat[i]})")
-        peaks = {d for d in ("bf16", "fp16", "fp8", "int8", "fp4") if getattr(hw.chip.spec.die.peak_flops_per_s, d, None) is not None}
+        peaks = set(hw.chip.spec.die.peak_flops_per_s.dtypes())
         check(~g["dtype"].astype(str).isin(peaks),
               lambda i: f"gemm dtype {g['dtype'].iat[i]!r}: chip {hw.chip.name} runs {', '.join(sorted(peaks))}")
         return reason == "", reason

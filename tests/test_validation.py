@@ -199,3 +199,16 @@ def test_platform_values_are_their_micro_benchmark_fit(name):
     specs = specs_for(ref)
     for path, v in fit(ref, specs).items():
         assert spec_value(specs, path) == pytest.approx(v, rel=0.02), (name, path)
+
+
+def test_910b_proxies_track_the_910c_fit():
+    """The Atlas 800T A2 has no micro-benchmarks; its fitted-value proxies are the
+    CloudMatrix384 fit and must follow it when it is re-run (they once went stale)."""
+    from cmperf.specs.loader import load_hardware
+
+    a2, cm = load_hardware("atlas-800t-a2"), load_hardware("cloudmatrix384")
+    assert a2.chip.die.vector_ops_per_s.value == pytest.approx(cm.chip.die.vector_ops_per_s.value, rel=0.005)
+    assert a2.chip.latency.kernel_launch_s.value == pytest.approx(cm.chip.latency.kernel_launch_s.value, rel=0.005)
+    for field in ("message_issue_s", "step_time_cv"):
+        assert getattr(a2.system.collectives, field).value == pytest.approx(
+            getattr(cm.system.collectives, field).value, rel=0.005), field

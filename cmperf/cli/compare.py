@@ -38,7 +38,7 @@ def _per_system(items: Optional[List[str]], flag: str, split_value: bool) -> dic
 
 
 def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
-    from ..compare import SETUPS_FILE, compare, compare_figure, load_setups
+    from ..compare import LATENCY, SETUPS_FILE, compare, compare_figure, load_setups
     from ..report import check_format, check_parent_dir, human, print_csv, print_json, print_table, write_csv
 
     check_format(fmt)
@@ -57,7 +57,7 @@ def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
     elif fmt == "csv":
         print_csv(t)
     else:
-        lat = "tpot_ms" if phase == "decode" else "ttft_ms"
+        lat = LATENCY[phase]
         shown = t[["system", "chip", "model", "dtype", "dies", "ep"]].copy()
         shown[lat] = [f"{v:.4g} ± {(h - lo) / 2:.2g}" for v, lo, h in zip(t[lat], t[f"{lat}_lo"], t[f"{lat}_hi"])]
         shown["tokens/s per chip"] = [f"{v:,.0f} ± {(h - lo) / 2:,.0f}" for v, lo, h in

@@ -13,7 +13,7 @@ from functools import partial
 import numpy as np
 
 from . import arch
-from .roofline import Op, dtype_bytes
+from .roofline import Op, dtype_bytes, ratio
 
 
 @dataclass
@@ -107,6 +107,13 @@ class Route:
     chunked: bool = False
 
 
+def distinct_reached(units, k) -> np.ndarray:
+    """Expected number of distinct units (dies, nodes) a token reaches when each of its ``k``
+    experts sits on one of ``units`` equally likely units: units x (1 - (1 - 1/units)^k)."""
+    units = np.maximum(np.asarray(units, dtype=float), 1.0)
+    return units * (1 - (1 - 1 / units) ** k)
+
+
 def ep_traffic(route: Route, T, k, remote_fraction, shared_msgs, received_rows, ep, msg_B):
     """Per die and microbatch: messages through the communication engine and bytes on each
     tier of ``route`` for ``T`` tokens, each sent to ``k`` routed experts (a fraction
@@ -128,18 +135,12 @@ def ep_traffic(route: Route, T, k, remote_fraction, shared_msgs, received_rows, 
     # per node and per die, not sent once per expert. The busiest die's excess (received /
     # sent) scales both.
     domains = ep / D
-    remote_domains = (domains - 1) * (1 - (1 - 1 / np.maximum(domains, 1)) ** k)
-    dies_reached = ep * (1 - (1 - 1 / np.maximum(ep, 1)) ** k) + shared_msgs
-    excess = _ratio_or_one(link, sent)
+    remote_domains = distinct_reached(domains, k) * (domains - 1) / np.maximum(domains, 1)
+    dies_reached = distinct_reached(ep, k) + shared_msgs
+    excess = ratio(link, sent, where_den_zero=1.0)
     outer_msgs = excess * T * remote_domains
     forwards = excess * T * dies_reached * (D - 1) / np.maximum(D, 1)
     return outer_msgs + forwards, {inner: forwards * msg_B, outer: outer_msgs * msg_B}
-
-
-def _ratio_or_one(num, den):
-    """num / den, 1 where den is 0."""
-    num, den = np.broadcast_arrays(np.asarray(num, dtype=float), np.asarray(den, dtype=float))
-    return np.divide(num, den, out=np.ones(num.shape), where=den > 0)
 
 
 def swiglu_activation_bytes(m, rows, intermediate, act=None) -> object:

@@ -157,10 +157,11 @@ def sync_round_s(hw, tier: str):
     return 2.0 * hw.system.tiers[tier].latency_s
 
 
-def _ratio(num, den):
-    """num / den with 0 / 0 = 0 (an op with no work of a kind takes no time for it)."""
+def ratio(num, den, where_den_zero=0.0):
+    """num / den, elementwise, with ``where_den_zero`` where the denominator is 0 (an op
+    with no work of a kind takes no time for it: 0 / 0 = 0)."""
     num, den = np.broadcast_arrays(np.asarray(num, dtype=float), np.asarray(den, dtype=float))
-    return np.divide(num, den, out=np.zeros(num.shape), where=num != 0)
+    return np.divide(num, den, out=np.full(num.shape, float(where_den_zero)), where=den != 0)
 
 
 def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
@@ -173,7 +174,7 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     # each output tile pays a prologue/epilogue worth `matmul_k_overhead` reduction steps
     k0 = eff.matmul_k_overhead if op.flop_kind == "matmul" and eff.matmul_k_overhead is not None else 0.0
     work = flops + k0 * np.asarray(op.outputs, dtype=float)
-    pool_compute = _ratio(work, peak * kind_eff * np.asarray(op.tile_efficiency, dtype=float))
+    pool_compute = ratio(work, peak * kind_eff * np.asarray(op.tile_efficiency, dtype=float))
     memory = np.asarray(op.hbm_bytes, dtype=float) / hbm_rate_Bps(hw)
     activation_memory = (np.asarray(op.hbm_bytes, dtype=float) - np.asarray(op.weight_bytes, dtype=float)) / hbm_rate_Bps(hw)
     pool_vector = np.asarray(op.vector_ops, dtype=float) / die.vector_ops_per_s

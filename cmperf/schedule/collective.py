@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost.collectives import route_of
-from ..cost.ops import combine_message_B, dispatch_message_B, moe_ops, placement
+from ..cost.ops import combine_message_B, dispatch_message_B, distinct_reached, moe_ops, placement
 from ..cost.roofline import op_time
 
 
@@ -17,8 +17,7 @@ def distinct_destinations(route, ep, k) -> np.ndarray:
     domains of the route's inner tier when the EP group spans several, else dies."""
     ep = np.asarray(ep, dtype=float)
     D = np.minimum(np.asarray(route.inner_dies, dtype=float), ep)
-    units = np.where((len(route.tiers) > 1) & (ep > D), ep / D, ep)
-    return units * (1 - (1 - 1 / units) ** k)
+    return distinct_reached(np.where((len(route.tiers) > 1) & (ep > D), ep / D, ep), k)
 
 
 def collective(hw, m, g) -> dict:

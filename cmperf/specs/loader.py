@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import SpecError
+from ..errors import CmperfError, SpecError
 from .schema import SPEC_KINDS, ChipSpec, ModelSpec, SystemSpec, system_reference_problems
 
 SPEC_DIRS = {"chip": "hardware", "system": "hardware", "model": "models"}
@@ -136,15 +136,14 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
 
     A path that ends on a sourced ``{value, source}`` pair sets its value and marks the
     source as an override. A last key the file leaves out (an optional field such as
-    ``precision.experts``) is added: a number as a sourced pair, anything else as is; the
-    schema then says whether the field exists."""
+    ``precision.experts``) is added when the schema has it there: as a sourced pair when the
+    schema's field is one, else as the bare value."""
     keys = path.split(".")
     node: Any = raw
     for i, k in enumerate(keys):
-        if (isinstance(node, dict) and k not in node and i == len(keys) - 1 and not isinstance(value, (dict, list))
-                and k in _schema_fields(label, keys[:-1])):
-            is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            node[k] = {"value": value, "source": f"--set override of {label}.{path}"} if is_number else value
+        optional = _schema_fields(label, keys[:-1]) if isinstance(node, dict) and k not in node and i == len(keys) - 1 else {}
+        if k in optional and not isinstance(value, (dict, list)):
+            node[k] = {"value": value, "source": f"--set override of {label}.{path}"} if optional[k] else value
             return
         if not isinstance(node, dict) or k not in node:
             where = ".".join(keys[:i]) or "(top level)"
@@ -160,10 +159,10 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
         node = node[k]
 
 
-def _schema_fields(kind: str, keys: list[str]) -> set[str]:
-    """The field names the schema of ``kind`` allows under the dotted ``keys`` (through
-    optional fields and name-keyed mappings such as ``tiers``); empty when the path leaves
-    the schema."""
+def _schema_fields(kind: str, keys: list[str]) -> dict[str, bool]:
+    """The fields the schema of ``kind`` allows under the dotted ``keys`` (through optional
+    fields and name-keyed mappings such as ``tiers``), each with whether it is a sourced
+    ``{value, source}`` pair; empty when the path leaves the schema."""
     import typing
 
     def targets(tp):  # (model, keyed by free names?) pairs a type annotation may hold
@@ -183,7 +182,9 @@ def _schema_fields(kind: str, keys: list[str]) -> set[str]:
             elif k in m.model_fields:
                 nxt += targets(m.model_fields[k].annotation)
         current = nxt
-    return {name for m, keyed in current if not keyed for name in m.model_fields}
+    fields = {name: f.annotation for m, keyed in current if not keyed for name, f in m.model_fields.items()}
+    return {name: any(not keyed and {"value", "source"} <= set(t.model_fields) for t, keyed in targets(tp))
+            for name, tp in fields.items()}
 
 
 # --------------------------------------------------------------------------- validation
@@ -281,10 +282,47 @@ def split_overrides(sets: Iterable[str]) -> dict[str, dict[str, Any]]:
 
 
 def load_hardware(name_or_path: str | Path = "cloudmatrix384", sets: Mapping[str, Mapping[str, Any]] | None = None) -> Hardware:
+    """A system and its chip; every problem of both files in one error."""
+    parts, problems = load_hardware_parts(name_or_path, sets)
+    if problems:
+        raise SpecError(" | ".join(problems))
+    return Hardware(*parts)
+
+
+def load_hardware_parts(name_or_path: str | Path, sets: Mapping[str, Mapping[str, Any]] | None = None):
+    """((system, chip, system path, chip path), problems): the chip a broken system file
+    names is still read and checked, so that both files' problems can be named together
+    (None for what could not be loaded)."""
     sets = sets or {}
-    system, spath = load("system", name_or_path, sets.get("system"), "system")
-    chip, cpath = load("chip", system.chip, sets.get("chip"), "chip", near=spath.parent)
-    return Hardware(system=system, chip=chip, system_path=spath, chip_path=cpath)
+    problems: list[str] = []
+    system = spath = chip = cpath = None
+    try:
+        system, spath = load("system", name_or_path, sets.get("system"), "system")
+    except CmperfError as e:
+        problems.append(str(e))
+    try:
+        near = spath.parent if spath is not None else _yaml_parent(name_or_path)
+        chip_name = system.chip if system is not None else _raw_chip_name(name_or_path)
+        if chip_name is not None:
+            chip, cpath = load("chip", chip_name, sets.get("chip"), "chip", near=near)
+    except CmperfError as e:
+        problems.append(str(e))
+    return (system, chip, spath, cpath), problems
+
+
+def _yaml_parent(name_or_path) -> Path | None:
+    path = Path(name_or_path)
+    return path.parent if path.suffix in (".yaml", ".yml") else None
+
+
+def _raw_chip_name(name_or_path) -> str | None:
+    """The ``chip:`` a system file names, read without validating it (None if unreadable)."""
+    try:
+        raw = read_yaml(resolve("system", name_or_path))
+    except CmperfError:
+        return None
+    chip = raw.get("chip") if isinstance(raw, dict) else None
+    return chip if isinstance(chip, str) else None
 
 
 def load_model(name_or_path: str | Path = "deepseek-r1", sets: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[ModelSpec, Path]:

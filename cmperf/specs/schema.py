@@ -61,9 +61,13 @@ class PeakFlops(Strict):
     int8: Optional[Positive] = None
     fp4: Optional[Positive] = None
 
+    def dtypes(self) -> list[str]:
+        """The dtypes the chip has a peak for, in DTYPE_BYTES order (widest first)."""
+        return [d for d in DTYPE_BYTES if getattr(self, d) is not None]
+
     @model_validator(mode="after")
     def _some(self):
-        if not any(getattr(self, d) is not None for d in DTYPE_BYTES):
+        if not self.dtypes():
             raise ValueError("give the dense peak of at least one dtype (bf16, fp16, fp8, int8, fp4)")
         return self
 
