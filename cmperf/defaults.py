@@ -41,6 +41,7 @@ DECODE_DEFAULTS: dict[str, Default] = {
 PREFILL_DEFAULTS: dict[str, Default] = {
     "tokens_per_npu": Default(16384, "paper Table 3: 16K tokens per NPU", "prompt tokens per NPU per forward pass"),
     "prompt_len": Default(4096, "paper Table 3: 4K prompts", "tokens per prompt"),
+    "cached_len": Default(0, "no context cache (paper §4.4: EMS serves cached KV blocks of a prompt's prefix)", "tokens of each prompt's prefix whose KV is read from the EMS pool instead of computed"),
     "dies": Default(32, "paper §4.3: 16 NPUs = 32 dies per prefill instance", "dies in the prefill instance"),
     "ep": Default(0, "paper §4.3: EP32 (unset = all dies)", "expert-parallel degree", "= dies"),
     "attn_tp": Default(4, "ASSUMPTION (paper MISSING: exact prefill TP degree); docs/model.md §2.2", "tensor-parallel degree of prefill attention"),
@@ -75,8 +76,18 @@ ATTENTION_DEFAULTS: dict[str, Default] = {
     "seq_k": Default(4096, "a 4K cache", "cached tokens per request"),
 }
 
+AFD_DEFAULTS: dict[str, Default] = {
+    "batch": Default(96, "paper Table 4 (D1)'s batch 96 per NPU, here per attention NPU", "requests per attention NPU"),
+    **{k: DECODE_DEFAULTS[k] for k in ("prompt_len", "output_len", "kv_len")},
+    "attention_dies": Default(224, "ASSUMPTION (paper MISSING: it does not deploy AFD): the paper's 160 decode NPUs split 112 attention + 48 expert NPUs; docs/model.md §5.4", "dies running attention (data-parallel, TP 1), dense layers, gate and head"),
+    "expert_dies": Default(96, "ASSUMPTION (paper MISSING): 48 expert NPUs, 3 routed + 1 shared instance per die; docs/model.md §5.4", "dies holding the experts (EP degree)"),
+    "microbatches": Default(0, "auto: the fastest of 1..4 (MegaScale-Infer's ping-pong pipeline across the two pools)", "microbatches across the attention and expert pools: 1..4 or auto", "auto: the fastest of 1..4"),
+    **{k: DECODE_DEFAULTS[k] for k in ("mtp", "mtp_k", "mtp_acceptance", "expert_imbalance", "redundant_experts")},
+    "shared_copies": Default(0, "ASSUMPTION: one shared-expert copy per expert die (0 = one per expert die)", "copies of the shared expert (on expert dies)", "one per expert die"),
+}
+
 PHASE_DEFAULTS = {"decode": DECODE_DEFAULTS, "prefill": PREFILL_DEFAULTS, "collective": COLLECTIVE_DEFAULTS,
-                  "gemm": GEMM_DEFAULTS, "attention": ATTENTION_DEFAULTS}
+                  "gemm": GEMM_DEFAULTS, "attention": ATTENTION_DEFAULTS, "afd": AFD_DEFAULTS}
 
 
 def help_text(phase: str, key: str) -> str:

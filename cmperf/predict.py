@@ -18,18 +18,19 @@ import pandas as pd
 
 from .bands import add_bands
 from .errors import CmperfError, ConfigError, SpecError
+from .schedule.afd import afd
 from .schedule.collective import collective
 from .schedule.decode import decode
 from .schedule.kernels import attention, gemm
-from .schedule.memory import decode_memory, prefill_memory
+from .schedule.memory import afd_memory, decode_memory, prefill_memory
 from .schedule.prefill import prefill
 from .scenario import grid_from_rows, make_grid, validate
 from .specs.loader import Hardware, load_hardware_parts, load_model, split_overrides
 from .specs.schema import DTYPE_BYTES, ModelSpec
 from .specs.view import HardwareView, SpecView
 
-PHASES = ("decode", "prefill", "collective", "gemm", "attention")
-RUN = {"decode": decode, "prefill": prefill, "collective": collective, "gemm": gemm, "attention": attention}
+PHASES = ("decode", "prefill", "collective", "gemm", "attention", "afd")
+RUN = {"decode": decode, "prefill": prefill, "collective": collective, "gemm": gemm, "attention": attention, "afd": afd}
 
 
 @dataclass
@@ -73,9 +74,8 @@ class Prediction:
 
     def breakdown(self, row: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Per-operator and per-section tables of one configuration (docs/model.md §5-§6)."""
-        s1, s2 = self.schedules
         choice = int(self.table["microbatches_used"].iat[row])
-        sched = s2 if choice == 2 else s1
+        sched = self.schedules[choice - 1]  # one schedule per microbatch count
         pick = lambda x: float(np.broadcast_to(np.asarray(x, dtype=float), (len(self.table),))[row])
         ops = []
         for p in sched.parts:
@@ -124,7 +124,7 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     base = _model_defaults(base, given, specs.model)
     grid = _with_sweeps(base, sweep_cols, zip_sweeps) if sweep_cols else base
     hw0, m0 = specs.views()
-    if phase in ("decode", "prefill"):
+    if phase in ("decode", "prefill", "afd"):
         check_precision(specs)
     if "expert_imbalance" in grid:  # 'default' = the model's documented real-traffic balance
         serving = specs.model.serving
@@ -147,7 +147,7 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         g = g.drop(columns="_default_imbalance").assign(expert_imbalance=cols["expert_imbalance"])
     out = RUN[phase](hw, m, cols)
     mem = (decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
-           if phase == "prefill" else {})
+           if phase == "prefill" else afd_memory(hw, m, cols) if phase == "afd" else {})
     table = g.copy()
     n = len(g)
     for k, v in {**out, **mem}.items():

@@ -13,12 +13,12 @@ from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt
 predict_app = typer.Typer(no_args_is_help=True, help="Predict one configuration (grids: cmperf search). Example: cmperf predict decode --batch 8")
 
 
-def _microbatches(v: Optional[str]) -> Optional[int]:
+def _microbatches(v: Optional[str], most: int = 2) -> Optional[int]:
     if v is None:
         return None
-    table = {"1": 1, "2": 2, "auto": 0}
+    table = {**{str(n): n for n in range(1, most + 1)}, "auto": 0}
     if v not in table:
-        raise CmperfError(f"--microbatches {v}: expected 1, 2 or auto")
+        raise CmperfError(f"--microbatches {v}: expected {', '.join(list(table)[:-1])} or auto")
     return table[v]
 
 
@@ -45,10 +45,31 @@ DECODE_SUMMARY = ["phase", "batch", "kv_len", "dies", "ep", "tp", "mtp", "microb
                   "tokens_per_iteration", "throughput_per_npu",
                   "tokens_per_s_per_user", "tokens_per_s_per_tflops", "memory_per_die_bytes", "weights_per_die_bytes",
                   "kv_cache_per_die_bytes", "buffers_per_die_bytes", "hbm_per_die_bytes", "max_batch_per_npu", "fits"]
-PREFILL_SUMMARY = ["phase", "tokens_per_npu", "prompt_len", "dies", "ep", "attn_tp", "microbatches_used", "ttft_ms",
-                   "forward_ms", "kv_transfer_ms", "throughput_per_npu", "tokens_per_s_per_tflops", "microbatch_gain",
+PREFILL_SUMMARY = ["phase", "tokens_per_npu", "prompt_len", "cached_len", "dies", "ep", "attn_tp", "microbatches_used", "ttft_ms",
+                   "forward_ms", "pool_load_ms", "kv_transfer_ms", "throughput_per_npu", "prompt_throughput_per_npu",
+                   "tokens_per_s_per_tflops", "microbatch_gain",
                    "memory_per_die_bytes", "weights_per_die_bytes", "kv_cache_per_die_bytes", "buffers_per_die_bytes",
                    "hbm_per_die_bytes", "max_tokens_per_npu", "fits"]
+AFD_SUMMARY = ["phase", "batch", "kv_len", "attention_dies", "expert_dies", "mtp", "microbatches_used", "tpot_ms",
+               "iteration_ms", "layer_us", "attention_stage_us", "expert_stage_us", "transfer_us", "barrier_wait_us",
+               "expert_rows", "npus", "throughput_per_npu", "throughput_per_attention_npu", "tokens_per_s_per_user",
+               "tokens_per_s_per_tflops", "attention_memory_per_die_bytes", "attention_weights_per_die_bytes",
+               "kv_cache_per_die_bytes", "expert_memory_per_die_bytes", "expert_weights_per_die_bytes",
+               "hbm_per_die_bytes", "max_batch_per_npu", "fits"]
+SUMMARY = {"decode": DECODE_SUMMARY, "prefill": PREFILL_SUMMARY, "afd": AFD_SUMMARY}
+
+
+def _misfit(row, phase: str) -> str:
+    """The warning of a configuration that does not fit in HBM: what a die needs and has."""
+    from ..report import human
+
+    B = lambda c: human(row[c], "B")  # noqa: E731
+    if phase == "afd":
+        side = "attention" if not row["attention_fits"] else "expert"
+        return (f"does not fit: an {side} die needs {B(f'{side}_memory_per_die_bytes')} "
+                f"(weights {B(f'{side}_weights_per_die_bytes')}) but a die has {B('hbm_per_die_bytes')}")
+    return (f"does not fit: needs {B('memory_per_die_bytes')} per die (weights {B('weights_per_die_bytes')}, "
+            f"KV {B('kv_cache_per_die_bytes')}, buffers {B('buffers_per_die_bytes')}) but a die has {B('hbm_per_die_bytes')}")
 
 
 def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list[str], breakdown: bool,
@@ -63,14 +84,11 @@ def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list
     table = result.table
     for i in range(len(table)):
         if not bool(table["fits"].iat[i]):
-            need, have = table["memory_per_die_bytes"].iat[i], table["hbm_per_die_bytes"].iat[i]
-            warn(f"does not fit: needs {human(need, 'B')} per die (weights {human(table['weights_per_die_bytes'].iat[i], 'B')}, "
-                 f"KV {human(table['kv_cache_per_die_bytes'].iat[i], 'B')}, buffers {human(table['buffers_per_die_bytes'].iat[i], 'B')}) "
-                 f"but a die has {human(have, 'B')}")
+            warn(_misfit(table.iloc[i], phase))
     if out:
         write_csv(table, out)
     ops, sections = result.breakdown(0) if breakdown else (None, None)
-    summary = DECODE_SUMMARY if phase == "decode" else PREFILL_SUMMARY
+    summary = SUMMARY[phase]
     if fmt == "json":
         obj = table.to_dict(orient="records")
         obj = obj[0] if len(obj) == 1 else obj
@@ -135,6 +153,7 @@ def predict_decode(
 def predict_prefill(
     tokens_per_npu: Optional[float] = typer.Option(None, "--tokens-per-npu", help=help_text("prefill", "tokens_per_npu")),
     prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help=help_text("prefill", "prompt_len")),
+    cached_len: Optional[int] = typer.Option(None, "--cached-len", help=help_text("prefill", "cached_len")),
     dies: Optional[int] = typer.Option(None, "--dies", help=help_text("prefill", "dies")),
     ep: Optional[int] = typer.Option(None, "--ep", help=help_text("prefill", "ep")),
     attn_tp: Optional[int] = typer.Option(None, "--attn-tp", help=help_text("prefill", "attn_tp")),
@@ -151,9 +170,42 @@ def predict_prefill(
 ):
     """TTFT, throughput per NPU and memory of a prefill instance (default: the paper's 16-NPU
     EP32 instance, 16K tokens per NPU of 4K prompts). Example: cmperf predict prefill --prompt-len 32768"""
-    values = dict(tokens_per_npu=tokens_per_npu, prompt_len=prompt_len, dies=dies, ep=ep, attn_tp=attn_tp,
+    values = dict(tokens_per_npu=tokens_per_npu, prompt_len=prompt_len, cached_len=cached_len, dies=dies, ep=ep, attn_tp=attn_tp,
                   microbatches=_microbatches(microbatches), mtp=None if mtp is None else int(mtp),
                   expert_imbalance=_imbalance(expert_imbalance), redundant_experts=redundant_experts,
                   shared_copies=shared_copies)
     _run_predict("prefill", values, hardware, model, _kv_sets(sets, kv_dtype), breakdown, fmt, out)
 
+
+
+@predict_app.command("afd")
+def predict_afd(
+    batch: Optional[float] = typer.Option(None, "--batch", help=help_text("afd", "batch")),
+    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help=help_text("afd", "prompt_len")),
+    output_len: Optional[int] = typer.Option(None, "--output-len", help=help_text("afd", "output_len")),
+    kv_len: Optional[float] = typer.Option(None, "--kv-len", help=help_text("afd", "kv_len")),
+    attention_dies: Optional[int] = typer.Option(None, "--attention-dies", help=help_text("afd", "attention_dies")),
+    expert_dies: Optional[int] = typer.Option(None, "--expert-dies", help=help_text("afd", "expert_dies")),
+    microbatches: Optional[str] = typer.Option(None, "--microbatches", help=help_text("afd", "microbatches")),
+    mtp: Optional[bool] = typer.Option(None, "--mtp/--no-mtp", help=help_text("afd", "mtp")),
+    mtp_k: Optional[int] = typer.Option(None, "--mtp-k", help=help_text("afd", "mtp_k")),
+    mtp_acceptance: Optional[float] = typer.Option(None, "--mtp-acceptance", help=help_text("afd", "mtp_acceptance")),
+    expert_imbalance: Optional[str] = typer.Option(None, "--expert-imbalance", help=help_text("afd", "expert_imbalance")),
+    redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help=help_text("afd", "redundant_experts")),
+    shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help=help_text("afd", "shared_copies")),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype bf16|int8 (default: the model spec's, bf16)"),
+    hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
+    breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
+    fmt: str = FormatOpt,
+    out: Optional[str] = typer.Option(None, "--out", help="also write the result table to this CSV file"),
+):
+    """TPOT, throughput per NPU (attention + expert NPUs) and memory of an attention-FFN
+    disaggregated decode instance: attention dies (data-parallel) and expert dies (EP) on
+    separate NPUs, transfers over UB, microbatches pipelined across the two pools (default:
+    the paper's 160 NPUs as 112 attention + 48 expert NPUs, batch 96 per attention NPU).
+    Example: cmperf predict afd --attention-dies 272 --expert-dies 48 --batch 128"""
+    values = dict(batch=batch, prompt_len=prompt_len, output_len=output_len, kv_len=kv_len, attention_dies=attention_dies,
+                  expert_dies=expert_dies, microbatches=_microbatches(microbatches, 4), mtp=None if mtp is None else int(mtp),
+                  mtp_k=mtp_k, mtp_acceptance=mtp_acceptance, expert_imbalance=_imbalance(expert_imbalance),
+                  redundant_experts=redundant_experts, shared_copies=shared_copies)
+    _run_predict("afd", values, hardware, model, _kv_sets(sets, kv_dtype), breakdown, fmt, out)

@@ -169,11 +169,26 @@ def attention_decode_ops(m, T, R, L, tp=1.0) -> list[Op]:
     return _mla_decode_ops(m, T, R, L, tp) if arch.is_mla(m) else _gqa_decode_ops(m, T, R, L, tp)
 
 
-def attention_prefill_ops(m, T, P, tp, tier: str = "ub") -> list[Op]:
-    """Prefill attention for ``T`` tokens of prompts of length ``P``, hybrid SP -> TP(``tp``)
-    -> SP (paper §4.3.1, docs/model.md §2.2). Returns, in order: pre-projection, all-gather,
+def attention_prefill_ops(m, T, P, tp, tier: str = "ub", cached=0.0) -> list[Op]:
+    """Prefill attention for ``T`` computed tokens of prompts of length ``P`` whose first
+    ``cached`` tokens' KV come from the context cache, hybrid SP -> TP(``tp``) -> SP (paper
+    §4.3.1, docs/model.md §2.2, §9.5). Returns, in order: pre-projection, all-gather,
     projections + FlashAttention, all-to-all, output projection."""
-    return _mla_prefill_ops(m, T, P, tp, tier) if arch.is_mla(m) else _gqa_prefill_ops(m, T, P, tp, tier)
+    build = _mla_prefill_ops if arch.is_mla(m) else _gqa_prefill_ops
+    return build(m, T, P, tp, tier, np.asarray(cached, dtype=float))
+
+
+def attended_tokens(P, cached) -> np.ndarray:
+    """Mean keys a computed prompt token attends, causally: the ``cached`` prefix and, of
+    the ``P - cached`` new tokens, itself and those before it: cached + (P - cached + 1) / 2."""
+    P, cached = np.asarray(P, dtype=float), np.asarray(cached, dtype=float)
+    return cached + (P - cached + 1) / 2
+
+
+def cached_rows(T, P, cached) -> np.ndarray:
+    """Cached prefix tokens of the prompts whose ``T`` computed tokens a die holds."""
+    P, cached = np.asarray(P, dtype=float), np.asarray(cached, dtype=float)
+    return np.asarray(T, dtype=float) * cached / (P - cached)
 
 
 def _mla_q_weights(m, w) -> int:
@@ -254,10 +269,11 @@ def tp_allreduce_op(m, T, tp, tier: str, name: str = "tp_allreduce") -> Op:
               vector_ops=np.where(tp > 1, T * m.hidden_size, 0.0), sync_group=tp, launches=np.where(tp > 1, 1.0, 0.0))
 
 
-def _mla_prefill_ops(m, T, P, tp, tier) -> list[Op]:
+def _mla_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
     """Non-absorbed MLA as causal MHA: the down-projections on each die's own tokens, the
     compressed q/kv all-gathered in the TP group, up-projections and FlashAttention on 1/tp
-    of the heads, an all-to-all back to the tokens, O-proj."""
+    of the heads, an all-to-all back to the tokens, O-proj. A cached prefix's latent is read
+    from HBM and up-projected to keys and values like the new tokens' (no query)."""
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
     w = arch.attention_weights(m)
     lat, qk = arch.latent_dim(m), arch.qk_head_dim(m)
@@ -279,14 +295,18 @@ def _mla_prefill_ops(m, T, P, tp, tier) -> list[Op]:
     gather = Op("attn_allgather", "dma", launches=1, tier=tier,
                 net_bytes=(tp - 1) * T * compressed * b.hidden, net_messages=0.0,
                 hbm_bytes=tp * T * compressed * b.hidden, sync_group=tp)
-    up = Op("mla_up", "cube", flops=2 * T * up_w, dtype=m.precision.matmul, vector_ops=T * up_vec,
-            outputs=2 * T * H * (qk + a.qk_nope_head_dim + a.v_head_dim),
-            hbm_bytes=up_w * b.weight / tp + T * compressed * b.hidden + T * H * (2 * qk + a.v_head_dim) * b.attn,
+    C = cached_rows(T, P, cached)  # prefix tokens: keys and values only
+    kv_up_w = w["kv_b_k"] + w["kv_b_v"]
+    up = Op("mla_up", "cube", flops=2 * T * up_w + 2 * C * kv_up_w, dtype=m.precision.matmul, vector_ops=T * up_vec,
+            outputs=2 * T * H * (qk + a.qk_nope_head_dim + a.v_head_dim) + 2 * C * H * (a.qk_nope_head_dim + a.v_head_dim),
+            hbm_bytes=(up_w * b.weight / tp + T * compressed * b.hidden + T * H * (2 * qk + a.v_head_dim) * b.attn
+                       + C * lat * b.kv + C * H * (qk + a.v_head_dim) * b.attn),
             weight_bytes=up_w * b.weight / tp)
+    keys = attended_tokens(P, cached)
     core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
-              flops=2 * T * H * (qk + a.v_head_dim) * (np.asarray(P, dtype=float) + 1) / 2,
-              vector_ops=VEC_SOFTMAX * T * H * (np.asarray(P, dtype=float) + 1) / 2, chained=True,
-              hbm_bytes=T * H * (2 * qk + 2 * a.v_head_dim) * b.attn + T * lat * b.kv)
+              flops=2 * T * H * (qk + a.v_head_dim) * keys,
+              vector_ops=VEC_SOFTMAX * T * H * keys, chained=True,
+              hbm_bytes=T * H * (2 * qk + 2 * a.v_head_dim) * b.attn + T * lat * b.kv + C * H * (qk + a.v_head_dim) * b.attn)
     a2a = Op("attn_alltoall", "dma", launches=1, tier=tier,
              net_bytes=T * (tp - 1) / tp * H * a.v_head_dim * b.hidden, net_messages=0.0,
              hbm_bytes=T * H * a.v_head_dim * b.hidden, sync_group=tp)
@@ -296,10 +316,10 @@ def _mla_prefill_ops(m, T, P, tp, tier) -> list[Op]:
     return [down, gather, up, core, a2a, o_proj]
 
 
-def _gqa_prefill_ops(m, T, P, tp, tier) -> list[Op]:
+def _gqa_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
     """GQA prefill, the same SP -> TP -> SP shape: the normed hidden states all-gathered in
     the TP group, q/k/v projections and FlashAttention on 1/tp of the heads, an all-to-all
-    back to the tokens, the output projection."""
+    back to the tokens, the output projection. A cached prefix's K and V are read from HBM."""
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
     w = arch.attention_weights(m)
     tp = np.asarray(tp, dtype=float)
@@ -318,9 +338,10 @@ def _gqa_prefill_ops(m, T, P, tp, tier) -> list[Op]:
             outputs=2 * T * tp * (H / tp + 2 * Hkv / shards) * d,
             hbm_bytes=qkv_w * b.weight + tp * T * h * b.act + T * (H + 2 * Hkv) * d * b.attn + T * 2 * Hkv * d * b.kv,
             weight_bytes=qkv_w * b.weight)
+    keys = attended_tokens(P, cached)
     core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
-              flops=2 * T * H * 2 * d * (P + 1) / 2, vector_ops=VEC_SOFTMAX * T * H * (P + 1) / 2, chained=True,
-              hbm_bytes=T * (H + 2 * Hkv) * d * b.attn + T * H * d * b.attn)
+              flops=2 * T * H * 2 * d * keys, vector_ops=VEC_SOFTMAX * T * H * keys, chained=True,
+              hbm_bytes=T * (H + 2 * Hkv) * d * b.attn + T * H * d * b.attn + cached_rows(T, P, cached) * tp / shards * 2 * Hkv * d * b.kv)
     a2a = Op("attn_alltoall", "dma", launches=1, tier=tier, net_bytes=T * (tp - 1) / tp * H * d * b.hidden,
              hbm_bytes=T * H * d * b.hidden, sync_group=tp)
     o_vec = VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h

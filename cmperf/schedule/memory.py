@@ -17,6 +17,13 @@ def weight_bytes(m, g, phase: str) -> np.ndarray:
     weight lives in one formula): one layer of each kind x its count, MTP module included,
     plus the norms, the embedding and the head. Attention and dense FFN weights are split by
     the phase's TP degree; each die holds its ``instances`` experts per MoE layer."""
+    return sum(weight_parts(m, g, phase).values())
+
+
+def weight_parts(m, g, phase: str) -> dict:
+    """:func:`weight_bytes` by part: ``attention`` (all layers' attention and norms),
+    ``dense_ffn``, ``gate`` and ``experts`` (MoE layers and the MTP module's block),
+    ``embedding_head`` (embedding, LM head, MTP eh_proj). AFD splits them over its pools."""
     b = Bytes.of(m)
     mtp_on = np.asarray(g["mtp"], dtype=float)
     mtp_layers = m.mtp.modules * mtp_on
@@ -30,22 +37,29 @@ def weight_bytes(m, g, phase: str) -> np.ndarray:
     else:
         attn = held(attention_prefill_ops(m, zero, 1.0, g["attn_tp"]))
         ffn = held([dense_ffn_op(m, zero, g["attn_tp"] if m.moe is None else 1.0)]) if m.dense_ffn is not None else 0.0
-    moe = 0.0
+    gate = experts = 0.0
     if m.moe is not None:
         pl = placement(m, zero, g["ep"], g["redundant_experts"], g["shared_copies"], 1.0, 1)
-        gate, _, experts, _ = moe_ops(m, zero, g["ep"], pl)
-        moe = held([gate, experts])
-    return (layers * (attn + arch.attention_norm_weights(m) * b.hidden)
-            + m.first_dense_layers * ffn
-            + (arch.moe_layers(m) + mtp_layers) * moe
-            + arch.embedding_params(m) * b.emb + held([head_op(m, zero)])
-            + mtp_layers * held([mtp_proj_op(m, zero)]))
+        gate, _, experts, _ = (held([o]) for o in moe_ops(m, zero, g["ep"], pl))
+    moe_blocks = arch.moe_layers(m) + mtp_layers
+    return {"attention": layers * (attn + arch.attention_norm_weights(m) * b.hidden),
+            "dense_ffn": m.first_dense_layers * ffn + zero,
+            "gate": moe_blocks * gate + zero,
+            "experts": moe_blocks * experts + zero,
+            "embedding_head": (arch.embedding_params(m) * b.emb + held([head_op(m, zero)])
+                               + mtp_layers * held([mtp_proj_op(m, zero)]))}
 
 
 def buffer_bytes(m, tokens_per_die, ep, message=ASCEND_MESSAGE) -> np.ndarray:
     """Dispatch + combine receive buffers (paper Eq. 1-2): every one of ``ep`` peers may send
     each of its tokens to this die once, so each buffer holds tokens x EP messages."""
-    return tokens_per_die * np.asarray(ep, dtype=float) * (dispatch_message_B(m, message) + combine_message_B(m))
+    return receive_buffer_bytes(tokens_per_die, ep, dispatch_message_B(m, message) + combine_message_B(m))
+
+
+def receive_buffer_bytes(tokens_per_peer, peers, message_B) -> np.ndarray:
+    """A receive buffer sized for the worst case (paper Eq. 1-2): each of ``peers`` dies may
+    write each of its ``tokens_per_peer`` tokens here once."""
+    return tokens_per_peer * np.asarray(peers, dtype=float) * message_B
 
 
 def activation_bytes(m, tokens) -> np.ndarray:
@@ -57,14 +71,20 @@ def activation_bytes(m, tokens) -> np.ndarray:
     return tokens * (4 * h * b.hidden + attn)
 
 
+def decode_kv_bytes_per_token(m, g) -> np.ndarray:
+    """KV cache a decode die holds per token of one of its requests: a die of a TP group
+    holds its share of the KV heads for all the group's requests (MLA: the whole latent)."""
+    tp = np.asarray(g["tp"], dtype=float)
+    return (arch.kv_bytes_per_token(m, Bytes.of(m).kv, arch.kv_layers(m, np.asarray(g["mtp"], dtype=float)))
+            * tp / kv_shards(m, tp))
+
+
 def decode_memory(hw, m, g) -> dict:
     dpp = hw.chip.dies_per_package
     R_die = g["batch"] / dpp
     tpr = 1 + draft_tokens(g)
     tp = np.asarray(g["tp"], dtype=float)
-    # a die of a TP group holds its share of the KV heads for all the group's requests
-    kv_tok = (arch.kv_bytes_per_token(m, Bytes.of(m).kv, arch.kv_layers(m, np.asarray(g["mtp"], dtype=float)))
-              * tp / kv_shards(m, tp))
+    kv_tok = decode_kv_bytes_per_token(m, g)
     context = g["prompt_len"] + g["output_len"]
     weights = weight_bytes(m, g, "decode")
     fixed = weights + hw.chip.memory.runtime_reserved_B
@@ -96,6 +116,8 @@ def prefill_memory(hw, m, g, microbatches) -> dict:
     fixed = weights + hw.chip.memory.runtime_reserved_B
     msg = route_of(hw, "prefill").message
     buffers = buffer_bytes(m, 1.0, g["ep"], msg) if m.moe is not None else 0.0
+    # a computed token's prompt brings its cached prefix's KV too: P / (P - cached) per token
+    kv_tok = kv_tok * g["prompt_len"] / (g["prompt_len"] - g["cached_len"])
     per_token = kv_tok + (buffers + activation_bytes(m, 1.0)) / microbatches
     total = fixed + T_die * per_token
     cap = hw.chip.die.hbm_capacity_B
@@ -107,4 +129,50 @@ def prefill_memory(hw, m, g, microbatches) -> dict:
         "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(total)).astype(float),
         "max_tokens_per_npu": np.floor(np.maximum(cap - fixed, 0) / per_token) * dpp,
         "fits": total <= cap,
+    }
+
+
+def afd_memory(hw, m, g) -> dict:
+    """HBM of the two pools of an AFD instance (docs/model.md §5.4).
+
+    Attention die: every weight but the experts (attention, dense FFN, gate, embedding,
+    head, MTP projections; TP 1), the KV cache of its requests, the e2a receive buffers
+    (each of the E expert dies may return each of its tokens once), activations, reserve.
+    Expert die: its expert instances per MoE layer (MTP block included), the a2e receive
+    buffers (each of the A attention dies may send each of its tokens once), reserve.
+    ``max_batch_per_npu``: the largest batch per attention NPU both pools can hold."""
+    dpp = hw.chip.dies_per_package
+    A, E = g["attention_dies"], g["expert_dies"]
+    R_die = g["batch"] / dpp
+    tpr = 1 + draft_tokens(g)
+    one = 0.0 * np.asarray(A, dtype=float) + 1.0
+    view = {**g, "ep": E, "tp": one}  # the decode layout of the same weights: data-parallel attention, EP = expert dies
+    parts = weight_parts(m, view, "decode")
+    attention_w = parts["attention"] + parts["dense_ffn"] + parts["gate"] + parts["embedding_head"]
+    expert_w = parts["experts"]
+    msg = route_of(hw, "decode").message
+    context = g["prompt_len"] + g["output_len"]
+    kv_tok = decode_kv_bytes_per_token(m, view)
+    reserve = hw.chip.memory.runtime_reserved_B
+    cap = hw.chip.die.hbm_capacity_B
+    per_request = context * kv_tok + tpr * (receive_buffer_bytes(1.0, E, combine_message_B(m)) + activation_bytes(m, one)
+                                            + m.vocab_size * 4)
+    attention_total = attention_w + reserve + R_die * per_request
+    expert_per_request = tpr * receive_buffer_bytes(1.0, A, dispatch_message_B(m, msg))  # per request of each attention die
+    expert_total = expert_w + reserve + R_die * expert_per_request
+    max_r = np.minimum(np.floor(np.maximum(cap - attention_w - reserve, 0) / per_request),
+                       np.floor(np.maximum(cap - expert_w - reserve, 0) / expert_per_request))
+    return {
+        "attention_memory_per_die_bytes": attention_total,
+        "attention_weights_per_die_bytes": attention_w,
+        "kv_cache_per_die_bytes": R_die * context * kv_tok,
+        "attention_buffers_per_die_bytes": R_die * tpr * receive_buffer_bytes(1.0, E, combine_message_B(m)),
+        "expert_memory_per_die_bytes": expert_total,
+        "expert_weights_per_die_bytes": expert_w,
+        "expert_buffers_per_die_bytes": R_die * expert_per_request,
+        "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(attention_total)).astype(float),
+        "max_batch_per_npu": max_r * dpp,
+        "attention_fits": attention_total <= cap,
+        "expert_fits": expert_total <= cap,
+        "fits": (attention_total <= cap) & (expert_total <= cap),
     }

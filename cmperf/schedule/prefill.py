@@ -25,6 +25,7 @@ from ..cost.arch import kv_bytes_per_token, kv_layers
 from ..cost.ops import (Bytes, attention_prefill_ops, dense_ffn_op, embedding_op, head_op, moe_ops, mtp_proj_op,
                         placement, tp_allreduce_op)
 from ..cost.collectives import route_of
+from ..cost.pool import pool_read_s
 from ..cost.roofline import tier_bandwidth_Bps, tier_for_group
 from .common import Schedule, choose, select, timed, tokens_per_s_per_tflops, wait_after
 from .pipeline import Stage, pipeline
@@ -45,7 +46,8 @@ def layer_stages(hw, m, g, T, moe: bool) -> list[Stage]:
     tp_tier = tier_for_group(hw, g["attn_tp"])
 
     def build(t):
-        down, gather, up, core, a2a, o_proj = attention_prefill_ops(m, t, g["prompt_len"], g["attn_tp"], tp_tier)
+        down, gather, up, core, a2a, o_proj = attention_prefill_ops(m, t, g["prompt_len"], g["attn_tp"], tp_tier,
+                                                                    g["cached_len"])
         if not moe:
             tp = ffn_tp(m, g)
             stages = [[down], [gather], [up, core], [a2a], [o_proj, dense_ffn_op(m, t * tp, tp)]]
@@ -82,18 +84,37 @@ def forward(hw, m, g, n: int) -> tuple[np.ndarray, Schedule]:
         mtp = np.asarray(g["mtp"], dtype=float)
         sched.serial("mtp", timed([mtp_proj_op(m, T_die)], hw), mtp, "eh_proj over all prompt tokens")
         sched.stack("mtp_layer", pipeline(layer_stages(hw, m, g, T, moe=True), n), 1, repeats=mtp, rule=RULES[n])
-    seqs = T_die / g["prompt_len"]
+    seqs = prompts_per_die(hw, g)
     sched.serial("per_pass", timed([embedding_op(m, T_die), head_op(m, seqs)], hw), 1,
                  "embedding + LM head on the last token of each prompt + overhead", hw.chip.latency.iteration_overhead_s)
+    if np.any(np.asarray(g["cached_len"]) > 0):
+        sched.serial("pool_load", [], 1, "the cached prefixes' KV read from the EMS pool before the pass",
+                     pool_load_s(hw, m, g))
     return sched.total_s(), sched
 
 
-def kv_transfer_s(hw, m, g) -> np.ndarray:
-    """Whole KV cache of a die's prompts sent once to the decode instance over the system's
-    KV-transfer tier (RDMA in the paper, §4.1): bytes / bandwidth + latency (docs/model.md §4.4)."""
-    layers = kv_layers(m, np.asarray(g["mtp"], dtype=float))
+def prompts_per_die(hw, g) -> np.ndarray:
+    """Prompts a die computes per pass: its tokens over each prompt's uncached tokens."""
     T_die = g["tokens_per_npu"] / hw.chip.dies_per_package
-    bytes_ = T_die * kv_bytes_per_token(m, Bytes.of(m).kv, layers)
+    return T_die / (g["prompt_len"] - g["cached_len"])
+
+
+def pool_load_s(hw, m, g) -> np.ndarray:
+    """The KV of a die's cached prefixes, all layers, read from the EMS pool in whole blocks
+    before the pass (docs/model.md §9.5; not overlapped with the previous pass)."""
+    layers = kv_layers(m, np.asarray(g["mtp"], dtype=float))
+    C = np.asarray(g["cached_len"], dtype=float)
+    seqs = prompts_per_die(hw, g)
+    blocks = seqs * np.ceil(C / hw.system.memory_pool.block_tokens)
+    return np.where(C > 0, pool_read_s(hw, seqs * C * kv_bytes_per_token(m, Bytes.of(m).kv, layers), blocks), 0.0)
+
+
+def kv_transfer_s(hw, m, g) -> np.ndarray:
+    """Whole KV cache of a die's prompts (cached prefix included) sent once to the decode
+    instance over the system's KV-transfer tier (RDMA in the paper, §4.1): bytes / bandwidth
+    + latency (docs/model.md §4.4)."""
+    layers = kv_layers(m, np.asarray(g["mtp"], dtype=float))
+    bytes_ = prompts_per_die(hw, g) * g["prompt_len"] * kv_bytes_per_token(m, Bytes.of(m).kv, layers)
     tier = hw.system.kv_transfer_tier
     return bytes_ / tier_bandwidth_Bps(hw, tier) + hw.system.tiers[tier].latency_s
 
@@ -104,13 +125,16 @@ def prefill(hw, m, g) -> dict:
     choice = choose(g["microbatches"], f1, f2)
     t = select(choice, f1, f2)
     throughput = g["tokens_per_npu"] / t
+    prompt_tokens = prompts_per_die(hw, g) * hw.chip.dies_per_package * g["prompt_len"]
     kv = kv_transfer_s(hw, m, g)
     return {
         "microbatches_used": choice,
         "forward_ms": t * 1e3,
         "kv_transfer_ms": kv * 1e3,
+        "pool_load_ms": (pool_load_s(hw, m, g) if hw.system.memory_pool is not None else 0.0 * kv) * 1e3,
         "ttft_ms": (t + kv) * 1e3,
         "throughput_per_npu": throughput,
+        "prompt_throughput_per_npu": prompt_tokens / t,
         "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
         "microbatch_gain": f1 / f2 - 1.0,
         "_schedules": (s1, s2),

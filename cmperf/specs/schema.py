@@ -218,6 +218,29 @@ class Overlaps(Strict):
     prefill: Overlap
 
 
+class PoolRead(Strict):
+    """An NPU reading the pool over one tier, as measured (paper Table 1: NPU-CPU read)."""
+
+    bandwidth_Bps: float = Field(gt=0, allow_inf_nan=False)  # per die, one direction
+    latency_s: float = Field(gt=0, allow_inf_nan=False)  # one block fetch
+    source: str = Field(min_length=3)
+
+
+class MemoryPool(Strict):
+    """CPU DRAM of all nodes pooled over the scale-up network (EMS, paper §4.4): where cached
+    KV blocks and model weights live between uses (docs/model.md §9.5-§9.6)."""
+
+    tier: str  # the tier NPUs read the pool over (a tier without a `reads` entry: its own bandwidth and latency)
+    reads: dict[str, PoolRead]  # measured reads per tier
+    dram_per_node_B: Positive
+    usable_fraction: Fraction  # share of the DRAM the pool may hold
+    block_tokens: Count  # tokens per cached KV block
+    model_load_sockets: Count  # CPU sockets that serve one cached model copy to a loading instance
+    object_storage_Bps: Positive  # one object-storage bucket's read bandwidth
+    object_storage_buckets: Count  # buckets a model is striped over
+    source: str = Field(min_length=3)
+
+
 class Collectives(Strict):
     """Expert-parallel dispatch/combine (docs/model.md §4.2-§4.3)."""
 
@@ -240,6 +263,7 @@ class SystemSpec(Strict):
     expert_parallel: Routes
     overlap: Overlaps
     collectives: Collectives
+    memory_pool: Optional[MemoryPool] = None
 
     @model_validator(mode="after")
     def _tiers_consistent(self):
@@ -264,6 +288,8 @@ def system_reference_problems(raw) -> list[str]:
         return d.get("value") if isinstance(d, dict) else None
 
     refs = [("kv_transfer_tier", raw.get("kv_transfer_tier"))]
+    if isinstance(raw.get("memory_pool"), dict):
+        refs.append(("memory_pool.tier", raw["memory_pool"].get("tier")))
     routes = raw.get("expert_parallel") if isinstance(raw.get("expert_parallel"), dict) else {}
     for ph, r in routes.items():
         if isinstance(r, dict) and isinstance(r.get("tiers"), list):
