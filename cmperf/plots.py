@@ -199,3 +199,64 @@ def available() -> bool:
 
 
 __all__: list[Any] = ["search_figure", "available"]
+
+
+def plan_figure(result, path: str | Path) -> None:
+    """Write the ``cmperf plan`` PNG: TTFT and TPOT against the arrival rate for the best
+    deployment of each shape (with the SLOs), the P:D split of the best deployments and where
+    their TTFT goes. Whole or not at all."""
+    from .plan.planner import curves, describe
+
+    plt = _pyplot()
+    w = result.workload
+    table = result.table
+    lead = pd.concat([table.head(1), result.runners_up(5)]).drop_duplicates("rank").head(6)
+    per_shape = table.drop_duplicates("shape")
+    fig, axes = plt.subplots(2, 2, figsize=(14, 9.5), dpi=110)
+    top_rate = float(max(table["goodput_rps"].max(), w.arrival_rate_per_s or 0.0, 1e-3)) * 1.5
+    rates = np.linspace(0.0, top_rate, 200)
+    ax_t, ax_p = axes[0]
+    for _, row in per_shape.iterrows():
+        c = curves(result, row, rates)
+        label = f"{row['shape']}: {describe(row)}"
+        ax_t.plot(rates, np.where(np.isfinite(c["ttft_s"]), c["ttft_s"] * 1e3, np.nan), label=label)
+        ax_p.plot(rates, np.where(np.isfinite(c["tpot_s"]), c["tpot_s"] * 1e3, np.nan), label=label)
+    for ax, slo, name in ((ax_t, w.slo.ttft_s, f"TTFT ({w.slo.ttft_stat})"), (ax_p, w.slo.tpot_s, "TPOT")):
+        ax.axhline(slo * 1e3, color="k", ls="--", lw=1, label=f"SLO {slo * 1e3:g} ms")
+        if w.arrival_rate_per_s:
+            ax.axvline(w.arrival_rate_per_s, color="grey", ls=":", lw=1, label="arrival rate")
+        ax.set_xlabel("arrival rate (requests/s)")
+        ax.set_ylabel(f"{name} (ms)")
+        ax.set_ylim(0, slo * 1e3 * 2.5)
+        ax.legend(fontsize=7.5, loc="upper left")
+    ax_t.set_title("TTFT against the arrival rate (best deployment of each shape)", fontsize=10)
+    ax_p.set_title("TPOT against the arrival rate", fontsize=10)
+    ax_s, ax_b = axes[1]
+    labels = [f"#{int(r['rank'])} {r['goodput_rps']:.0f} req/s" for _, r in lead.iterrows()]
+    y = np.arange(len(lead))
+    pre, dec = lead["prefill_npus"].to_numpy(float), lead["decode_npus"].to_numpy(float)
+    ax_s.barh(y, pre, color="#1f77b4", label="prefill NPUs")
+    ax_s.barh(y, dec, left=pre, color="#ff7f0e", label="decode (or co-located) NPUs")
+    ax_s.set_yticks(y, labels, fontsize=8)
+    ax_s.invert_yaxis()
+    ax_s.set_xlabel("NPUs")
+    ax_s.set_title("P:D split of the best deployments", fontsize=10)
+    ax_s.legend(fontsize=8)
+    left = np.zeros(len(lead))
+    for col, color, name in (("ttft_queue_ms", "#d62728", "queue"), ("ttft_align_ms", "#9467bd", "pass alignment"),
+                             ("ttft_prefill_ms", "#1f77b4", "prefill pass"), ("ttft_kv_transfer_ms", "#2ca02c", "KV transfer")):
+        v = lead[col].to_numpy(float)
+        v = np.where(np.isfinite(v), v, 0.0)
+        ax_b.barh(y, v, left=left, color=color, label=name)
+        left += v
+    ax_b.axvline(w.slo.ttft_s * 1e3, color="k", ls="--", lw=1)
+    ax_b.set_yticks(y, labels, fontsize=8)
+    ax_b.invert_yaxis()
+    ax_b.set_xlabel(f"TTFT at the plan's rate (ms; TPOT shown in the table)")
+    ax_b.set_title("where the TTFT goes", fontsize=10)
+    ax_b.legend(fontsize=8)
+    st = result.settings
+    fig.suptitle(f"cmperf plan: {st['npus']} NPUs of {st['hardware']}, {st['model']}", fontsize=12, x=0.01, ha="left")
+    fig.tight_layout()
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png"))
+    plt.close(fig)

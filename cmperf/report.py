@@ -91,6 +91,19 @@ def print_records(records: list[dict], fmt: str, title: str) -> None:
         print_table(shown, title)
 
 
+def print_frame(df: pd.DataFrame, fmt: str, title: str, out: str | Path | None = None) -> None:
+    """A result table in the requested format (JSON records, CSV, or a rich table), after
+    writing it whole to ``out`` as CSV when given."""
+    if out:
+        write_csv(df, out)
+    if fmt == "json":
+        print_json(df.to_dict(orient="records"))
+    elif fmt == "csv":
+        print_csv(df)
+    else:
+        print_table(df, title)
+
+
 def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")

@@ -1,7 +1,7 @@
 """Command line: ``cmperf hw|model|predict|validate|search ...`` (README.md has the tour).
 
 One module per command: :mod:`.hw`, :mod:`.model`, :mod:`.predict`, :mod:`.validate`,
-:mod:`.search`; :mod:`.options` holds the options they share. This package builds the root
+:mod:`.search`, :mod:`.compare`, :mod:`.plan`; :mod:`.options` holds the options they share. This package builds the root
 ``app`` from them and holds the entry point :func:`main`.
 
 The CLI only parses flags, calls the Python API and renders; it computes nothing itself.
@@ -22,6 +22,7 @@ from .predict import predict_app
 from .compare import compare_app
 from .search import search_app
 from .validate import validate_cmd
+from .plan import plan_cmd
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -49,6 +50,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 app.command("validate")(validate_cmd)
+app.command("plan")(plan_cmd)
 
 
 def main() -> None:

@@ -1,0 +1,199 @@
+"""``cmperf plan``: split an NPU budget into prefill/decode (or co-located) instances for a
+workload and its SLOs, and say how many requests per second it serves (docs/model.md §9)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import List, Optional
+
+import typer
+
+from ..errors import ConfigError
+from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt
+
+BEST_ROWS = [("shape", "shape", ""), ("split", "split", ""), ("npus_split", "NPUs used (prefill : decode)", ""),
+             ("prefill_tokens_per_npu", "prefill tokens per NPU per pass (chunk, co-located)", ""),
+             ("decode_batch_per_npu", "decode batch per NPU at this rate", ""),
+             ("goodput_rps", "goodput", "requests/s"), ("goodput_rpm", "goodput", "requests/min"),
+             ("binding", "what limits it", ""),
+             ("ttft_ms", "TTFT", "ms"), ("ttft_queue_ms", "  waiting for a place in a pass", "ms"),
+             ("ttft_align_ms", "  waiting for the running pass to end", "ms"),
+             ("ttft_prefill_ms", "  prefill pass (pool loads included)", "ms"),
+             ("ttft_kv_transfer_ms", "  KV transfer to decode", "ms"),
+             ("tpot_ms", "TPOT", "ms"), ("tokens_per_s_per_user", "tokens/s per user", ""),
+             ("output_tokens_per_s_per_npu", "output tokens/s per NPU (all NPUs)", ""),
+             ("prompt_tokens_per_s_per_npu", "prompt tokens/s per NPU (all NPUs)", "")]
+SHOWN = ["rank", "shape", "prefill_instances", "prefill_dies", "prefill_tokens_per_npu", "decode_instances", "decode_dies",
+         "attention_dies",
+         "decode_batch_per_npu", "npus", "goodput_rps", "binding", "ttft_ms", "tpot_ms", "output_tokens_per_s_per_npu"]
+
+
+def plan_cmd(
+    npus: Optional[int] = typer.Option(None, "--npus", help="NPU budget (default: the whole system, 384 on CloudMatrix384; more = several supernodes)"),
+    supernode: Optional[int] = typer.Option(None, "--supernode", help="NPUs per supernode (UB domain), 192-384 in Table 11 (default: the system's)"),
+    rate: str = typer.Option("max", "--rate", help="arrival rate in requests/s, or max: the largest rate that meets the SLOs"),
+    prompt_len: str = typer.Option("4096", "--prompt-len", help="prompt tokens: N, MEAN:P90 (log-normal) or exp:MEAN"),
+    output_len: str = typer.Option("256", "--output-len", help="output tokens: N, MEAN:P90 (log-normal) or exp:MEAN"),
+    trace: Optional[str] = typer.Option(None, "--trace", help="CSV of prompt_len,output_len[,prefix_hit_tokens] per request (replaces --prompt-len/--output-len)"),
+    prefix_hit: float = typer.Option(0.0, "--prefix-hit", help="share of prompt tokens found in the EMS KV cache pool, 0-1"),
+    block_tokens: Optional[int] = typer.Option(None, "--block-tokens", help="EMS KV block in tokens (paper: 128-512; default: the system's, 256)"),
+    working_set: Optional[float] = typer.Option(None, "--working-set-tokens", help="distinct prefix tokens in use (the pool holds a share of them)"),
+    pool_path: Optional[str] = typer.Option(None, "--pool-path", help="tier cached KV is read over: ub (default, Table 1) or e.g. vpc for comparison"),
+    ttft_slo: float = typer.Option(2000.0, "--ttft-slo", help="TTFT SLO in ms (paper: 2,000)"),
+    tpot_slo: float = typer.Option(50.0, "--tpot-slo", help="TPOT SLO in ms (paper: 50)"),
+    ttft_stat: str = typer.Option("mean", "--ttft-stat", help="which TTFT the SLO bounds: mean or p90"),
+    shapes: str = typer.Option("pd,colocated,afd", "--shapes", help="deployment shapes to consider: pd (prefill/decode disaggregated), colocated (chunked prefill), afd (PD with attention-FFN disaggregated decode); comma-separated"),
+    kv_tier: Optional[str] = typer.Option(None, "--kv-tier", help="tier of the prefill-to-decode KV transfer, e.g. rdma (paper) or ub (default: the system's)"),
+    top: int = typer.Option(5, "--top", help="runner-up deployments shown"),
+    hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
+    sweep: Optional[List[str]] = typer.Option(None, "--sweep", help="plan once per value of a spec field, e.g. system.tiers.ub.bandwidth_Bps=100e9,200e9"),
+    fmt: str = FormatOpt,
+    out: Optional[str] = typer.Option(None, "--out", help="also write every deployment evaluated (ranked) to this CSV file"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="write a PNG: TTFT/TPOT against the rate per shape, the P:D split, the TTFT breakdown"),
+):
+    """Plan a deployment: the P:D split, instance sizes, batch, requests/s within the SLOs and
+    where the time goes (default: the paper's setting, 384 NPUs, 4K prompts, 256 outputs,
+    TTFT <= 2 s, TPOT <= 50 ms). Example: cmperf plan --rate 300 --prefix-hit 0.5"""
+    from ..plan.planner import plan, plan_sweep
+    from ..report import check_format, check_parent_dir
+
+    check_format(fmt)
+    for path, flag in ((out, "--out"), (plot, "--plot")):
+        if path is not None:
+            if not path:
+                raise ConfigError(f"{flag}: expected a file name (got an empty string)")
+            check_parent_dir(path, flag)
+    if plot:
+        from ..plots import _pyplot
+
+        _pyplot()
+    workload = _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, ttft_stat)
+    if working_set is not None and not (math.isfinite(working_set) and working_set > 0):
+        raise ConfigError(f"--working-set-tokens {working_set}: expected a positive number of tokens")
+    if top < 0:
+        raise ConfigError(f"--top {top}: expected 0 or more")
+    sets = list(sets or [])
+    if block_tokens is not None:
+        sets.append(f"system.memory_pool.block_tokens={block_tokens}")
+    kwargs = dict(hardware=hardware, model=model, sets=sets, npus=npus, supernode=supernode,
+                  shape_names=_shapes(shapes), kv_tier=kv_tier, pool_path=pool_path, working_set_tokens=working_set)
+    from .search import _ChunkProgress
+
+    progress = _ChunkProgress()
+    try:
+        if sweep:
+            from ..search import parse_sweeps
+
+            result = plan_sweep(workload, parse_sweeps(sweep), progress=progress, **kwargs)
+        else:
+            result = plan(workload, progress=progress, **kwargs)
+    finally:
+        progress.close()
+    if sweep:
+        _render_sweep(result, fmt, out)
+        return
+    _render(result, fmt, top, out, plot)
+
+
+def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, ttft_stat):
+    from ..plan.workload import SLO, Workload, parse_lengths, read_trace
+
+    if rate == "max":
+        arrival = None
+    else:
+        try:
+            arrival = float(rate)
+        except ValueError:
+            raise ConfigError(f"--rate {rate[:40]}: expected requests/s (a number > 0) or max") from None
+        if not (math.isfinite(arrival) and arrival > 0):
+            raise ConfigError(f"--rate {rate[:40]}: expected requests/s (a number > 0) or max")
+    for flag, v in (("--ttft-slo", ttft_slo), ("--tpot-slo", tpot_slo)):
+        if not (math.isfinite(v) and v > 0):
+            raise ConfigError(f"{flag} {v}: expected milliseconds > 0")
+    if ttft_stat not in ("mean", "p90"):
+        raise ConfigError(f"--ttft-stat {ttft_stat[:40]}: expected mean or p90")
+    if not (math.isfinite(prefix_hit) and 0 <= prefix_hit < 1):
+        raise ConfigError(f"--prefix-hit {prefix_hit}: expected a share in [0, 1)")
+    cached = None
+    if trace is not None:
+        prompt, output, cached = read_trace(trace)
+        if cached is not None and prefix_hit:
+            raise ConfigError("--prefix-hit: the trace gives prefix_hit_tokens per request; give one or the other")
+    else:
+        prompt, output = parse_lengths(prompt_len, "--prompt-len"), parse_lengths(output_len, "--output-len")
+    return Workload(prompt=prompt, output=output, prefix_hit=prefix_hit, slo=SLO(ttft_slo / 1e3, tpot_slo / 1e3, ttft_stat),
+                    arrival_rate_per_s=arrival, cached_samples=cached)
+
+
+def _number(v: float) -> str:
+    """Four significant digits, thousands separated, never an exponent below 1e15."""
+    return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:,.4g}"
+
+
+def _shapes(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str]) -> None:
+    import pandas as pd
+
+    from ..report import human, print_json, print_table, warn, write_csv
+    from ..plan.planner import public, summary
+
+    table = result.table
+    if out:
+        write_csv(public(table), out)
+    if plot and len(table):
+        from ..plots import plan_figure
+
+        plan_figure(result, plot)
+    s = summary(result)
+    runners = public(result.runners_up(top))
+    if fmt == "json":
+        print_json({**s, "runners_up": runners.to_dict(orient="records")})
+    elif fmt == "csv":
+        from ..report import print_csv
+
+        print_csv(public(table.head(1 + top)))
+    else:
+        typer.echo(s["headline"])
+        best = s["best"]
+        if best is not None:
+            rows = []
+            for key, label, unit in BEST_ROWS:
+                v = best.get(key)
+                if v is None or (isinstance(v, float) and v == 0 and key in ("ttft_kv_transfer_ms",)):
+                    continue
+                rows.append((label, v if isinstance(v, str) else f"{_number(v)} {unit}".strip()))
+            print_table(pd.DataFrame(rows, columns=["quantity", "value"]), "best deployment")
+            if len(runners):
+                print_table(runners[[c for c in SHOWN if c in runners.columns]].round(2), f"runners-up (best of each shape and size)")
+            if s["bring_up"]:
+                up = pd.DataFrame(s["bring_up"])
+                shown = pd.DataFrame({
+                    "instance": up["instance"], "dies": up["dies"].map(lambda v: f"{v:g}"),
+                    "model": up["model_bytes"].map(lambda v: human(v, "B")),
+                    "weights/die": up["weights_per_die_bytes"].map(lambda v: human(v, "B")),
+                    "adds": up["adds_rps"].map(lambda v: f"{v:,.1f} req/s"),
+                    "from DRAM pool": up["from_pool_s"].map(lambda v: f"{v:,.1f} s"),
+                    "from object storage": up["from_object_storage_s"].map(lambda v: f"{v:,.0f} s"),
+                    "growth, pool": up["growth_rps_per_min_pool"].map(lambda v: f"{v:,.0f} req/s per min"),
+                    "growth, OBS": up["growth_rps_per_min_object_storage"].map(lambda v: f"{v:,.1f} req/s per min")})
+                print_table(shown, "bringing up one more instance (paper §4.4, Table 2), one at a time")
+            if s["context_cache"]:
+                cc = s["context_cache"]
+                print_table(pd.DataFrame([(k, human(v) if isinstance(v, float) else str(v)) for k, v in cc.items()],
+                                         columns=["quantity", "value"]), "context cache (EMS)")
+    if result.message:
+        sys.stderr.write(f"cmperf: {result.message}\n")
+        raise typer.Exit(1)
+
+
+def _render_sweep(result, fmt: str, out: Optional[str]) -> None:
+    from ..report import print_frame
+
+    print_frame(result.round(6) if fmt == "table" else result, fmt, "best deployment per swept value", out)
+    if (result["goodput_rps"] <= 0).all():
+        sys.stderr.write("cmperf: no swept value gives a deployment that meets the SLOs\n")
+        raise typer.Exit(1)

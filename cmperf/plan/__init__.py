@@ -1,0 +1,6 @@
+"""Deployment planning (``cmperf plan``, docs/model.md §9): how to split NPUs into prefill,
+decode or co-located instances for a workload and its SLOs, and the rate it serves."""
+
+from .planner import Plan, default_workload, plan
+
+__all__ = ["Plan", "default_workload", "plan"]

@@ -1,0 +1,96 @@
+"""Instance options evaluated by the cost model (docs/model.md §9.2-§9.3).
+
+Every option is a row of :func:`cmperf.predict.predict` — the prefill instance's forward
+pass and KV transfer, the decode instance's TPOT at each batch, the co-located instance's
+prefill chunk — so the rates a plan uses are the rates ``cmperf predict`` prints for the
+same configuration. From them:
+
+    prefill instance   prompts per pass      c = tokens per NPU x NPUs / computed tokens per prompt
+                       servers               floor(c) (a pass returns all its prompts at its end)
+    decode instance    capacity at batch b   X(b) = b x NPUs / (output tokens x TPOT(b))  requests/s
+                       (continuous batching holds rate x output x TPOT requests: Little's law)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..predict import Specs, predict
+
+
+@dataclass
+class DecodeCurves:
+    """Per decode instance option (a size, or an attention/expert split): batch, TPOT and
+    capacity along the batch grid (fitting rows only, batch ascending)."""
+
+    dies: np.ndarray  # total dies of each option's instance
+    keys: list[dict]  # the inputs that name each option ({"dies": 320} or {"attention_dies": .., "expert_dies": ..})
+    batch: list[np.ndarray]
+    tpot_s: list[np.ndarray]
+    capacity_rps: list[np.ndarray]
+
+    def max_rate(self, tpot_slo_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per size: the largest request rate one instance serves with TPOT <= the SLO
+        (TPOT interpolated between grid batches), and whether KV memory, not the SLO, stops
+        it (the largest batch that fits is still under the SLO)."""
+        rate, memory = [], []
+        for t, x in zip(self.tpot_s, self.capacity_rps):
+            if len(t) == 0 or t[0] > tpot_slo_s:
+                rate.append(0.0)
+                memory.append(False)
+                continue
+            memory.append(bool(t[-1] <= tpot_slo_s))
+            rate.append(float(np.interp(tpot_slo_s, t, x)) if t[-1] > tpot_slo_s else float(x[-1]))
+        return np.asarray(rate), np.asarray(memory)
+
+    def at_rate(self, which: np.ndarray, rate_per_instance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(batch per NPU, TPOT) of instances of size index ``which`` serving
+        ``rate_per_instance``: the batch where the capacity curve meets the rate (Little's law);
+        below the smallest batch, the smallest batch's TPOT."""
+        batch = np.full(len(which), np.nan)
+        tpot = np.full(len(which), np.nan)
+        for k in np.unique(which):
+            sel = which == k
+            x = self.capacity_rps[k]
+            if len(x) == 0:
+                continue
+            batch[sel] = np.interp(rate_per_instance[sel], x, self.batch[k])
+            tpot[sel] = np.interp(rate_per_instance[sel], x, self.tpot_s[k])
+        return batch, tpot
+
+
+def run(phase: str, rows: list[dict], specs: Specs) -> pd.DataFrame:
+    """The valid rows of a predict over ``rows`` (invalid options are dropped: an EP degree
+    that does not divide the experts, a size beyond the scale-up domain)."""
+    if not rows:
+        return pd.DataFrame()
+    return predict(phase, rows=rows, specs=specs, strict=False).table
+
+
+def decode_curves(table: pd.DataFrame, dies_per_npu: int, output_tokens: float, keys=("dies",),
+                  request_dies: str = "dies") -> DecodeCurves:
+    """Capacity curves of the decode options in ``table``, one per distinct ``keys``; the
+    batch is per NPU of the ``request_dies`` column (the dies that hold requests: all of a
+    decode instance's, an AFD instance's attention dies)."""
+    fits = table[table["fits"]] if len(table) else table
+    groups = fits.groupby(list(keys), sort=True) if len(fits) else []
+    dies, names, batch, tpot, cap = [], [], [], [], []
+    for key, t in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        t = t.sort_values("batch")
+        b = t["batch"].to_numpy(dtype=float)
+        s = t["tpot_ms"].to_numpy(dtype=float) / 1e3
+        names.append({k: float(v) for k, v in zip(keys, key)})
+        dies.append(sum(names[-1].values()))
+        batch.append(b)
+        tpot.append(s)
+        cap.append(b * (float(t[request_dies].iat[0]) / dies_per_npu) / (output_tokens * s))
+    return DecodeCurves(dies=np.asarray(dies, dtype=float), keys=names, batch=batch, tpot_s=tpot, capacity_rps=cap)
+
+
+def prompts_per_pass(tokens_per_npu, npus, computed_tokens) -> np.ndarray:
+    """Whole prompts one forward pass (or iteration) of an instance completes."""
+    return np.floor(np.asarray(tokens_per_npu, dtype=float) * npus / computed_tokens + 1e-9)

@@ -1,0 +1,443 @@
+"""Plan a deployment: split an NPU budget into instances and find the request rate it serves
+within the SLOs (docs/model.md §9).
+
+    >>> from cmperf.plan import plan, default_workload
+    >>> p = plan(default_workload())
+    >>> p.best["goodput_rps"], p.best["prefill_instances"], p.best["decode_instances"]
+
+A deployment is a set of instances of the shapes in :mod:`cmperf.plan.shapes`, each timed by
+``cmperf predict`` (:mod:`cmperf.plan.instances`). At arrival rate λ:
+
+    TTFT = W_q(λ) + A(λ) + pass + KV transfer          (prefill; docs/model.md §9.3)
+        W_q   waiting for a place in a pass: M/G/c (cmperf/plan/queueing.py) with c = the
+              prompts all passes in flight hold, service = one pass, scv of prompt tokens
+        A     waiting for the running pass to end before joining the next: the residual of
+              a pass when the instance is busy, mean ρ pass / 2, p90 pass (1 - 0.1 / ρ)+
+    TPOT = TPOT(b), b the batch where the decode capacity curve meets λ / instances
+
+The goodput is the largest λ with TTFT (mean or p90) and TPOT within their SLOs (or the
+given rate, when it is met): min(prefill's λ, decode's λ). Every combination of instance
+sizes, counts and batches is evaluated as arrays; nothing loops over deployments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..cost.arch import kv_bytes_per_token, kv_layers
+from ..cost.ops import Bytes
+from ..cost.pool import pool_capacity_B
+from ..errors import ConfigError
+from ..predict import Specs, load_specs
+from . import instances, shapes
+from .queueing import largest_rate, mean_wait_s, wait_quantile_s
+from .supernode import supernode_sets
+from .workload import SLO, Workload, fixed
+
+SHAPES = ("pd", "colocated", "afd")
+P90 = 0.9
+MAX_NPUS = 100_000
+
+
+def default_workload() -> Workload:
+    """The paper's setting: 4K prompts, 256-token outputs, TTFT <= 2 s, TPOT <= 50 ms."""
+    return Workload(prompt=fixed(4096), output=fixed(256), prefix_hit=0.0, slo=SLO(ttft_s=2.0, tpot_s=0.050))
+
+
+@dataclass
+class Plan:
+    workload: Workload
+    settings: dict  # budget, supernode, KV tier, pool path: how the plan was made
+    table: pd.DataFrame  # every deployment evaluated, best first
+    instances: dict = field(repr=False, default_factory=dict)  # the predict tables behind it
+    decode_curves: dict = field(repr=False, default_factory=dict)  # shape -> instances.DecodeCurves of its decode options
+    message: str = ""  # why no deployment meets the SLOs (or the given rate); '' when one does
+
+    @property
+    def best(self) -> dict | None:
+        return self.table.iloc[0].to_dict() if len(self.table) and self.table["goodput_rps"].iat[0] > 0 else None
+
+    def runners_up(self, n: int = 5) -> pd.DataFrame:
+        """The next best deployments of other instance sizes (best of each distinct shape,
+        prefill size, prefill batch and decode size), and the best of every other shape."""
+        keys = ["shape", "prefill_dies", "prefill_tokens_per_npu", "decode_dies", "attention_dies"]
+        distinct = self.table.drop_duplicates(keys)
+        shapes_best = self.table.drop_duplicates(["shape"])
+        picked = pd.concat([distinct.head(n + 1), shapes_best]).drop_duplicates("rank").sort_values("rank")
+        return picked.iloc[1:]
+
+
+# --------------------------------------------------------------------------- queueing terms
+def alignment_s(rho, period_s, stat: str):
+    """Waiting for the running pass (or iteration) to end: with probability ρ the instance is
+    busy and the residual is uniform on (0, period): mean ρ period / 2, p90 period (1 - 0.1/ρ)+."""
+    rho = np.clip(np.asarray(rho, dtype=float), 0.0, 1.0)
+    if stat == "mean":
+        return rho * period_s / 2.0
+    return period_s * np.maximum(1.0 - (1.0 - P90) / np.maximum(rho, 1e-12), 0.0)
+
+
+def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str) -> dict:
+    """TTFT at ``rate`` and its parts (module docstring)."""
+    rate = np.asarray(rate, dtype=float)
+    wait = mean_wait_s(rate, servers, service_s, scv) if stat == "mean" else wait_quantile_s(rate, servers, service_s, scv, P90)
+    rho = rate * service_s / servers
+    align = alignment_s(rho, period_s, stat)
+    return {"queue_s": wait, "align_s": align, "ttft_s": wait + align + fixed_s}
+
+
+# --------------------------------------------------------------------------- the plan
+def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", model: str = "deepseek-r1",
+         sets: Iterable[str] = (), npus: int | None = None, supernode: int | None = None,
+         shape_names: Iterable[str] = SHAPES, kv_tier: str | None = None, pool_path: str | None = None,
+         working_set_tokens: float | None = None, progress: Callable[[int, int], None] | None = None) -> Plan:
+    """The best deployment of ``npus`` NPUs (default: one whole supernode) for ``workload``."""
+    workload = workload or default_workload()
+    shape_names = tuple(shape_names)
+    unknown = [s for s in shape_names if s not in SHAPES]
+    if unknown or not shape_names:
+        raise ConfigError(f"--shapes {','.join(shape_names)}: expected some of {', '.join(SHAPES)}")
+    sets = list(sets)
+    specs = load_specs(hardware, model, sets)
+    hw, m = specs.views()
+    node_npus = int(hw.system.node.chips)
+    system_npus = int(hw.system.nodes) * node_npus
+    if supernode is not None:
+        specs = load_specs(hardware, model, sets + supernode_sets(hw, supernode))
+        hw, m = specs.views()
+        system_npus = supernode
+    npus = system_npus if npus is None else npus
+    if not 1 <= npus <= MAX_NPUS:
+        raise ConfigError(f"--npus {npus}: expected 1 to {MAX_NPUS:,} NPUs")
+    several = npus > system_npus
+    tier = kv_tier or hw.system.kv_transfer_tier
+    tiers = list(hw.system.tiers.keys())
+    for flag, name in (("--kv-tier", tier), ("--pool-path", pool_path)):
+        if name is not None and name not in tiers:
+            raise ConfigError(f"{flag} {name}: system {hw.system.name} has tiers {', '.join(tiers)}")
+    domain = hw.system.tiers[tier].domain_chips
+    if several and domain is not None:
+        raise ConfigError(f"--kv-tier {tier}: {npus} NPUs span several {system_npus}-NPU systems and tier '{tier}' "
+                          f"stops at {domain} NPUs; prefill and decode may sit apart: use a tier without a domain (e.g. "
+                          f"{tiers[-1]})")
+    if pool_path is not None and hw.system.memory_pool is None:
+        raise ConfigError(f"--pool-path {pool_path}: system {hw.system.name} has no memory pool (`memory_pool`)")
+    specs = _with_system(specs, tier, pool_path)
+    hw, m = specs.views()
+    pool_path = hw.system.memory_pool.tier if hw.system.memory_pool is not None else None
+    dpp = int(hw.chip.dies_per_package)
+    budget_dies = npus * dpp
+    limit_dies = min(budget_dies, system_npus * dpp)
+
+    hit = workload.prefix_hit
+    pool_tokens = None
+    if hit > 0 and hw.system.memory_pool is not None:
+        kv_tok = float(kv_bytes_per_token(m, Bytes.of(m).kv, kv_layers(m, 1.0)))
+        pool_tokens = pool_capacity_B(hw) / kv_tok
+        if working_set_tokens is not None:
+            hit = hit * min(1.0, pool_tokens / working_set_tokens)
+    block = hw.system.memory_pool.block_tokens if hw.system.memory_pool is not None else 1.0
+    if hit != workload.prefix_hit or block != workload.block_tokens:
+        workload = Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": float(block)})
+    computed = workload.computed
+    slo = workload.slo
+    steps = 2 + ("colocated" in shape_names) + ("afd" in shape_names)
+    tick = progress or (lambda done, total: None)
+
+    # instance options, each a predict row
+    cached = {"cached_len": workload.prompt.mean - computed.mean} if computed.mean < workload.prompt.mean else {}
+    pre_rows = shapes.prefill_rows(m, shapes.within(shapes.PREFILL_DIES, limit_dies, dpp), computed.mean,
+                                   workload.prompt.mean, cached)
+    pre = instances.run("prefill", pre_rows, specs)
+    tick(1, steps)
+    dec_common = {"prompt_len": workload.prompt.mean, "output_len": workload.output.mean,
+                  "kv_len": workload.decode_kv_len}
+    dec = instances.run("decode", shapes.decode_rows(m, shapes.within(shapes.DECODE_DIES, limit_dies, dpp), dec_common),
+                        specs)
+    tick(2, steps)
+    curves = instances.decode_curves(dec, dpp, workload.output.mean)
+    tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp)] if "pd" in shape_names else []
+    chunk = afd = pd.DataFrame()
+    afd_curves = None
+    if "colocated" in shape_names:
+        chunk = instances.run("prefill", shapes.chunk_rows(m, curves.dies.astype(int).tolist(), workload.prompt.mean, cached),
+                              specs)
+        tables.append(_colocated(dec, chunk, workload, computed, budget_dies, dpp))
+        tick(3, steps)
+    if "afd" in shape_names:
+        afd = instances.run("afd", shapes.afd_rows(m, limit_dies, dpp, dec_common), specs)
+        afd_curves = instances.decode_curves(afd, dpp, workload.output.mean, ("attention_dies", "expert_dies"),
+                                             "attention_dies")
+        tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp))
+        tick(steps, steps)
+    table = pd.concat([t for t in tables if len(t)], ignore_index=True) if any(len(t) for t in tables) else _empty()
+    table = _rank(table, workload)
+    settings = {"hardware": hardware, "model": model, "sets": sets, "npus": npus, "supernode_npus": system_npus,
+                "kv_tier": tier, "pool_path": pool_path, "prefix_hit_served": hit, "pool_tokens": pool_tokens,
+                "shapes": list(shape_names)}
+    result = Plan(workload=workload, settings=settings, table=table,
+                  instances={"prefill": pre, "decode": dec, "chunk": chunk, "afd": afd},
+                  decode_curves={"pd": curves, "afd": afd_curves})
+    result.message = _message(result)
+    return result
+
+
+def _with_system(specs: Specs, kv_tier: str, pool_tier: str | None) -> Specs:
+    """``specs`` with the KV transfer over ``kv_tier`` and the pool read over ``pool_tier``
+    (choices of the plan, not numbers: they are not ``--set`` overrides)."""
+    system = specs.hardware.system
+    update = {}
+    if kv_tier != system.kv_transfer_tier:
+        update["kv_transfer_tier"] = kv_tier
+    if pool_tier is not None and pool_tier != system.memory_pool.tier:
+        update["memory_pool"] = system.memory_pool.model_copy(update={"tier": pool_tier})
+    if not update:
+        return specs
+    hardware = specs.hardware
+    return Specs(hardware=type(hardware)(system=system.model_copy(update=update), chip=hardware.chip,
+                                         system_path=hardware.system_path, chip_path=hardware.chip_path),
+                 model=specs.model)
+
+
+def curves(p: Plan, row, rates) -> dict:
+    """TTFT (and its parts) and TPOT of deployment ``row`` at each of ``rates`` (requests/s):
+    the same terms the plan ranked it by, against the rate (for ``--plot``)."""
+    rates = np.asarray(rates, dtype=float)
+    out = ttft_terms(rates, row["_servers"], row["_service_s"], p.workload.computed.scv, row["_period_s"],
+                     row["_fixed_s"], p.workload.slo.ttft_stat)
+    k = int(row["_decode_curve"])
+    if k >= 0:
+        c = p.decode_curves[row["shape"]]
+        _, tpot = c.at_rate(np.full(len(rates), k), rates / row["decode_instances"])
+        cap = c.capacity_rps[k][-1] * row["decode_instances"]
+        tpot = np.where(rates <= cap, tpot, np.inf)  # beyond the largest batch that fits: the queue grows
+    else:
+        tpot = np.where(rates <= row["decode_max_rps"] if row["decode_max_rps"] > 0 else rates <= 0, row["_tpot_pass_s"], np.inf)
+    out["tpot_s"] = tpot
+    return out
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame(columns=["shape", "goodput_rps"])
+
+
+def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, computed, budget_dies: int,
+                   dpp: int) -> pd.DataFrame:
+    """Every deployment of prefill instances and separate decode instances (PD: decode
+    instances; AFD: attention/expert split instances): prefill option x count x decode option x count."""
+    slo = workload.slo
+    pre = pre[pre["fits"]] if len(pre) else pre
+    if len(pre) == 0 or len(curves.dies) == 0:
+        return _empty()
+    d_max, d_memory = curves.max_rate(slo.tpot_s)
+    # prefill option i with n_p instances, then decode size k with n_d instances in what is left
+    p_dies = pre["dies"].to_numpy(dtype=float)
+    n_p_max = np.floor(budget_dies / p_dies).astype(int)
+    i_idx = np.repeat(np.arange(len(pre)), n_p_max)
+    n_p = np.concatenate([np.arange(1, n + 1) for n in n_p_max]).astype(float) if n_p_max.sum() else np.array([])
+    left = budget_dies - n_p * p_dies[i_idx]
+    k_dies = curves.dies.astype(float)
+    n_d_max = np.floor(left[:, None] / k_dies[None, :]).astype(int)  # (prefill combos, decode sizes)
+    rows_a, rows_k = np.nonzero(n_d_max > 0)
+    counts = n_d_max[rows_a, rows_k]
+    a = np.repeat(rows_a, counts)
+    k = np.repeat(rows_k, counts)
+    n_d = np.concatenate([np.arange(1, c + 1) for c in counts]).astype(float) if counts.sum() else np.array([])
+    if len(a) == 0:
+        return _empty()
+    i = i_idx[a]
+    prompts = instances.prompts_per_pass(pre["tokens_per_npu"].to_numpy(dtype=float)[i], p_dies[i] / dpp, computed.mean)
+    pass_s = pre["forward_ms"].to_numpy(dtype=float)[i] / 1e3
+    kv_s = pre["kv_transfer_ms"].to_numpy(dtype=float)[i] / 1e3
+    servers = np.maximum(prompts, 1.0) * n_p[a]
+    ok_pass = prompts >= 1
+    ttft = lambda rate: ttft_terms(rate, servers, pass_s, computed.scv, pass_s, pass_s + kv_s, slo.ttft_stat)  # noqa: E731
+    upper = servers / pass_s
+    rate_p = largest_rate(lambda r: ttft(r)["ttft_s"] <= slo.ttft_s, upper) * ok_pass
+    rate_d = d_max[k] * n_d
+    goodput = np.minimum(rate_p, rate_d)
+    given = workload.arrival_rate_per_s
+    rate = goodput if given is None else np.minimum(goodput, given)
+    t = ttft(rate)
+    batch, tpot = curves.at_rate(k, rate / n_d)
+    binding = np.where(rate_p <= rate_d, "prefill TTFT", np.where(d_memory[k], "decode KV memory", "decode TPOT"))
+    if given is not None:
+        binding = np.where(goodput >= given, "arrival rate", binding)
+    queue = {"_servers": servers, "_service_s": pass_s, "_period_s": pass_s, "_fixed_s": pass_s + kv_s,
+             "_decode_curve": k, "_tpot_pass_s": np.zeros(len(k))}
+    split = {c: np.array([curves.keys[j].get(c, 0.0) for j in k]) for c in ("attention_dies", "expert_dies")}
+    return _frame(shape, workload, rate, goodput, binding, n_p=n_p[a], p_dies=p_dies[i], split=split,
+                  tokens_per_npu=pre["tokens_per_npu"].to_numpy(dtype=float)[i], n_d=n_d, d_dies=k_dies[k],
+                  batch=batch, tpot=tpot, t=t, pass_s=pass_s, kv_s=kv_s, dpp=dpp,
+                  rate_p=rate_p, rate_d=rate_d, queue=queue)
+
+
+def _colocated(dec: pd.DataFrame, chunk: pd.DataFrame, workload: Workload, computed, budget_dies: int,
+               dpp: int) -> pd.DataFrame:
+    """Co-located instances (chunked prefill): each iteration runs the decode batch and a
+    prefill chunk of ``chunk`` tokens per NPU, one after the other (docs/model.md §9.4)."""
+    slo = workload.slo
+    dec = dec[dec["fits"]] if len(dec) else dec
+    if len(dec) == 0 or len(chunk) == 0:
+        return _empty()
+    j = dec.reset_index(drop=True)
+    c = chunk.reset_index(drop=True)
+    pairs = j.merge(c[["dies", "tokens_per_npu", "forward_ms"]], on="dies", suffixes=("", "_chunk"))
+    if len(pairs) == 0:
+        return _empty()
+    dies = pairs["dies"].to_numpy(dtype=float)
+    npus_i = dies / dpp
+    it_s = (pairs["iteration_ms"].to_numpy(dtype=float) + pairs["forward_ms"].to_numpy(dtype=float)) / 1e3
+    tpot = it_s / pairs["tokens_per_iteration"].to_numpy(dtype=float)
+    chunk_tok = pairs["tokens_per_npu"].to_numpy(dtype=float)
+    # a prompt runs on one die (data-parallel attention): chunk / dpp of its tokens per iteration
+    per_die = chunk_tok / dpp / computed.mean  # prompts per die per iteration
+    servers_i = np.where(per_die >= 1, dies * np.floor(per_die), dies)
+    service = np.where(per_die >= 1, it_s, np.ceil(1.0 / np.maximum(per_die, 1e-12)) * it_s)
+    batch = pairs["batch"].to_numpy(dtype=float)
+    cap_d = batch * npus_i / (workload.output.mean * tpot)
+    n_max = np.floor(budget_dies / dies).astype(int)
+    idx = np.repeat(np.arange(len(pairs)), n_max)
+    n = np.concatenate([np.arange(1, x + 1) for x in n_max]).astype(float)
+    servers = servers_i[idx] * n
+    ttft = lambda rate: ttft_terms(rate, servers, service[idx], computed.scv, it_s[idx], service[idx], slo.ttft_stat)  # noqa: E731
+    rate_p = largest_rate(lambda r: ttft(r)["ttft_s"] <= slo.ttft_s, servers / service[idx])
+    rate_d = np.where(tpot[idx] <= slo.tpot_s, cap_d[idx] * n, 0.0)
+    goodput = np.minimum(rate_p, rate_d)
+    given = workload.arrival_rate_per_s
+    rate = goodput if given is None else np.minimum(goodput, given)
+    binding = np.where(rate_p <= rate_d, "prefill TTFT", "decode TPOT")
+    if given is not None:
+        binding = np.where(goodput >= given, "arrival rate", binding)
+    queue = {"_servers": servers, "_service_s": service[idx], "_period_s": it_s[idx], "_fixed_s": service[idx],
+             "_decode_curve": np.full(len(idx), -1), "_tpot_pass_s": tpot[idx]}
+    return _frame("colocated", workload, rate, goodput, binding, n_p=n, p_dies=dies[idx], tokens_per_npu=chunk_tok[idx],
+                  n_d=n, d_dies=dies[idx], batch=batch[idx], tpot=tpot[idx], t=ttft(rate),
+                  pass_s=service[idx], kv_s=np.zeros(len(idx)), dpp=dpp, rate_p=rate_p, rate_d=rate_d,
+                  queue=queue, split={}, colocated=True)
+
+
+def _frame(shape, workload, rate, goodput, binding, *, n_p, p_dies, tokens_per_npu, n_d, d_dies, batch, tpot, t,
+           pass_s, kv_s, dpp, rate_p, rate_d, queue, split, colocated=False) -> pd.DataFrame:
+    """One row per deployment: its split, goodput and where the time goes; the ``_`` columns
+    keep the queue's parameters so curves against the rate can be redrawn (:func:`curves`)."""
+    npus = (n_p * p_dies + (0 if colocated else n_d * d_dies)) / dpp
+    out_tok = rate * workload.output.mean
+    return pd.DataFrame({
+        "shape": shape,
+        "prefill_instances": n_p if not colocated else 0, "prefill_dies": p_dies if not colocated else 0,
+        "prefill_tokens_per_npu": tokens_per_npu,
+        "decode_instances": n_d, "decode_dies": d_dies, "decode_batch_per_npu": batch,
+        "attention_dies": split.get("attention_dies", 0.0), "expert_dies": split.get("expert_dies", 0.0),
+        "npus": npus, "prefill_npus": 0 if colocated else n_p * p_dies / dpp,
+        "decode_npus": n_d * d_dies / dpp,
+        "goodput_rps": goodput, "goodput_rpm": goodput * 60.0, "rate_rps": rate,
+        "prefill_max_rps": rate_p, "decode_max_rps": rate_d, "binding": binding,
+        "ttft_ms": t["ttft_s"] * 1e3, "ttft_queue_ms": t["queue_s"] * 1e3, "ttft_align_ms": t["align_s"] * 1e3,
+        "ttft_prefill_ms": pass_s * 1e3, "ttft_kv_transfer_ms": kv_s * 1e3,
+        "tpot_ms": tpot * 1e3, "tokens_per_s_per_user": 1.0 / tpot,
+        "output_tokens_per_s_per_npu": out_tok / npus,
+        "prompt_tokens_per_s_per_npu": rate * workload.prompt.mean / npus,
+        **queue,
+    })
+
+
+def _rank(table: pd.DataFrame, workload: Workload) -> pd.DataFrame:
+    """Highest goodput first; then fewest NPUs; then lowest TTFT."""
+    if len(table) == 0:
+        return table
+    order = np.lexsort((table["ttft_ms"].to_numpy(), table["npus"].to_numpy(), -table["goodput_rps"].to_numpy()))
+    out = table.iloc[order].reset_index(drop=True)
+    out.insert(0, "rank", np.arange(1, len(out) + 1))
+    return out
+
+
+def _message(p: Plan) -> str:
+    """Why the plan fails, naming the closest deployment and the binding term; '' when fine."""
+    t = p.table
+    given = p.workload.arrival_rate_per_s
+    slo = p.workload.slo
+    if len(t) == 0:
+        return (f"no instance of {p.settings['hardware']} fits the model with these options "
+                f"(see `cmperf predict` for the memory of one instance)")
+    best = t.iloc[0]
+    if best["goodput_rps"] <= 0:
+        return (f"no deployment meets TTFT {slo.ttft_stat} <= {slo.ttft_s * 1e3:g} ms and TPOT <= {slo.tpot_s * 1e3:g} ms "
+                f"at any rate; closest: {describe(best)} (binding: {best['binding']}, TTFT {best['ttft_ms']:.0f} ms, "
+                f"TPOT {best['tpot_ms']:.1f} ms at the lightest load)")
+    if given is not None and best["goodput_rps"] < given:
+        return (f"at most {best['goodput_rps']:.2f} requests/s meet the SLOs with {p.settings['npus']} NPUs "
+                f"(asked: {given:g}); best: {describe(best)} (binding: {best['binding']})")
+    return ""
+
+
+def describe(row) -> str:
+    if row["shape"] == "colocated":
+        return (f"{int(row['decode_instances'])} co-located instance(s) of {int(row['decode_dies'])} dies, "
+                f"chunk {row['prefill_tokens_per_npu']:g} tokens/NPU")
+    if row["shape"] == "afd":
+        return (f"{int(row['prefill_instances'])} prefill x {int(row['prefill_dies'])} dies + "
+                f"{int(row['decode_instances'])} AFD decode x ({int(row['attention_dies'])} attention + "
+                f"{int(row['expert_dies'])} expert dies)")
+    return (f"{int(row['prefill_instances'])} prefill x {int(row['prefill_dies'])} dies + "
+            f"{int(row['decode_instances'])} decode x {int(row['decode_dies'])} dies")
+
+
+# --------------------------------------------------------------------------- reporting
+def public(table: pd.DataFrame) -> pd.DataFrame:
+    """The table without the queue parameters kept for curves (``_`` columns)."""
+    return table[[c for c in table.columns if not str(c).startswith("_")]]
+
+
+def summary(p: Plan) -> dict:
+    """What ``cmperf plan`` prints: a headline, the best deployment with its split, the
+    bring-up of one more instance and the context cache; plain data (JSON-ready)."""
+    from .bringup import bring_up_table
+
+    w, st = p.workload, p.settings
+    hw, m = load_specs(st["hardware"], st["model"], st["sets"]).views() if p.best is not None else (None, None)
+    rate = "the largest rate that meets the SLOs" if w.arrival_rate_per_s is None else f"{w.arrival_rate_per_s:g} requests/s"
+    systems = st["npus"] / st["supernode_npus"]
+    where = (f"one {st['supernode_npus']}-NPU system" if systems <= 1 else f"{math.ceil(systems)} systems of {st['supernode_npus']} NPUs")
+    headline = (f"plan: {st['npus']} NPUs of {st['hardware']} ({where}), {st['model']}; prompts {w.prompt.text}, outputs "
+                f"{w.output.text} tokens, prefix hit {w.prefix_hit:.0%}; TTFT {w.slo.ttft_stat} <= {w.slo.ttft_s * 1e3:g} ms, "
+                f"TPOT <= {w.slo.tpot_s * 1e3:g} ms; at {rate}; KV transfer over {st['kv_tier']}")
+    best = None
+    bring_up: list = []
+    cache: dict = {}
+    if p.best is not None:
+        b = {k: v for k, v in p.best.items() if not str(k).startswith("_")}
+        b["split"] = describe(b)
+        b["npus_split"] = f"{b['npus']:g} ({b['prefill_npus']:g} : {b['decode_npus']:g})"
+        best = {k: (v.item() if hasattr(v, "item") else v) for k, v in b.items()}
+        if hw.system.memory_pool is not None:
+            bring_up = bring_up_table(hw, m, p.best, p.instances).to_dict(orient="records")
+    if w.prefix_hit > 0 or st.get("pool_tokens"):
+        cache = {"prefix hit asked": w.prefix_hit, "prefix hit served": st["prefix_hit_served"],
+                 "cached tokens per request": w.cached_tokens, "computed tokens per request": w.computed.mean,
+                 "pool holds (tokens)": st["pool_tokens"], "read over": st["pool_path"]}
+    return {"headline": headline, "settings": st, "best": best, "bring_up": bring_up, "context_cache": cache,
+            "message": p.message}
+
+
+def plan_sweep(workload: Workload, sweeps: dict, progress=None, **kwargs) -> pd.DataFrame:
+    """The best deployment at every point of the cartesian product of ``sweeps`` (spec path ->
+    values), each planned with the value applied as a ``--set``."""
+    import itertools
+
+    keys = list(sweeps)
+    points = list(itertools.product(*(sweeps[k] for k in keys)))
+    sets = list(kwargs.pop("sets", None) or [])
+    rows = []
+    for n, values in enumerate(points, start=1):
+        p = plan(workload, sets=sets + [f"{k}={v!r}" for k, v in zip(keys, values)], **kwargs)
+        best = public(p.table).iloc[0].to_dict() if len(p.table) else {"goodput_rps": 0.0}
+        rows.append({**dict(zip(keys, values)), **best})
+        if progress:
+            progress(n, len(points))
+    return pd.DataFrame(rows)

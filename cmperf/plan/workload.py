@@ -1,0 +1,191 @@
+"""The workload a deployment serves (docs/model.md §9.1): how requests arrive, how long their
+prompts and outputs are, how much of each prompt is already cached, and the SLOs.
+
+A length is a distribution summarised by what the planner's formulas need:
+
+    mean            E[L]
+    scv             Var[L] / E[L]^2   (squared coefficient of variation; 0 for a fixed length)
+    p90             the 90th percentile
+    second moment   E[L^2] = E[L]^2 (1 + scv)
+
+It is given as a fixed value (``4096``), as a mean and p90 (``4096:8192``, a log-normal
+with that mean and p90), as a named shape (``exp:4096``, exponential: scv 1), or as the
+samples of a CSV trace (``prompt_len,output_len[,prefix_hit_tokens]`` per row).
+
+Two quantities follow from the lengths:
+
+* tokens a prefill computes per request: the prompt minus its cached prefix, the prefix
+  rounded down to whole KV blocks (EMS caches blocks of 128-512 tokens, paper §4.4);
+* the KV length a decode step attends, averaged over the time requests spend in the batch.
+  A request of prompt P and output O is in the batch for O steps and attends P + j at step
+  j, so the time-weighted mean is E[P O + O^2 / 2] / E[O]; with P and O independent,
+  E[P] + E[O] (1 + scv_O) / 2 (the paper's fixed lengths give prompt + output / 2).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError
+
+Z90 = 1.2815515655446004  # standard normal 90th percentile
+MAX_TRACE_ROWS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """A distribution of token counts (module docstring). ``samples`` when it came from a trace."""
+
+    mean: float
+    scv: float
+    p90: float
+    text: str  # how the user gave it, for reports
+    samples: np.ndarray | None = None
+
+    @property
+    def second_moment(self) -> float:
+        return self.mean ** 2 * (1.0 + self.scv)
+
+
+def fixed(value: float, text: str | None = None) -> Lengths:
+    return Lengths(mean=float(value), scv=0.0, p90=float(value), text=text or f"{value:g}")
+
+
+def from_samples(x: np.ndarray, text: str) -> Lengths:
+    x = np.asarray(x, dtype=float)
+    mean = float(x.mean())
+    return Lengths(mean=mean, scv=float(x.var() / mean ** 2), p90=float(np.quantile(x, 0.9)), text=text, samples=x)
+
+
+def lognormal(mean: float, p90: float, text: str, flag: str) -> Lengths:
+    """The log-normal with this mean and p90: ln(p90 / mean) = z90 s - s^2 / 2, the smaller
+    root s; it exists while p90 / mean <= exp(z90^2 / 2) = 2.27."""
+    if p90 < mean:
+        raise ConfigError(f"{flag} {text}: the p90 ({p90:g}) must be at least the mean ({mean:g})")
+    c = math.log(p90 / mean)
+    disc = Z90 ** 2 - 2.0 * c
+    if disc < 0:
+        raise ConfigError(f"{flag} {text}: a p90 more than {math.exp(Z90 ** 2 / 2):.2f}x the mean has no log-normal shape; "
+                          f"give a CSV trace instead")
+    s = Z90 - math.sqrt(disc)
+    return Lengths(mean=mean, scv=math.expm1(s * s), p90=p90, text=text)
+
+
+def exponential(mean: float, text: str) -> Lengths:
+    return Lengths(mean=mean, scv=1.0, p90=mean * math.log(10.0), text=text)
+
+
+def parse_lengths(text: str, flag: str) -> Lengths:
+    """``4096`` | ``MEAN:P90`` | ``exp:MEAN`` (module docstring)."""
+    t = str(text).strip()
+    shown = t if len(t) <= 40 else t[:37] + "..."
+
+    def number(s: str) -> float:
+        try:
+            x = float(s)
+        except ValueError:
+            raise ConfigError(f"{flag} {shown}: expected a token count, MEAN:P90 or exp:MEAN") from None
+        if not math.isfinite(x) or x < 1:
+            raise ConfigError(f"{flag} {shown}: token counts must be finite and >= 1")
+        return x
+
+    if t.startswith("exp:"):
+        return exponential(number(t[4:]), t)
+    if ":" in t:
+        mean, _, p90 = t.partition(":")
+        return lognormal(number(mean), number(p90), t, flag)
+    return fixed(number(t), t)
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_s: float
+    tpot_s: float
+    ttft_stat: str = "mean"  # "mean" or "p90"
+
+
+@dataclass(frozen=True)
+class Workload:
+    prompt: Lengths
+    output: Lengths
+    prefix_hit: float  # share of prompt tokens whose KV is found in the cache pool (0..1)
+    slo: SLO
+    arrival_rate_per_s: float | None = None  # None: find the largest rate that meets the SLOs
+    block_tokens: float = 1.0  # cached prefixes count in whole KV blocks (the planner sets the system's: 128-512, paper §4.4)
+    cached_samples: np.ndarray | None = None  # per-request cached tokens, from a trace
+
+    @property
+    def cached_tokens(self) -> float:
+        """Mean cached prefix per request: the hit share of the prompt in whole blocks."""
+        if self.cached_samples is not None:
+            return float(np.mean(self.cached_samples))
+        return float(math.floor(self.prefix_hit * self.prompt.mean / self.block_tokens) * self.block_tokens)
+
+    @property
+    def computed(self) -> Lengths:
+        """Prompt tokens a prefill computes per request (prompt minus cached prefix)."""
+        if self.prompt.samples is not None:
+            cached = self.cached_samples if self.cached_samples is not None else \
+                np.floor(self.prefix_hit * self.prompt.samples / self.block_tokens) * self.block_tokens
+            return from_samples(np.maximum(self.prompt.samples - cached, 1.0), self.prompt.text)
+        new = max(self.prompt.mean - self.cached_tokens, 1.0)
+        scale = new / self.prompt.mean  # the cached share scales every length alike
+        return Lengths(mean=new, scv=self.prompt.scv, p90=self.prompt.p90 * scale, text=self.prompt.text)
+
+    @property
+    def decode_kv_len(self) -> float:
+        """Time-weighted mean KV length a decode step attends (module docstring)."""
+        if self.prompt.samples is not None and self.output.samples is not None:
+            p, o = self.prompt.samples, self.output.samples
+            return float(np.sum(p * o + o * o / 2.0) / np.sum(o))
+        return self.prompt.mean + self.output.second_moment / (2.0 * self.output.mean)
+
+
+def read_trace(path: str) -> tuple[Lengths, Lengths, np.ndarray | None]:
+    """A CSV of ``prompt_len,output_len[,prefix_hit_tokens]`` rows (a header line naming the
+    columns is required). Every cell is checked: whole, finite, prompt and output >= 1,
+    0 <= cached < prompt."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--trace {path}: no such file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--trace {path}: cannot read it as UTF-8 text ({type(e).__name__})") from None
+    rows = list(csv.reader(text.splitlines()))
+    if not rows:
+        raise ConfigError(f"--trace {path}: empty file (expected a header prompt_len,output_len[,prefix_hit_tokens])")
+    header = [h.strip() for h in rows[0]]
+    need = ["prompt_len", "output_len"]
+    if header[:2] != need or len(header) > 3 or (len(header) == 3 and header[2] != "prefix_hit_tokens"):
+        raise ConfigError(f"--trace {path}: header must be prompt_len,output_len[,prefix_hit_tokens] (found {','.join(header)[:80]})")
+    body = rows[1:]
+    if not body:
+        raise ConfigError(f"--trace {path}: no request rows after the header")
+    if len(body) > MAX_TRACE_ROWS:
+        raise ConfigError(f"--trace {path}: {len(body):,} rows; at most {MAX_TRACE_ROWS:,}")
+    data = np.empty((len(body), len(header)))
+    for i, r in enumerate(body, start=2):
+        if len(r) != len(header):
+            raise ConfigError(f"--trace {path}: line {i} has {len(r)} cells, expected {len(header)}")
+        for j, cell in enumerate(r):
+            try:
+                x = float(cell)
+            except ValueError:
+                x = float("nan")
+            if not math.isfinite(x) or x != math.floor(x) or x < (0 if j == 2 else 1):
+                raise ConfigError(f"--trace {path}: line {i}, {header[j]}: expected a whole number >= {0 if j == 2 else 1} "
+                                  f"(found {cell.strip()[:40]!r})")
+            data[i - 2, j] = x
+    if data.shape[1] == 3:
+        bad = np.flatnonzero(data[:, 2] >= data[:, 0])
+        if len(bad):
+            raise ConfigError(f"--trace {path}: line {bad[0] + 2}, prefix_hit_tokens must be below prompt_len")
+    name = Path(path).name
+    cached = data[:, 2] if data.shape[1] == 3 else None
+    return from_samples(data[:, 0], name), from_samples(data[:, 1], name), cached

@@ -1,0 +1,281 @@
+"""`cmperf plan` (docs/model.md §9): hand-derived terms, agreement with `cmperf predict`, the
+paper's Tables 2 and 11, and the directions physics fixes (prefix reuse, KV-transfer tier,
+supernode size, arrival rate, budget, SLOs)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from cmperf.errors import ConfigError
+from cmperf.plan import default_workload, plan
+from cmperf.plan.planner import alignment_s, curves, ttft_terms
+from cmperf.plan.workload import SLO, Workload, fixed, parse_lengths, read_trace
+from cmperf.predict import load_specs, predict
+
+from helpers import one_line_error
+
+
+
+@pytest.fixture(scope="module")
+def paper_plan():
+    return plan(shape_names=["pd"])
+
+
+@pytest.fixture(scope="module")
+def views():
+    return load_specs().views()
+
+
+def workload(**kw) -> Workload:
+    base = dict(prompt=fixed(4096), output=fixed(256), prefix_hit=0.0, slo=SLO(2.0, 0.050))
+    base.update(kw)
+    return Workload(**base)
+
+
+# --------------------------------------------------------------------------- hand-derived terms
+def test_alignment_is_the_residual_of_a_busy_pass():
+    """Uniform residual on (0, period) with probability rho: mean rho T / 2; p90 T (1 - 0.1 / rho)."""
+    assert alignment_s(0.5, 1.0, "mean") == pytest.approx(0.25)
+    assert alignment_s(1.0, 0.8, "mean") == pytest.approx(0.4)
+    assert alignment_s(0.5, 1.0, "p90") == pytest.approx(0.8)
+    assert alignment_s(0.05, 1.0, "p90") == 0.0  # idle 95 % of the time: the p90 arrival finds no pass
+
+
+def test_ttft_at_no_load_is_one_pass_plus_transfer():
+    t = ttft_terms(np.array([0.0]), 10.0, 1.0, 0.0, 1.0, 1.25, "mean")
+    assert t["ttft_s"][0] == pytest.approx(1.25)
+    t = ttft_terms(np.array([10.0]), 10.0, 1.0, 0.0, 1.0, 1.25, "mean")  # rho = 1: the queue never empties
+    assert math.isinf(t["ttft_s"][0])
+
+
+def test_lognormal_lengths_from_mean_and_p90():
+    """p90 = 2 x mean: ln 2 = z s - s^2/2 -> s = 1.2816 - sqrt(1.2816^2 - 2 ln 2) = 0.7753, scv = e^{s^2} - 1 = 0.824."""
+    x = parse_lengths("1000:2000", "--prompt-len")
+    assert x.scv == pytest.approx(0.824, abs=0.002)
+    assert parse_lengths("exp:500", "--output-len").p90 == pytest.approx(500 * math.log(10))
+    assert parse_lengths("4096", "--prompt-len").scv == 0.0
+    with pytest.raises(ConfigError, match="log-normal"):
+        parse_lengths("100:1000", "--prompt-len")
+
+
+def test_decode_kv_length_is_time_weighted():
+    """Fixed lengths: prompt + output / 2 (the paper's 4,096 + 128); exponential outputs
+    (scv 1) weight long requests more: prompt + output."""
+    assert workload().decode_kv_len == pytest.approx(4096 + 128)
+    assert workload(output=parse_lengths("exp:256", "x")).decode_kv_len == pytest.approx(4096 + 256)
+
+
+def test_prefix_cache_rounds_to_whole_blocks():
+    w = workload(prefix_hit=0.5, block_tokens=256)
+    assert w.cached_tokens == 2048 and w.computed.mean == 2048
+    w = workload(prefix_hit=0.3, block_tokens=512)  # 1,228.8 tokens -> two 512-token blocks
+    assert w.cached_tokens == 1024
+
+
+def test_trace_rows_are_checked(tmp_path):
+    good = tmp_path / "t.csv"
+    good.write_text("prompt_len,output_len,prefix_hit_tokens\n4096,256,1024\n2048,128,0\n")
+    prompt, output, cached = read_trace(str(good))
+    assert prompt.mean == 3072 and output.mean == 192 and list(cached) == [1024, 0]
+    bad = tmp_path / "b.csv"
+    bad.write_text("prompt_len,output_len\n4096,256\n4096,nan\n")
+    with pytest.raises(ConfigError, match="line 3, output_len"):
+        read_trace(str(bad))
+
+
+# --------------------------------------------------------------------------- the paper's setting
+def test_default_plan_and_its_rates_agree_with_predict(paper_plan):
+    """The instance rates the plan uses are `cmperf predict`'s for the same configurations:
+    the paper's P1 prefill instance and D1 decode instance are among its options."""
+    b = paper_plan.best
+    assert b is not None and b["goodput_rps"] > 0 and paper_plan.message == ""
+    pre = paper_plan.instances["prefill"]
+    p1 = pre[(pre["dies"] == 32) & (pre["tokens_per_npu"] == 16384)].iloc[0]
+    alone = predict("prefill").table
+    for col in ("forward_ms", "kv_transfer_ms", "throughput_per_npu"):
+        assert p1[col] == pytest.approx(alone[col].iat[0], rel=1e-9)
+    chosen = pre[(pre["dies"] == b["prefill_dies"]) & (pre["tokens_per_npu"] == b["prefill_tokens_per_npu"])].iloc[0]
+    assert b["ttft_prefill_ms"] == chosen["forward_ms"] and b["ttft_kv_transfer_ms"] == chosen["kv_transfer_ms"]
+    dec = paper_plan.instances["decode"]
+    d1 = dec[(dec["dies"] == 320) & (dec["batch"] == 96)].iloc[0]
+    alone = predict("decode", {"batch": 96}).table
+    assert d1["tpot_ms"] == pytest.approx(alone["tpot_ms"].iat[0], rel=1e-9)
+    # the decode capacity is Little's law on predict's TPOT: b x NPUs / (output x TPOT)
+    c = paper_plan.decode_curves["pd"]
+    k = list(c.dies).index(320)
+    i = list(c.batch[k]).index(96)
+    assert c.capacity_rps[k][i] == pytest.approx(96 * 160 / (256 * d1["tpot_ms"] / 1e3))
+
+
+def test_plan_meets_its_slos_and_conserves_work(paper_plan):
+    """At the goodput both SLOs hold, the NPUs add up, and the prefill NPUs process the prompt
+    tokens at no more than predict's throughput per NPU."""
+    b = paper_plan.best
+    assert b["ttft_ms"] <= 2000 * (1 + 1e-6) and b["tpot_ms"] <= 50
+    assert b["npus"] == b["prefill_npus"] + b["decode_npus"] <= 384
+    pre = paper_plan.instances["prefill"]
+    best_tput = pre["throughput_per_npu"].max()
+    assert b["goodput_rps"] * 4096 <= b["prefill_npus"] * best_tput * (1 + 1e-9)
+    assert b["goodput_rps"] * 256 <= b["decode_npus"] * paper_plan.instances["decode"]["throughput_per_npu"].max()
+
+
+def test_ttft_grows_with_the_arrival_rate(paper_plan):
+    b = paper_plan.table.iloc[0]
+    rates = np.linspace(0, b["goodput_rps"], 20)
+    c = curves(paper_plan, b, rates)
+    assert np.all(np.diff(c["ttft_s"]) > 0) and np.all(np.diff(c["tpot_s"]) >= 0)
+    assert c["ttft_s"][0] == pytest.approx((b["ttft_prefill_ms"] + b["ttft_kv_transfer_ms"]) / 1e3)
+
+
+# --------------------------------------------------------------------------- Tables 2 and 11
+def test_table11_switches_follow_from_the_fabric(views):
+    """Table 11: 384/352/288/256/192 NPUs -> 56/56/42/42/28 logical switches, 100/92/100/89/100 %
+    utilisation, from 16 uplinks per L1 chip, 48-port L2 chips and two chips per logical switch."""
+    from cmperf.plan.supernode import ub_switches
+
+    hw, _ = views
+    for npus, sw, util in ((384, 56, 1.00), (352, 56, 0.92), (288, 42, 1.00), (256, 42, 0.89), (192, 28, 1.00)):
+        r = ub_switches(hw, npus)
+        assert r["logical_switches"] == sw and r["port_utilisation"] == pytest.approx(util, abs=0.005)
+
+
+def test_table2_model_loading(views):
+    """Table 2: a 671B INT8 model loads in ~320 s from OBS (2.5 GB/s per bucket) and ~5 s from
+    the DRAM pool. The OBS row reads back its own 2.5 GB/s input (bookkeeping, within 20 %:
+    the paper's 320 s includes overhead the bandwidth alone does not); the pool row follows from
+    one CPU socket's UB read rate (Table 1), an assumption documented in docs/specs.md."""
+    from cmperf.cost.pool import model_load_s
+    from cmperf.plan.bringup import model_bytes
+
+    hw, m = views
+    size = model_bytes(m, mtp_on=False)
+    assert size == pytest.approx(671e9, rel=0.01)
+    assert float(model_load_s(hw, size, 32, "object_storage")) == pytest.approx(320, rel=0.20)
+    assert float(model_load_s(hw, size, 32, "pool")) == pytest.approx(5, rel=0.20)
+
+
+# --------------------------------------------------------------------------- directions
+def test_more_npus_and_looser_slos_never_serve_less():
+    g = [plan(workload(), shape_names=["pd"], npus=n).best["goodput_rps"] for n in (64, 128, 192)]
+    assert g[0] < g[1] < g[2]
+    tight = plan(workload(slo=SLO(1.5, 0.050)), shape_names=["pd"], npus=128).best["goodput_rps"]
+    loose = plan(workload(slo=SLO(3.0, 0.050)), shape_names=["pd"], npus=128).best["goodput_rps"]
+    assert tight < g[1] < loose
+
+
+def test_longer_prompts_serve_fewer_requests():
+    a = plan(workload(), shape_names=["pd"], npus=128).best["goodput_rps"]
+    b = plan(workload(prompt=fixed(8192)), shape_names=["pd"], npus=128).best["goodput_rps"]
+    assert b < a
+
+
+def test_kv_transfer_over_ub_is_faster_than_rdma():
+    rdma = plan(workload(), shape_names=["pd"], npus=128).best
+    ub = plan(workload(), shape_names=["pd"], npus=128, kv_tier="ub").best
+    assert ub["ttft_kv_transfer_ms"] < rdma["ttft_kv_transfer_ms"]
+    assert ub["goodput_rps"] >= rdma["goodput_rps"]
+
+
+def test_smaller_supernodes_never_serve_more():
+    """384 NPUs as two 192-NPU supernodes: no instance may span the two UB domains, and the KV
+    transfer must leave the supernode: the best plan cannot beat one 384-NPU supernode's."""
+    one = plan(workload(), shape_names=["pd"], npus=384).best
+    two = plan(workload(), shape_names=["pd"], npus=384, supernode=192).best
+    assert two["goodput_rps"] <= one["goodput_rps"] * (1 + 1e-9)
+    assert max(two["prefill_dies"], two["decode_dies"]) <= 384
+    with pytest.raises(ConfigError, match="kv-tier"):
+        plan(workload(), shape_names=["pd"], npus=384, supernode=192, kv_tier="ub")
+
+
+def test_prefix_reuse_raises_goodput():
+    none = plan(workload(), shape_names=["pd"], npus=128).best
+    half = plan(workload(prefix_hit=0.5), shape_names=["pd"], npus=128).best
+    assert half["goodput_rps"] > 1.3 * none["goodput_rps"]
+
+
+def test_a_given_rate_is_met_or_named():
+    met = plan(workload(arrival_rate_per_s=50.0), shape_names=["pd"], npus=128)
+    assert met.message == "" and met.best["rate_rps"] == 50.0 and met.best["binding"] == "arrival rate"
+    over = plan(workload(arrival_rate_per_s=1e4), shape_names=["pd"], npus=128)
+    assert "at most" in over.message
+
+
+# --------------------------------------------------------------------------- command line
+def test_cli_default_plan_prints_split_goodput_and_breakdown(cli):
+    code, out, err = cli("plan", "--shapes", "pd")
+    assert code == 0, err
+    for text in ("split", "goodput", "requests/min", "TTFT", "KV transfer", "TPOT", "bringing up"):
+        assert text in out
+
+
+def test_cli_impossible_slo_exits_1_naming_the_closest_plan(cli):
+    code, out, err = cli("plan", "--shapes", "pd", "--npus", "64", "--tpot-slo", "5")
+    assert code == 1
+    assert "closest" in err and "binding" in err
+
+
+@pytest.mark.parametrize("args", [["--rate", "abc"], ["--rate", "nan"], ["--prompt-len", "0"], ["--shapes", "foo"],
+                                  ["--prefix-hit", "1.5"], ["--ttft-stat", "p99"], ["--tpot-slo", "-1"],
+                                  ["--kv-tier", "nvlink"], ["--supernode", "100"], ["--out", ""]])
+def test_cli_bad_input_is_one_line(cli, args):
+    code, _, err = cli("plan", *args)
+    one_line_error(code, err, args[0])
+
+
+# --------------------------------------------------------------------------- context cache (EMS)
+def test_a_cached_prefix_is_attended_not_computed(model):
+    """Hand-derived: 1,000 computed tokens of 4,096-token prompts with a 2,048-token cached
+    prefix attend 2,048 + (2,048 + 1) / 2 = 3,072.5 keys each; the 500 prefix tokens of their
+    prompts are up-projected to keys and values (MLA) but not to queries."""
+    from cmperf.cost import arch
+    from cmperf.cost.ops import attention_prefill_ops
+
+    a = model.attention
+    ops = {o.name: o for o in attention_prefill_ops(model, 1000.0, 4096.0, 1.0, "ub", 2048.0)}
+    core = float(ops["attention_core"].flops)
+    assert core == pytest.approx(2 * 1000 * 128 * (192 + 128) * 3072.5)
+    none = {o.name: o for o in attention_prefill_ops(model, 1000.0, 4096.0, 1.0, "ub", 0.0)}
+    w = arch.attention_weights(model)
+    extra = float(ops["mla_up"].flops) - float(none["mla_up"].flops)
+    assert extra == pytest.approx(2 * 1000 * (w["kv_b_k"] + w["kv_b_v"]))  # 1,000 x 2,048 / 2,048 prefix tokens
+
+
+def test_prefill_with_a_cached_prefix():
+    """Same computed tokens per NPU: each pass holds more prompts, so the prompt tokens per
+    second rise with the hit length while the computed ones fall (longer attention); the
+    pool read is the prefixes' KV over Table 1's 147 GB/s; the KV sent to decode is the whole prompt's."""
+    t = predict("prefill", {"cached_len": [0, 2048, 3584], "tokens_per_npu": 8192}).table
+    prompt = t["prompt_throughput_per_npu"].to_numpy()
+    computed = t["throughput_per_npu"].to_numpy()
+    assert prompt[0] < prompt[1] < prompt[2] and computed[0] > computed[1] > computed[2]
+    # 2,048 cached: 4,096 computed tokens per die = 2 prompts per die, 2 x 2,048 tokens x 70,272... B (62 KV layers, BF16)
+    kv_B = (512 + 64) * 62 * 2
+    assert t["pool_load_ms"].iat[1] == pytest.approx((2 * 2048 * kv_B / 147e9 + 2 * 8 * 1.7e-6) * 1e3, rel=1e-6)
+    assert t["kv_transfer_ms"].iat[1] == pytest.approx(2 * t["kv_transfer_ms"].iat[0], rel=0.01)  # twice the prompts
+
+
+def test_reading_the_cache_over_ub_beats_the_vpc_plane():
+    """Paper §4.4: EMS reads cached KV over UB; over the VPC plane (400 Gbps per node shared
+    by 16 dies) the same hits are worth less."""
+    w = workload(prefix_hit=0.9)
+    ub = plan(w, shape_names=["pd"], npus=128).best
+    vpc = plan(w, shape_names=["pd"], npus=128, pool_path="vpc").best
+    assert vpc["goodput_rps"] < ub["goodput_rps"]
+
+
+# --------------------------------------------------------------------------- AFD vs PD
+def _shape_goodput(tpot_slo_s: float) -> dict:
+    p = plan(workload(slo=SLO(2.0, tpot_slo_s)), shape_names=["pd", "afd"])
+    return {r["shape"]: r["goodput_rps"] for _, r in p.table.drop_duplicates("shape").iterrows()}
+
+
+def test_afd_loses_under_a_tight_tpot_and_wins_when_decode_is_memory_bound():
+    """Attention dies hold no experts (more KV, larger batches) but AFD pays two transfers per
+    layer and its expert dies see only the attention dies' tokens: under a 20 ms TPOT
+    (small batches) PD decode serves more; under 100 ms, where PD's decode batch is capped by
+    KV memory, AFD's larger batch serves more (docs/model.md §5.4, §9.8)."""
+    tight, loose = _shape_goodput(0.020), _shape_goodput(0.100)
+    assert tight["pd"] > tight["afd"]
+    assert loose["afd"] > loose["pd"]
