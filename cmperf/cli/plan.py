@@ -16,6 +16,7 @@ BEST_ROWS = [("shape", "shape", ""), ("split", "split", ""), ("npus_split", "NPU
              ("prefill_tokens_per_npu", "prefill tokens per NPU per pass (chunk, co-located)", ""),
              ("decode_batch_per_npu", "decode batch per NPU at this rate", ""),
              ("goodput_rps", "goodput", "requests/s"), ("goodput_rpm", "goodput", "requests/min"),
+             ("max_rps", "largest rate within the SLOs", "requests/s"),
              ("binding", "what limits it", ""),
              ("ttft_ms", "TTFT", "ms"), ("ttft_queue_ms", "  waiting for a place in a pass", "ms"),
              ("ttft_align_ms", "  waiting for the running pass to end", "ms"),

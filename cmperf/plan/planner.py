@@ -260,14 +260,14 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     upper = servers / pass_s
     rate_p = largest_rate(lambda r: ttft(r)["ttft_s"] <= slo.ttft_s, upper) * ok_pass
     rate_d = d_max[k] * n_d
-    goodput = np.minimum(rate_p, rate_d)
+    capacity = np.minimum(rate_p, rate_d)
     given = workload.arrival_rate_per_s
-    rate = goodput if given is None else np.minimum(goodput, given)
+    goodput = rate = capacity if given is None else np.minimum(capacity, given)
     t = ttft(rate)
     batch, tpot = curves.at_rate(k, rate / n_d)
     binding = np.where(rate_p <= rate_d, "prefill TTFT", np.where(d_memory[k], "decode KV memory", "decode TPOT"))
     if given is not None:
-        binding = np.where(goodput >= given, "arrival rate", binding)
+        binding = np.where(capacity >= given, "arrival rate", binding)
     queue = {"_servers": servers, "_service_s": pass_s, "_period_s": pass_s, "_fixed_s": pass_s + kv_s,
              "_decode_curve": k, "_tpot_pass_s": np.zeros(len(k))}
     split = {c: np.array([curves.keys[j].get(c, 0.0) for j in k]) for c in ("attention_dies", "expert_dies")}
@@ -308,12 +308,12 @@ def _colocated(dec: pd.DataFrame, chunk: pd.DataFrame, workload: Workload, compu
     ttft = lambda rate: ttft_terms(rate, servers, service[idx], computed.scv, it_s[idx], service[idx], slo.ttft_stat)  # noqa: E731
     rate_p = largest_rate(lambda r: ttft(r)["ttft_s"] <= slo.ttft_s, servers / service[idx])
     rate_d = np.where(tpot[idx] <= slo.tpot_s, cap_d[idx] * n, 0.0)
-    goodput = np.minimum(rate_p, rate_d)
+    capacity = np.minimum(rate_p, rate_d)
     given = workload.arrival_rate_per_s
-    rate = goodput if given is None else np.minimum(goodput, given)
+    goodput = rate = capacity if given is None else np.minimum(capacity, given)
     binding = np.where(rate_p <= rate_d, "prefill TTFT", "decode TPOT")
     if given is not None:
-        binding = np.where(goodput >= given, "arrival rate", binding)
+        binding = np.where(capacity >= given, "arrival rate", binding)
     queue = {"_servers": servers, "_service_s": service[idx], "_period_s": it_s[idx], "_fixed_s": service[idx],
              "_decode_curve": np.full(len(idx), -1), "_tpot_pass_s": tpot[idx]}
     return _frame("colocated", workload, rate, goodput, binding, n_p=n, p_dies=dies[idx], tokens_per_npu=chunk_tok[idx],
@@ -337,6 +337,7 @@ def _frame(shape, workload, rate, goodput, binding, *, n_p, p_dies, tokens_per_n
         "npus": npus, "prefill_npus": 0 if colocated else n_p * p_dies / dpp,
         "decode_npus": n_d * d_dies / dpp,
         "goodput_rps": goodput, "goodput_rpm": goodput * 60.0, "rate_rps": rate,
+        "max_rps": np.minimum(rate_p, rate_d),
         "prefill_max_rps": rate_p, "decode_max_rps": rate_d, "binding": binding,
         "ttft_ms": t["ttft_s"] * 1e3, "ttft_queue_ms": t["queue_s"] * 1e3, "ttft_align_ms": t["align_s"] * 1e3,
         "ttft_prefill_ms": pass_s * 1e3, "ttft_kv_transfer_ms": kv_s * 1e3,

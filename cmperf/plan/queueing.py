@@ -1,4 +1,4 @@
-"""Waiting for a free prefill instance: the M/G/c queue (docs/model.md §9.x).
+"""Waiting for a free prefill instance: the M/G/c queue (docs/model.md §9.3.1).
 
 Requests arrive at random (a Poisson stream of rate ``λ`` per second) and queue, first come
 first served, for ``c`` identical servers (prefill instances, each working on one request at a
