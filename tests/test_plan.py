@@ -279,3 +279,14 @@ def test_afd_loses_under_a_tight_tpot_and_wins_when_decode_is_memory_bound():
     tight, loose = _shape_goodput(0.020), _shape_goodput(0.100)
     assert tight["pd"] > tight["afd"]
     assert loose["afd"] > loose["pd"]
+
+
+def test_cli_plans_each_value_of_a_list(cli):
+    """--prefix-hit 0,0.5 plans each share: one row per value, goodput rising with the hits."""
+    code, out, err = cli("plan", "--shapes", "pd", "--npus", "128", "--prefix-hit", "0,0.5", "--format", "json")
+    assert code == 0, err
+    import json
+
+    rows = json.loads(out)
+    assert [r["prefix_hit"] for r in rows] == ["0", "0.5"]
+    assert rows[1]["goodput_rps"] > rows[0]["goodput_rps"]

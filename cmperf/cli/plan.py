@@ -33,11 +33,11 @@ SHOWN = ["rank", "shape", "prefill_instances", "prefill_dies", "prefill_tokens_p
 def plan_cmd(
     npus: Optional[int] = typer.Option(None, "--npus", help="NPU budget (default: the whole system, 384 on CloudMatrix384; more = several supernodes)"),
     supernode: Optional[int] = typer.Option(None, "--supernode", help="NPUs per supernode (UB domain), 192-384 in Table 11 (default: the system's)"),
-    rate: str = typer.Option("max", "--rate", help="arrival rate in requests/s, or max: the largest rate that meets the SLOs"),
+    rate: str = typer.Option("max", "--rate", help="arrival rate in requests/s, or max: the largest rate that meets the SLOs; a comma list plans each"),
     prompt_len: str = typer.Option("4096", "--prompt-len", help="prompt tokens: N, MEAN:P90 (log-normal) or exp:MEAN"),
     output_len: str = typer.Option("256", "--output-len", help="output tokens: N, MEAN:P90 (log-normal) or exp:MEAN"),
     trace: Optional[str] = typer.Option(None, "--trace", help="CSV of prompt_len,output_len[,prefix_hit_tokens] per request (replaces --prompt-len/--output-len)"),
-    prefix_hit: float = typer.Option(0.0, "--prefix-hit", help="share of prompt tokens found in the EMS KV cache pool, 0-1"),
+    prefix_hit: str = typer.Option("0", "--prefix-hit", help="share of prompt tokens found in the EMS KV cache pool, 0-1; a comma list plans each"),
     block_tokens: Optional[int] = typer.Option(None, "--block-tokens", help="EMS KV block in tokens (paper: 128-512; default: the system's, 256)"),
     working_set: Optional[float] = typer.Option(None, "--working-set-tokens", help="distinct prefix tokens in use (the pool holds a share of them)"),
     pool_path: Optional[str] = typer.Option(None, "--pool-path", help="tier cached KV is read over: ub (default, Table 1) or e.g. vpc for comparison"),
@@ -69,7 +69,11 @@ def plan_cmd(
         from ..plots import _pyplot
 
         _pyplot()
-    workload = _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, ttft_stat)
+    rates, hits = _list(rate, "--rate"), _list(prefix_hit, "--prefix-hit")
+    variants = [({"rate": r, "prefix_hit": h} if len(rates) * len(hits) > 1 else {},
+                 _workload(r, prompt_len, output_len, trace, h, ttft_slo, tpot_slo, ttft_stat))
+                for r in rates for h in hits]
+    workload = variants[0][1]
     if working_set is not None and not (math.isfinite(working_set) and working_set > 0):
         raise ConfigError(f"--working-set-tokens {working_set}: expected a positive number of tokens")
     if top < 0:
@@ -83,18 +87,27 @@ def plan_cmd(
 
     progress = _ChunkProgress()
     try:
-        if sweep:
+        if sweep or len(variants) > 1:
             from ..search import parse_sweeps
 
-            result = plan_sweep(workload, parse_sweeps(sweep), progress=progress, **kwargs)
+            result = plan_sweep(variants, parse_sweeps(sweep or []), progress=progress, **kwargs)
         else:
             result = plan(workload, progress=progress, **kwargs)
     finally:
         progress.close()
-    if sweep:
+    if sweep or len(variants) > 1:
         _render_sweep(result, fmt, out)
         return
     _render(result, fmt, top, out, plot)
+
+
+def _list(text: str, flag: str) -> list[str]:
+    items = [t.strip() for t in str(text).split(",")]
+    if any(not t for t in items):
+        raise ConfigError(f"{flag} {str(text)[:40]}: empty item in the comma list")
+    if len(items) > 64:
+        raise ConfigError(f"{flag}: {len(items)} values; at most 64 are planned at once")
+    return items
 
 
 def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, ttft_stat):
@@ -114,8 +127,13 @@ def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_sl
             raise ConfigError(f"{flag} {v}: expected milliseconds > 0")
     if ttft_stat not in ("mean", "p90"):
         raise ConfigError(f"--ttft-stat {ttft_stat[:40]}: expected mean or p90")
-    if not (math.isfinite(prefix_hit) and 0 <= prefix_hit < 1):
-        raise ConfigError(f"--prefix-hit {prefix_hit}: expected a share in [0, 1)")
+    try:
+        hit = float(prefix_hit)
+    except ValueError:
+        hit = float("nan")
+    if not (math.isfinite(hit) and 0 <= hit < 1):
+        raise ConfigError(f"--prefix-hit {prefix_hit[:40]}: expected a share in [0, 1)")
+    prefix_hit = hit
     cached = None
     if trace is not None:
         prompt, output, cached = read_trace(trace)

@@ -426,19 +426,22 @@ def summary(p: Plan) -> dict:
             "message": p.message}
 
 
-def plan_sweep(workload: Workload, sweeps: dict, progress=None, **kwargs) -> pd.DataFrame:
-    """The best deployment at every point of the cartesian product of ``sweeps`` (spec path ->
-    values), each planned with the value applied as a ``--set``."""
+def plan_sweep(workloads: list[tuple[dict, Workload]], sweeps: dict, progress=None, **kwargs) -> pd.DataFrame:
+    """The best deployment for every workload variant (``(labels, workload)`` pairs: e.g. one
+    per prefix-hit share or arrival rate) at every point of the cartesian product of ``sweeps``
+    (spec path -> values, each applied as a ``--set``): one row per combination, the labels and
+    swept values first."""
     import itertools
 
     keys = list(sweeps)
     points = list(itertools.product(*(sweeps[k] for k in keys)))
     sets = list(kwargs.pop("sets", None) or [])
     rows = []
-    for n, values in enumerate(points, start=1):
+    total = len(points) * len(workloads)
+    for n, (values, (labels, workload)) in enumerate(itertools.product(points, workloads), start=1):
         p = plan(workload, sets=sets + [f"{k}={v!r}" for k, v in zip(keys, values)], **kwargs)
         best = public(p.table).iloc[0].to_dict() if len(p.table) else {"goodput_rps": 0.0}
-        rows.append({**dict(zip(keys, values)), **best})
+        rows.append({**labels, **dict(zip(keys, values)), **best})
         if progress:
-            progress(n, len(points))
+            progress(n, total)
     return pd.DataFrame(rows)
