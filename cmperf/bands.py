@@ -13,7 +13,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import SpecError
@@ -47,8 +46,9 @@ def load_bands(path: Path = BANDS_FILE) -> dict[str, float]:
     return {"decode": bands.decode.relative, "prefill": bands.prefill.relative}
 
 
-def add_bands(table: pd.DataFrame, phase: str) -> None:
-    """Add ``<column>_lo`` / ``<column>_hi`` next to each banded column of ``table``."""
+def add_bands(table, phase: str) -> None:
+    """Add ``<column>_lo`` / ``<column>_hi`` next to each banded column of ``table`` (a
+    DataFrame or cmperf.columns.Columns)."""
     if phase not in BANDED:
         return
     b = load_bands()[phase]
@@ -57,7 +57,7 @@ def add_bands(table: pd.DataFrame, phase: str) -> None:
             continue
         v = table[col].to_numpy(dtype=float)
         lo, hi = (v * (1 - b), v * (1 + b)) if kind == "latency" else (v / (1 + b), v / (1 - b))
-        pos = table.columns.get_loc(col) + 1
+        pos = list(table.columns).index(col) + 1
         table.insert(pos, f"{col}_hi", hi)
         table.insert(pos, f"{col}_lo", lo)
 
