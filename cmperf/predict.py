@@ -204,13 +204,18 @@ def inert_fields(table, inputs: Iterable[str], fields: Iterable[str], outputs: I
 
 
 def _spread(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """max - min of ``values`` within each group (NaN where a NaN takes part)."""
+    """max - min of ``values`` within each group; NaN and infinities count as values of their
+    own (NaN in every row of a group: no spread; NaN in some rows only: infinite spread)."""
     n = int(group.max()) + 1 if len(group) else 0
-    hi, lo = np.full(n, -np.inf), np.full(n, np.inf)
-    with np.errstate(invalid="ignore"):
-        np.maximum.at(hi, group, values)
-        np.minimum.at(lo, group, values)
-    return hi - lo
+    finite = np.isfinite(values)
+    code = np.where(finite, 0.0, np.where(np.isnan(values), 1.0, np.sign(values) + 3.0))  # nan 1, -inf 2, +inf 4
+    out = np.zeros(n)
+    for v in (np.where(finite, values, 0.0), code):
+        hi, lo = np.full(n, -np.inf), np.full(n, np.inf)
+        np.maximum.at(hi, group, v)
+        np.minimum.at(lo, group, v)
+        out = np.maximum(out, hi - lo)
+    return np.where(np.isnan(out), np.inf, out)
 
 
 def inert_overrides(phase: str, values: Mapping[str, Any], specs: Specs, sets: Iterable[str],

@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -85,16 +86,16 @@ def _rows(table: Any) -> tuple[list[str], list[list[Any]]]:
 
 
 def provenance(command: str, hardware: str | None, model: str | None, sets: Iterable[str] = (),
-               sweeps: Iterable[str] = ()) -> dict[str, Any]:
+               sweeps: Iterable[str] = (), **more: Any) -> dict[str, Any]:
     """What a report was made with: the cmperf version, the command, the hardware and model
-    (a file path made absolute) and every ``--set`` and ``--sweep`` as given."""
+    (a file path made absolute), every ``--set`` and ``--sweep`` as given, and ``more``."""
     from . import __version__
 
     def spec(name):
         return str(Path(name).resolve()) if name and Path(name).is_file() else name
 
     return {"cmperf": __version__, "command": command, "hardware": spec(hardware), "model": spec(model),
-            "set": list(sets), "sweep": list(sweeps)}
+            "set": list(sets), "sweep": list(sweeps), **more}
 
 
 def csv_text(tables: Any, prov: Mapping[str, Any] | None = None) -> str:
@@ -114,12 +115,12 @@ def csv_text(tables: Any, prov: Mapping[str, Any] | None = None) -> str:
     return "".join(lines)
 
 
-def read_provenance(path: str | Path) -> tuple[dict[str, Any], int]:
-    """The ``# key: value`` lines heading a CSV report (``set``/``sweep`` as lists) and how
+def read_provenance(path: Any) -> tuple[dict[str, Any], int]:
+    """The ``# key: value`` lines heading a CSV report (a path or an open text file) (``set``/``sweep`` as lists) and how
     many lines they take (pandas: ``read_csv(path, skiprows=n)``)."""
     prov: dict[str, Any] = {"set": [], "sweep": []}
     n = 0
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with (nullcontext(path) if hasattr(path, "readline") else open(path, encoding="utf-8", errors="replace")) as f:
         for line in f:
             if not line.startswith("# ") or line.startswith("# table: "):
                 break

@@ -374,8 +374,10 @@ def rank(grid: Grid, slo_ms: float, top: int) -> SearchResult:
 def read_results(path: str, slo_ms: float | None = None, top: int | None = None) -> SearchResult:
     """A search saved with ``--out`` (one row per configuration), re-ranked under ``slo_ms``
     (default: the SLO it was searched with) and ``top`` (default: as many as it ranked)."""
+    from .report import read_provenance
+
     try:
-        t = pd.read_csv(path)
+        t = pd.read_csv(path, skiprows=read_provenance(path)[1])  # after the '# key: value' lines
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file (expected a CSV written by cmperf search --out)") from None
     except (OSError, ValueError, pd.errors.ParserError) as e:
