@@ -218,31 +218,76 @@ def _spread(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(out), np.inf, out)
 
 
-def inert_overrides(phase: str, values: Mapping[str, Any], specs: Specs, sets: Iterable[str],
-                    result: Prediction | None = None) -> list[str]:
-    """The ``--set`` paths (numeric ones) that change no output of this prediction: the
-    prediction is run again with each field moved (x 2; 0 -> 1), one field per point of a
-    zipped sweep, and :func:`inert_fields` judges. A field the vectorised model cannot vary
-    (a count that shapes the model) is not judged."""
+def inert_overrides(phase: str, values: Mapping[str, Any], specs: Specs, sets: Iterable[str]) -> list[str]:
+    """The ``--set`` paths (numeric ones) that change no output of this prediction
+    (:func:`inert_specs`)."""
     from .specs.loader import split_overrides
 
-    moved: dict[str, float] = {}
+    at: dict[str, float] = {}
     for prefix, fields in split_overrides(sets).items():
         for path, v in fields.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                moved[f"{prefix}.{path.removesuffix('.value')}"] = float(v)
-    if not moved:
+                at[f"{prefix}.{path.removesuffix('.value')}"] = float(v)
+    return inert_specs(phase, values, specs, at) or []
+
+
+def inert_specs(phase: str, values: Mapping[str, Any], specs: Specs, at: Mapping[str, float]) -> list[str] | None:
+    """The spec fields of ``at`` (path -> the value it holds) that change no output of the
+    prediction of ``phase`` at ``values``: the prediction is run again with each field moved
+    (x 2; 0 -> 1), one field per point of a zipped sweep, and :func:`inert_fields` judges. A
+    field the vectorised model cannot vary (a count that shapes the model) cannot be judged:
+    None then."""
+    keys = list(at)
+    if not keys:
         return []
-    keys = list(moved)
-    points = {k: [moved[k]] + [(moved[k] * 2 or 1.0) if j == i else moved[k] for j in range(len(keys))]
+    points = {k: [at[k]] + [(at[k] * 2 or 1.0) if j == i else at[k] for j in range(len(keys))]
               for i, k in enumerate(keys)}
     try:
         t = predict(phase, values, specs, sweeps=points, strict=False, zip_sweeps=True).columns
     except (TypeError, ValueError, IndexError, CmperfError):
-        return []
+        return None
     inputs = [*PHASE_DEFAULTS[phase], *keys]
     outputs = [c for c in t.columns if c not in inputs and t[c].dtype.kind in "biuf"]
     return inert_fields(t, inputs, keys, outputs)
+
+
+def spec_value(specs: Specs, path: str) -> Any:
+    """The value the specs give a dotted path (``system.tiers.ub.latency_s``), as the cost
+    model reads it (a sourced pair's number)."""
+    hw, m = specs.views()
+    prefix, _, rest = path.partition(".")
+    node = {"system": hw.system, "chip": hw.chip, "model": m}[prefix]
+    for part in rest.split("."):
+        node = node[part]
+    return node
+
+
+def unused_fields(specs: Specs, fields: Iterable[str]) -> list[str] | None:
+    """The numeric spec ``fields`` that change no output of the default decode nor of the
+    default prefill prediction on these specs (:func:`inert_specs`), with the instance cut
+    to the system: the largest divisor of the default's dies (whole EP groups) that it holds.
+    None when neither default is a valid configuration there."""
+    at = {}
+    for f in fields:
+        v = spec_value(specs, f)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            at[f] = float(v)
+    system = specs.hardware.system
+    dies = system.nodes.value * system.node.chips.value * specs.hardware.chip.dies_per_package.value
+    unused, judged = set(at), False
+    for phase in ("decode", "prefill"):
+        default = PHASE_DEFAULTS[phase]["dies"].value
+        fit = max(d for d in range(1, default + 1) if default % d == 0 and d <= dies)
+        try:
+            predict(phase, {"dies": fit}, specs)
+        except CmperfError:
+            continue
+        judged = True
+        inert = inert_specs(phase, {"dies": fit}, specs, at)
+        if inert is None:  # some field cannot be varied across a grid: judge each alone
+            inert = [f for f in at if inert_specs(phase, {"dies": fit}, specs, {f: at[f]})]
+        unused &= set(inert)
+    return [f for f in at if f in unused] if judged else None
 
 
 def precision_problems(chip, m) -> list[str]:

@@ -75,6 +75,15 @@ def test_search_names_an_inert_sweep_only(cli):
     assert json.loads(out)["inert_sweeps"] == [D2D]
 
 
+def test_hw_show_marks_the_fields_the_model_does_not_use(cli):
+    code, out, err = cli("hw", "show", "cloudmatrix384", "--format", "json")
+    assert code == 0, err
+    used = {r["field"]: r["used"] for r in json.loads(out) if "field" in r}
+    assert used[D2D] is False and used["system.tiers.ub.latency_s"] is True and used[HBM] is True
+    assert used["chip.die.peak_flops_per_s.int8"] is True  # DeepSeek-R1 runs W8A8 on the 910C
+    assert next(r for r in json.loads(out) if r.get("field") == D2D)["note"].startswith("NOT USED")
+
+
 # --------------------------------------------------------------------------- provenance
 def test_search_csv_records_its_specs_and_report_reranks_without_flags(cli, tmp_path):
     out = tmp_path / "s.csv"

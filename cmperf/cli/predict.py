@@ -71,7 +71,7 @@ def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list
             warn(f"does not fit: needs {human(need, 'B')} per die (weights {human(table['weights_per_die_bytes'].iat[i], 'B')}, "
                  f"KV {human(table['kv_cache_per_die_bytes'].iat[i], 'B')}, buffers {human(table['buffers_per_die_bytes'].iat[i], 'B')}) "
                  f"but a die has {human(have, 'B')}")
-    for path in inert_overrides(phase, given, specs, sets, result):
+    for path in inert_overrides(phase, given, specs, sets):
         warn(f"--set {path} changes no output of this prediction (the cost model does not read it, "
              f"or it never limits this configuration)")
     prov = provenance(f"predict {phase}", hardware, model, sets)
