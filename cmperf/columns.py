@@ -6,11 +6,11 @@ arrays under their names in order; the Python API turns it into a pandas DataFra
 edge (``Columns.to_frame``), and the command line renders it straight from the arrays. So
 ``cmperf predict`` never imports pandas (0.2 s of a 0.5 s start).
 
-A column is a :class:`Col`, a numpy array that also answers the two pandas spellings the
-vectorised checks of cmperf/scenario.py use (``col.iat[i]``, ``col.isin(values)``), so one
-check reads the same on a DataFrame and on Columns. The cartesian product of input lists
-(first column slowest, like ``itertools.product``) is :func:`product`: numpy repeat/tile,
-the loop runs over columns, not configurations.
+A column is a :class:`Col`, a numpy array that also answers the pandas spellings the
+vectorised checks of cmperf/scenario.py use (``col.iat[i]``, ``col.isin(values)``,
+``col.isna()``), so one check reads the same on a DataFrame and on Columns. The cartesian
+product of input lists (first column slowest, like ``itertools.product``) is
+:func:`product`: numpy repeat/tile, the loop runs over columns, not configurations.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 
 
 class Col(np.ndarray):
-    """A 1-D column: a numpy array with ``.iat[i]``, ``.isin(values)`` and ``.to_numpy()``."""
+    """A 1-D column: a numpy array with ``.iat[i]``, ``.isin(values)``, ``.isna()``, ``.to_numpy()``."""
 
     @property
     def iat(self) -> np.ndarray:
@@ -33,6 +33,15 @@ class Col(np.ndarray):
 
     def to_numpy(self, dtype: Any = None) -> np.ndarray:
         return np.asarray(self, dtype=dtype)
+
+    def isna(self) -> np.ndarray:
+        """NaN or None, as pandas counts a missing value."""
+        a = np.asarray(self)
+        if a.dtype.kind == "f":
+            return np.isnan(a)
+        if a.dtype == object:
+            return np.array([v is None or (isinstance(v, float) and v != v) for v in a], dtype=bool)
+        return np.zeros(len(a), dtype=bool)
 
 
 def infer(values: Iterable[Any]) -> np.ndarray:

@@ -116,8 +116,9 @@ def csv_text(tables: Any, prov: Mapping[str, Any] | None = None) -> str:
 
 
 def read_provenance(path: Any) -> tuple[dict[str, Any], int]:
-    """The ``# key: value`` lines heading a CSV report (a path or an open text file) (``set``/``sweep`` as lists) and how
-    many lines they take (pandas: ``read_csv(path, skiprows=n)``)."""
+    """The ``# key: value`` lines heading a CSV report (a path or an open text file), with
+    ``set`` and ``sweep`` as lists, and how many lines they take (pandas: ``read_csv(path,
+    skiprows=n)``)."""
     prov: dict[str, Any] = {"set": [], "sweep": []}
     n = 0
     with (nullcontext(path) if hasattr(path, "readline") else open(path, encoding="utf-8", errors="replace")) as f:

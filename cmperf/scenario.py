@@ -2,8 +2,8 @@
 
 A grid is a table of numpy columns (:class:`cmperf.columns.Columns`) with one row per
 configuration and one column per input; a single prediction is a grid of one row. Defaults
-(cmperf/defaults.py) are the paper's deployment. Validation is vectorised: every row gets ``valid`` and, when it is not, the
-first ``reason``.
+(cmperf/defaults.py) are the paper's deployment. Validation is vectorised: every row gets
+``valid`` and, when it is not, the first ``reason``.
 """
 
 from __future__ import annotations
