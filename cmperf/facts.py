@@ -12,8 +12,10 @@ from .specs.schema import DTYPE_BYTES, ChipSpec, ModelSpec
 from .specs.view import HardwareView, SpecView
 
 
-def _r(section, quantity, value, unit, note=""):
-    return {"section": section, "quantity": quantity, "value": value, "unit": unit, "note": note}
+def _r(section, quantity, value, unit, note="", field=None):
+    """A fact; ``field`` is the spec path (for --set) when the fact is one spec field's value."""
+    out = {"section": section, "quantity": quantity, "value": value, "unit": unit, "note": note}
+    return {**out, "field": field} if field else out
 
 
 def model_facts(m: ModelSpec, context: int = 4096) -> list[dict]:
@@ -58,11 +60,12 @@ def chip_facts(chip: ChipSpec) -> list[dict]:
     dtypes = chip.die.peak_flops_per_s.dtypes()
     for dt in dtypes:
         peak = getattr(d.peak_flops_per_s, dt)
-        out.append(_r("dense peak", f"{dt} per die", peak, "FLOP/s", getattr(chip.die.peak_flops_per_s, dt).source))
+        out.append(_r("dense peak", f"{dt} per die", peak, "FLOP/s", getattr(chip.die.peak_flops_per_s, dt).source,
+                      f"chip.die.peak_flops_per_s.{dt}"))
         out.append(_r("dense peak", f"{dt} per package", peak * n, "FLOP/s"))
-    out += [_r("HBM", "capacity per die", d.hbm_capacity_B, "B"),
+    out += [_r("HBM", "capacity per die", d.hbm_capacity_B, "B", field="chip.die.hbm_capacity_B"),
             _r("HBM", "capacity per package", d.hbm_capacity_B * n, "B"),
-            _r("HBM", "bandwidth per die", d.hbm_bandwidth_Bps, "B/s"),
+            _r("HBM", "bandwidth per die", d.hbm_bandwidth_Bps, "B/s", field="chip.die.hbm_bandwidth_Bps"),
             _r("HBM", "bandwidth per package", d.hbm_bandwidth_Bps * n, "B/s")]
     for dt in dtypes:
         peak = getattr(d.peak_flops_per_s, dt)
@@ -70,13 +73,14 @@ def chip_facts(chip: ChipSpec) -> list[dict]:
                       "operators with fewer FLOPs per byte are memory-bound"))
         out.append(_r("ridge point", f"{dt} achievable (with efficiencies)",
                       peak * v.efficiency.matmul_compute / (d.hbm_bandwidth_Bps * v.efficiency.memory_bandwidth), "FLOP/B"))
-    out.append(_r("vector", "element operations per die", d.vector_ops_per_s, "op/s", chip.die.vector_ops_per_s.source))
+    out.append(_r("vector", "element operations per die", d.vector_ops_per_s, "op/s", chip.die.vector_ops_per_s.source,
+                  "chip.die.vector_ops_per_s"))
     for name in type(chip.efficiency).model_fields:
         field = getattr(chip.efficiency, name)
         if field is not None:
-            out.append(_r("efficiency", name, getattr(v.efficiency, name), "", field.source))
+            out.append(_r("efficiency", name, getattr(v.efficiency, name), "", field.source, f"chip.efficiency.{name}"))
     for name in type(chip.latency).model_fields:
-        out.append(_r("latency", name, getattr(v.latency, name), "s", getattr(chip.latency, name).source))
+        out.append(_r("latency", name, getattr(v.latency, name), "s", getattr(chip.latency, name).source, f"chip.latency.{name}"))
     return out
 
 
@@ -116,9 +120,11 @@ def system_facts(hw: Hardware) -> list[dict]:
         domain = "the whole system and beyond" if t.domain_chips is None else f"{t.domain_chips} chips"
         out.append(_r("tier " + name, "domain", domain, "", spec.domain_chips.source if spec.domain_chips else ""))
         if t.nominal_Bps is not None:
-            out.append(_r("tier " + name, "nominal bandwidth", t.nominal_Bps, "B/s", spec.nominal_Bps.source))
-        out.append(_r("tier " + name, "bandwidth per die", tier_bandwidth_Bps(view, name), "B/s", spec.bandwidth_Bps.source))
-        out.append(_r("tier " + name, "latency", t.latency_s, "s", spec.latency_s.source))
+            out.append(_r("tier " + name, "nominal bandwidth", t.nominal_Bps, "B/s", spec.nominal_Bps.source,
+                          f"system.tiers.{name}.nominal_Bps"))
+        out.append(_r("tier " + name, "bandwidth per die", tier_bandwidth_Bps(view, name), "B/s", spec.bandwidth_Bps.source,
+                      f"system.tiers.{name}.bandwidth_Bps"))
+        out.append(_r("tier " + name, "latency", t.latency_s, "s", spec.latency_s.source, f"system.tiers.{name}.latency_s"))
         out.append(_r("tier " + name, "barrier round (one round trip)", sync_round_s(view, name), "s",
                       "2 x the tier latency; a collective over G dies needs ceil(log2 G) rounds"))
     out.append(_r("roles", "KV transfer prefill -> decode", hw.system.kv_transfer_tier, ""))
@@ -130,8 +136,10 @@ def system_facts(hw: Hardware) -> list[dict]:
                   else f"communication holds {o.comm_units.value:g} units")
         out.append(_r("overlap", ph, f"{o.style}: {detail}", "", o.source))
     co = hw.system.collectives
-    out.append(_r("collectives", "time per message", co.message_issue_s.value, "s", co.message_issue_s.source))
+    out.append(_r("collectives", "time per message", co.message_issue_s.value, "s", co.message_issue_s.source,
+                  "system.collectives.message_issue_s"))
     out.append(_r("collectives", "message rate per die", 1 / co.message_issue_s.value if co.message_issue_s.value else float("inf"),
                   "msg/s", "the communication engine both streams share"))
-    out.append(_r("collectives", "spread of a die's load between barriers", co.step_time_cv.value, "", co.step_time_cv.source))
+    out.append(_r("collectives", "spread of a die's load between barriers", co.step_time_cv.value, "", co.step_time_cv.source,
+                  "system.collectives.step_time_cv"))
     return out

@@ -5,18 +5,24 @@
     >>> r.table[["batch", "tpot_ms", "throughput_per_npu"]]
 
 A single prediction and a sweep take the same path: the grid is evaluated as numpy arrays
-by cmperf.schedule; nothing loops over configurations.
+by cmperf.schedule; nothing loops over configurations. The grid and the result are numpy
+columns (cmperf/columns.py) until the API's edge: ``Prediction.table`` builds the DataFrame
+when it is first asked for, so the command line, which renders from ``Prediction.columns``,
+never imports pandas.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Iterable, Mapping
 
 import numpy as np
-import pandas as pd
 
 from .bands import add_bands
+from .defaults import PHASE_DEFAULTS
+from .columns import Columns, infer, product
 from .errors import CmperfError, ConfigError, SpecError
 from .schedule.afd import afd
 from .schedule.collective import collective
@@ -68,15 +74,34 @@ def load_specs(hardware: str = "cloudmatrix384", model: str = "deepseek-r1", set
 @dataclass
 class Prediction:
     phase: str
-    table: pd.DataFrame  # inputs + outputs, one row per configuration (valid rows only)
-    invalid: pd.DataFrame  # rows rejected by validation, with their reason
+    columns: Columns  # inputs + outputs, one row per configuration (valid rows only)
+    invalid_columns: Columns  # rows rejected by validation, with their reason
     schedules: Any = field(repr=False, default=None)
 
-    def breakdown(self, row: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """Per-operator and per-section tables of one configuration (docs/model.md §5-§6)."""
-        choice = int(self.table["microbatches_used"].iat[row])
+    @cached_property
+    def table(self):
+        """Inputs and outputs as a pandas DataFrame, one row per valid configuration."""
+        return self.columns.to_frame()
+
+    @cached_property
+    def invalid(self):
+        """The rejected rows as a pandas DataFrame, with their ``reason``."""
+        return self.invalid_columns.to_frame()
+
+    def breakdown(self, row: int = 0):
+        """Per-operator and per-section tables of one configuration (docs/model.md §5-§6), as
+        pandas DataFrames."""
+        import pandas as pd
+
+        ops, sections = self.breakdown_records(row)
+        return pd.DataFrame(ops), pd.DataFrame(sections)
+
+    def breakdown_records(self, row: int = 0) -> tuple[list[dict], list[dict]]:
+        """The rows of :meth:`breakdown`, as lists of dicts."""
+        n = len(self.columns)
+        choice = int(self.columns["microbatches_used"].iat[row])
         sched = self.schedules[choice - 1]  # one schedule per microbatch count
-        pick = lambda x: float(np.broadcast_to(np.asarray(x, dtype=float), (len(self.table),))[row])
+        pick = lambda x: float(np.broadcast_to(np.asarray(x, dtype=float), (n,))[row])
         ops = []
         for p in sched.parts:
             t = p.t
@@ -90,7 +115,7 @@ class Prediction:
                 "compute_us": pick(t.compute_s) * 1e6, "vector_us": pick(t.vector_s) * 1e6,
                 "memory_us": pick(t.memory_s) * 1e6,
                 "network_us": pick(t.network_s) * 1e6, "latency_us": pick(t.latency_s) * 1e6,
-                "bound": np.broadcast_to(t.bound(), (len(self.table),))[row],
+                "bound": str(np.broadcast_to(t.bound(), (n,))[row]),
                 "flops": pick(t.flops), "hbm_bytes": pick(t.hbm_bytes), "weight_bytes": pick(t.weight_bytes),
                 "net_bytes": pick(t.net_bytes),
             })
@@ -101,7 +126,7 @@ class Prediction:
                 continue
             sections.append({"section": s.name, "rule": s.rule, "time_us": pick(s.time_s) * 1e6,
                              "count": count, "total_ms": pick(s.time_s) * count * 1e3})
-        return pd.DataFrame(ops), pd.DataFrame(sections)
+        return ops, sections
 
 
 def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | None = None,
@@ -130,21 +155,24 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         serving = specs.model.serving
         default = serving.default_expert_imbalance.value if serving is not None else 1.0
         col = grid["expert_imbalance"]  # a numeric column cannot hold the word: skip the per-row str()
-        grid["_default_imbalance"] = False if pd.api.types.is_numeric_dtype(col) else col.astype(str) == "default"
-        grid["expert_imbalance"] = _numeric(grid["expert_imbalance"].replace("default", default), "--expert-imbalance")
+        is_default = np.zeros(len(grid), dtype=bool) if col.dtype != object else col.astype(str) == "default"
+        grid["_default_imbalance"] = is_default
+        grid["expert_imbalance"] = _numeric(np.where(is_default, default, col), "--expert-imbalance")
     valid, reason = validate(phase, grid, m0, hw0)
-    invalid = grid.loc[~valid].drop(columns="_default_imbalance", errors="ignore").assign(reason=reason[~valid])
+    invalid = grid.take(~valid).drop(["_default_imbalance"])
+    invalid["reason"] = reason[~valid]
     if strict and not valid.all():
         raise ConfigError(str(reason[~valid][0]))
-    g = grid.loc[valid].reset_index(drop=True)
+    g = grid.take(valid)
     if len(g) == 0:
         return Prediction(phase, g, invalid, None)
-    cols = {c: g[c].to_numpy() for c in g.columns}
+    cols = g.arrays()
     hw, m = specs.views({k: cols[k].astype(float) for k in sweep_cols})
     if "_default_imbalance" in cols:  # a swept default balance reaches the rows that asked for it
         default = m.serving.default_expert_imbalance if specs.model.serving is not None else 1.0
         cols["expert_imbalance"] = np.where(cols.pop("_default_imbalance"), default, cols["expert_imbalance"]).astype(float)
-        g = g.drop(columns="_default_imbalance").assign(expert_imbalance=cols["expert_imbalance"])
+        g = g.drop(["_default_imbalance"])
+        g["expert_imbalance"] = cols["expert_imbalance"]
     out = RUN[phase](hw, m, cols)
     mem = (decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
            if phase == "prefill" else afd_memory(hw, m, cols) if phase == "afd" else {})
@@ -156,6 +184,110 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     table.insert(0, "phase", phase)
     add_bands(table, phase)
     return Prediction(phase, table, invalid, out["_schedules"])
+
+
+def inert_fields(table, inputs: Iterable[str], fields: Iterable[str], outputs: Iterable[str]) -> list[str]:
+    """The ``fields`` (input columns of ``table``) that change no output: among rows that
+    agree on every other input, wherever the field takes two values, every one of
+    ``outputs`` is the same. A field never seen to vary with the rest fixed is not named.
+    ``table`` is Columns or a DataFrame; the rows are grouped with numpy (np.unique)."""
+    inputs, out = [c for c in inputs if c in table.columns], []
+    ys = [np.asarray(table[c], dtype=float) for c in outputs]
+    for k in fields:
+        x = np.asarray(table[k], dtype=float)
+        others = [np.nan_to_num(np.asarray(table[c], dtype=float), nan=-np.inf) for c in inputs if c != k]  # NaN = unset
+        group = np.unique(np.column_stack(others), axis=0, return_inverse=True)[1].ravel() if others else np.zeros(len(x), int)
+        varies = _spread(x, group) > 0
+        if varies.any() and all((_spread(y, group)[varies] == 0).all() for y in ys):
+            out.append(k)
+    return out
+
+
+def _spread(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """max - min of ``values`` within each group; NaN and infinities count as values of their
+    own (NaN in every row of a group: no spread; NaN in some rows only: infinite spread)."""
+    n = int(group.max()) + 1 if len(group) else 0
+    finite = np.isfinite(values)
+    code = np.where(finite, 0.0, np.where(np.isnan(values), 1.0, np.sign(values) + 3.0))  # nan 1, -inf 2, +inf 4
+    out = np.zeros(n)
+    for v in (np.where(finite, values, 0.0), code):
+        hi, lo = np.full(n, -np.inf), np.full(n, np.inf)
+        np.maximum.at(hi, group, v)
+        np.minimum.at(lo, group, v)
+        out = np.maximum(out, hi - lo)
+    return np.where(np.isnan(out), np.inf, out)
+
+
+def inert_overrides(phase: str, values: Mapping[str, Any], specs: Specs, sets: Iterable[str]) -> list[str]:
+    """The ``--set`` paths (numeric ones) that change no output of this prediction
+    (:func:`inert_specs`)."""
+    from .specs.loader import split_overrides
+
+    at: dict[str, float] = {}
+    for prefix, fields in split_overrides(sets).items():
+        for path, v in fields.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                at[f"{prefix}.{path.removesuffix('.value')}"] = float(v)
+    return inert_specs(phase, values, specs, at) or []
+
+
+def inert_specs(phase: str, values: Mapping[str, Any], specs: Specs, at: Mapping[str, float]) -> list[str] | None:
+    """The spec fields of ``at`` (path -> the value it holds) that change no output of the
+    prediction of ``phase`` at ``values``: the prediction is run again with each field moved
+    (x 2; 0 -> 1), one field per point of a zipped sweep, and :func:`inert_fields` judges. A
+    field the vectorised model cannot vary (a count that shapes the model) cannot be judged:
+    None then."""
+    keys = list(at)
+    if not keys:
+        return []
+    points = {k: [at[k]] + [(at[k] * 2 or 1.0) if j == i else at[k] for j in range(len(keys))]
+              for i, k in enumerate(keys)}
+    try:
+        t = predict(phase, values, specs, sweeps=points, strict=False, zip_sweeps=True).columns
+    except (TypeError, ValueError, IndexError, CmperfError):
+        return None
+    inputs = [*PHASE_DEFAULTS[phase], *keys]
+    outputs = [c for c in t.columns if c not in inputs and t[c].dtype.kind in "biuf"]
+    return inert_fields(t, inputs, keys, outputs)
+
+
+def spec_value(specs: Specs, path: str) -> Any:
+    """The value the specs give a dotted path (``system.tiers.ub.latency_s``), as the cost
+    model reads it (a sourced pair's number)."""
+    hw, m = specs.views()
+    prefix, _, rest = path.partition(".")
+    node = {"system": hw.system, "chip": hw.chip, "model": m}[prefix]
+    for part in rest.split("."):
+        node = node[part]
+    return node
+
+
+def unused_fields(specs: Specs, fields: Iterable[str]) -> list[str] | None:
+    """The numeric spec ``fields`` that change no output of the default decode nor of the
+    default prefill prediction on these specs (:func:`inert_specs`), with the instance cut
+    to the system: the largest divisor of the default's dies (whole EP groups) that it holds.
+    None when neither default is a valid configuration there."""
+    at = {}
+    for f in fields:
+        v = spec_value(specs, f)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            at[f] = float(v)
+    system = specs.hardware.system
+    dies = system.nodes.value * system.node.chips.value * specs.hardware.chip.dies_per_package.value
+    unused, judged = set(at), False
+    for phase in ("decode", "prefill"):
+        default = PHASE_DEFAULTS[phase]["dies"].value
+        fit = max(d for d in range(1, default + 1) if default % d == 0 and d <= dies)
+        try:
+            predict(phase, {"dies": fit}, specs)
+        except CmperfError:
+            continue
+        judged = True
+        inert = inert_specs(phase, {"dies": fit}, specs, at)
+        if inert is None:  # some field cannot be varied across a grid: judge each alone
+            inert = [f for f in at if inert_specs(phase, {"dies": fit}, specs, {f: at[f]})]
+        unused &= set(inert)
+    return [f for f in at if f in unused] if judged else None
 
 
 def precision_problems(chip, m) -> list[str]:
@@ -190,7 +322,7 @@ def _closest(dtype: str, chip) -> str:
     return same[0] if same else have[0]
 
 
-def _model_defaults(grid: pd.DataFrame, given: set, m) -> pd.DataFrame:
+def _model_defaults(grid: Columns, given: set, m) -> Columns:
     """Defaults that depend on the model: MTP off for a model without an MTP module, no
     shared-expert copies for a model without a shared expert (the paper's deployment
     defaults assume DeepSeek-R1)."""
@@ -202,22 +334,30 @@ def _model_defaults(grid: pd.DataFrame, given: set, m) -> pd.DataFrame:
     return grid
 
 
-def _with_sweeps(base: pd.DataFrame, sweep_cols, zipped: bool = False) -> pd.DataFrame:
+def _with_sweeps(base: Columns, sweep_cols, zipped: bool = False) -> Columns:
     """Every base row for every swept value (cartesian product, or the zipped points)."""
     if zipped:
         n = len(next(iter(sweep_cols.values())))
         if any(len(v) != n for v in sweep_cols.values()):
             raise ConfigError("zipped sweeps need lists of one length")
-        extra = pd.DataFrame({"_row": np.repeat(np.arange(len(base)), n),
-                              **{k: np.tile(np.asarray(v, dtype=float), len(base)) for k, v in sweep_cols.items()}})
+        extra = Columns({"_row": np.repeat(np.arange(len(base)), n),
+                         **{k: np.tile(np.asarray(v, dtype=float), len(base)) for k, v in sweep_cols.items()}})
     else:
-        idx = pd.MultiIndex.from_product([range(len(base)), *sweep_cols.values()], names=["_row", *sweep_cols])
-        extra = idx.to_frame(index=False)
-    return base.iloc[extra["_row"]].reset_index(drop=True).join(extra.drop(columns="_row"))
-
-
-def _numeric(col: pd.Series, flag: str) -> pd.Series:
-    out = pd.to_numeric(col, errors="coerce")
-    if out.isna().any():
-        raise ConfigError(f"{flag}: expected a number or 'default' (got {col[out.isna()].iat[0]!r})")
+        extra = product({"_row": list(range(len(base))), **sweep_cols})
+    out = base.take(extra["_row"].to_numpy())
+    for k in sweep_cols:
+        out[k] = extra[k].to_numpy()
     return out
+
+
+def _numeric(col: np.ndarray, flag: str) -> np.ndarray:
+    """A column of numbers (an object column once held the word 'default')."""
+    if col.dtype != object:
+        return col
+    out = np.empty(len(col), dtype=float)
+    for i, v in enumerate(col):  # an object column: a few configurations, each looked at once
+        try:
+            out[i] = float(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{flag}: expected a number or 'default' (got {v!r})") from None
+    return infer(out.tolist())

@@ -1,5 +1,9 @@
 """Rendering: rich tables for people, JSON and CSV for programs (stdout carries only the
-data), and whole-or-nothing file writes."""
+data), and whole-or-nothing file writes.
+
+A table to render is a pandas DataFrame or a list of records (dicts, one per row): the
+command line renders predictions from their numpy columns as records, so that printing a
+table or JSON never imports pandas; CSV goes through pandas (imported then)."""
 
 from __future__ import annotations
 
@@ -8,11 +12,11 @@ import math
 import os
 import sys
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
-import pandas as pd
 
 from .errors import ConfigError
 
@@ -56,50 +60,125 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+def json_records(records: list[dict]) -> list[dict]:
+    """Rows as JSON shows them: ``microbatches`` 0 (auto: the faster of one and two) reads
+    ``"auto"``."""
+    return [{**r, "microbatches": "auto"} if r.get("microbatches") == 0 else r for r in records]
+
+
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(_jsonable(obj), indent=2) + "\n")
 
 
-def print_csv(df: pd.DataFrame) -> None:
-    df.to_csv(sys.stdout, index=False)
+def _frame(table: Any):
+    """A DataFrame of a table given as a DataFrame or a list of records."""
+    import pandas as pd
+
+    return table if isinstance(table, pd.DataFrame) else pd.DataFrame(table)
 
 
-def print_table(df: pd.DataFrame, title: str | None = None, units: dict[str, str] | None = None) -> None:
+def _rows(table: Any) -> tuple[list[str], list[list[Any]]]:
+    """(column names, rows) of a DataFrame or a list of records."""
+    if isinstance(table, list):
+        names = list(dict.fromkeys(k for r in table for k in r))
+        return names, [[r.get(c) for c in names] for r in table]
+    return [str(c) for c in table.columns], [list(r) for r in table.itertuples(index=False)]
+
+
+def provenance(command: str, hardware: str | None, model: str | None, sets: Iterable[str] = (),
+               sweeps: Iterable[str] = (), **more: Any) -> dict[str, Any]:
+    """What a report was made with: the cmperf version, the command, the hardware and model
+    (a file path made absolute), every ``--set`` and ``--sweep`` as given, and ``more``."""
+    from . import __version__
+
+    def spec(name):
+        return str(Path(name).resolve()) if name and Path(name).is_file() else name
+
+    return {"cmperf": __version__, "command": command, "hardware": spec(hardware), "model": spec(model),
+            "set": list(sets), "sweep": list(sweeps), **more}
+
+
+def csv_text(tables: Any, prov: Mapping[str, Any] | None = None) -> str:
+    """A CSV report: first the provenance, one ``# key: value`` line each (a ``set`` or
+    ``sweep`` line per override), then the table. ``tables`` may map names to several
+    tables; each then follows a ``# table: NAME`` line, after a blank line."""
+    lines = []
+    for k, v in (prov or {}).items():
+        for item in (v if isinstance(v, list) else [v]):
+            if item is not None:
+                lines.append(f"# {k}: {item}\n")
+    named = tables if isinstance(tables, Mapping) else {None: tables}
+    for i, (name, table) in enumerate(named.items()):
+        if name is not None:
+            lines.append(f"{chr(10) if i else ''}# table: {name}\n")
+        lines.append(_frame(table).to_csv(index=False))
+    return "".join(lines)
+
+
+def read_provenance(path: Any) -> tuple[dict[str, Any], int]:
+    """The ``# key: value`` lines heading a CSV report (a path or an open text file), with
+    ``set`` and ``sweep`` as lists, and how many lines they take (pandas: ``read_csv(path,
+    skiprows=n)``)."""
+    prov: dict[str, Any] = {"set": [], "sweep": []}
+    n = 0
+    with (nullcontext(path) if hasattr(path, "readline") else open(path, encoding="utf-8", errors="replace")) as f:
+        for line in f:
+            if not line.startswith("# ") or line.startswith("# table: "):
+                break
+            key, _, value = line[2:].rstrip("\n").partition(": ")
+            if key in ("set", "sweep"):
+                prov[key].append(value)
+            else:
+                prov[key] = value
+            n += 1
+    return prov, n
+
+
+def print_csv(df: Any, prov: Mapping[str, Any] | None = None) -> None:
+    sys.stdout.write(csv_text(df, prov))
+
+
+def print_table(df: Any, title: str | None = None, units: dict[str, str] | None = None) -> None:
+    """A rich table of a DataFrame or a list of records; numbers right-aligned and in human units."""
     from rich.console import Console
     from rich.table import Table
 
     units = units or {}
+    names, rows = _rows(df)
     t = Table(title=title, title_justify="left", header_style="bold")
-    for c in df.columns:
-        t.add_column(str(c), justify="right" if pd.api.types.is_numeric_dtype(df[c]) else "left",
-                     overflow="fold")
-    for _, row in df.iterrows():
-        t.add_row(*[human(row[c], units.get(c, "")) if not isinstance(row[c], str) else row[c] for c in df.columns])
+    for j, c in enumerate(names):
+        numeric = all(isinstance(r[j], (int, float, np.number, np.bool_)) for r in rows if r[j] is not None)
+        t.add_column(c, justify="right" if numeric and rows else "left", overflow="fold")
+    for r in rows:
+        t.add_row(*[v if isinstance(v, str) else human(v, units.get(c, "")) for c, v in zip(names, r)])
     console = Console()
     Console(width=console.width if console.is_terminal else 200).print(t)
 
 
 def print_records(records: list[dict], fmt: str, title: str) -> None:
     """Facts (section, quantity, value, unit, note) in the requested format."""
-    df = pd.DataFrame(records)
     if fmt == "json":
         print_json(records)
     elif fmt == "csv":
-        print_csv(df)
+        print_csv(records)
     else:
-        shown = df.assign(value=[human(v, u) for v, u in zip(df["value"], df["unit"])]).drop(columns="unit")
+        shown = [{k: human(r["value"], r["unit"]) if k == "value" else v for k, v in r.items() if k != "unit"}
+                 for r in records]
         print_table(shown, title)
 
 
-def print_frame(df: pd.DataFrame, fmt: str, title: str, out: str | Path | None = None) -> None:
+def print_frame(df: Any, fmt: str, title: str, out: str | Path | None = None,
+                prov: Mapping[str, Any] | None = None) -> None:
     """A result table in the requested format (JSON records, CSV, or a rich table), after
-    writing it whole to ``out`` as CSV when given."""
+    writing it whole to ``out`` as CSV when given; ``prov`` heads the CSV and sits beside the
+    JSON records."""
     if out:
-        write_csv(df, out)
+        write_csv(df, out, prov)
     if fmt == "json":
-        print_json(df.to_dict(orient="records"))
+        records = json_records(_frame(df).to_dict(orient="records"))
+        print_json({"rows": records, "provenance": prov} if prov else records)
     elif fmt == "csv":
-        print_csv(df)
+        print_csv(df, prov)
     else:
         print_table(df, title)
 
@@ -131,15 +210,17 @@ def write_atomic(path: str | Path, write: Any) -> None:
         raise
 
 
-def write_csv(df: pd.DataFrame, path: str | Path) -> None:
-    write_atomic(path, lambda tmp: df.to_csv(tmp, index=False))
+def write_csv(df: Any, path: str | Path, prov: Mapping[str, Any] | None = None) -> None:
+    """``csv_text`` of the table(s) to ``path``, whole or not at all."""
+    text = csv_text(df, prov)
+    write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def warn(message: str) -> None:
     sys.stderr.write(f"cmperf: warning: {message}\n")
 
 
-def columns_present(df: pd.DataFrame, cols: Iterable[str]) -> list[str]:
+def columns_present(df: Any, cols: Iterable[str]) -> list[str]:
     return [c for c in cols if c in df.columns]
 
 

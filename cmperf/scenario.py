@@ -1,9 +1,9 @@
 """Scenario inputs: the parallel configuration and workload of a prediction, as a grid.
 
-A grid is a pandas DataFrame with one row per configuration and one column per input; a
-single prediction is a grid of one row. Defaults (cmperf/defaults.py) are the paper's
-deployment. Validation is vectorised: every row gets ``valid`` and, when it is not, the
-first ``reason``.
+A grid is a table of numpy columns (:class:`cmperf.columns.Columns`) with one row per
+configuration and one column per input; a single prediction is a grid of one row. Defaults
+(cmperf/defaults.py) are the paper's deployment. Validation is vectorised: every row gets
+``valid`` and, when it is not, the first ``reason``.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import math
 from typing import Any, Mapping
 
 import numpy as np
-import pandas as pd
 
+from .columns import Columns, product
 from .defaults import PHASE_DEFAULTS
 from .errors import ConfigError
 
 
-def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> pd.DataFrame:
+def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> Columns:
     """Cartesian product of the given values (scalars or lists) with defaults elsewhere."""
     defaults = PHASE_DEFAULTS[phase]
     values = dict(values or {})
@@ -30,36 +30,22 @@ def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> pd.DataFra
         v = values.get(k, d.value)
         if v is None:
             v = d.value
-        cols[k] = list(v) if isinstance(v, (list, tuple, np.ndarray, pd.Series)) else [v]
-    return resolve_defaults(phase, _product(cols))
+        cols[k] = list(v) if np.ndim(v) > 0 and not isinstance(v, str) else [v]  # a list, array or Series
+    return resolve_defaults(phase, product(cols))
 
 
-def _product(cols: dict[str, list]) -> pd.DataFrame:
-    """Cartesian product as columns (first column slowest, like itertools.product), built
-    with numpy repeat/tile: the loop runs over columns, not over configurations."""
-    n = math.prod(len(v) for v in cols.values())
-    if n == 0:
-        return pd.DataFrame([], columns=list(cols))
-    data, inner = {}, n
-    for k, v in cols.items():
-        values = pd.Series(v).to_numpy()  # pandas' own dtype inference: int, float, bool or object
-        inner //= len(v)
-        data[k] = np.tile(np.repeat(values, inner), n // (inner * len(v)))
-    return pd.DataFrame(data, columns=list(cols))
-
-
-def grid_from_rows(phase: str, rows: list[Mapping[str, Any]]) -> pd.DataFrame:
+def grid_from_rows(phase: str, rows: list[Mapping[str, Any]]) -> Columns:
     """One configuration per mapping (missing keys take the defaults), no cartesian product."""
     defaults = PHASE_DEFAULTS[phase]
     for r in rows:
         unknown = set(r) - set(defaults)
         if unknown:
             raise ConfigError(f"unknown {phase} input(s): {', '.join(sorted(unknown))} (expected: {', '.join(defaults)})")
-    df = pd.DataFrame([{k: r.get(k, d.value) for k, d in defaults.items()} for r in rows], columns=list(defaults))
+    df = Columns.from_records([{k: r.get(k, d.value) for k, d in defaults.items()} for r in rows], defaults)
     return resolve_defaults(phase, df)
 
 
-def resolve_defaults(phase: str, df: pd.DataFrame) -> pd.DataFrame:
+def resolve_defaults(phase: str, df: Columns) -> Columns:
     """Fill the inputs whose default depends on others (EP = dies, kv_len, shared copies)."""
     df = df.copy()
     if phase in ("gemm", "attention"):
@@ -78,7 +64,7 @@ def resolve_defaults(phase: str, df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarray]:
+def validate(phase: str, df: Columns, m, hw) -> tuple[np.ndarray, np.ndarray]:
     """Vectorised checks; returns (valid mask, reason per row: '' when valid)."""
     reason = np.full(len(df), "", dtype=object)
 

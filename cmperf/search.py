@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError
-from .predict import Specs, load_specs, predict
+from .predict import Specs, inert_fields, load_specs, predict
 from .defaults import PHASE_DEFAULTS
 
 SEARCH_PHASES = ("decode", "prefill")
@@ -310,21 +310,14 @@ class SearchResult:
                 "sweeps": self.sweeps}
 
     def inert_sweeps(self) -> list[str]:
-        """Swept fields that changed no output anywhere: within every group of rows that differ
-        only in that field, latency, throughput and memory are identical (the cost model does
-        not read the field). Rows are grouped by a hash of the other inputs, vectorised."""
-        t, out = self.table, []
-        inputs = [c for c in (*PHASE_DEFAULTS[self.phase], *self.sweeps) if c in t.columns]
-        outputs = [self.latency, THROUGHPUT, "memory_per_die_bytes"]
-        for k in self.sweeps:
-            if t[k].nunique() < 2:
-                continue
-            others = [c for c in inputs if c != k]
-            key = pd.util.hash_pandas_object(t[others], index=False).to_numpy() if others else np.zeros(len(t))
-            g = t[outputs].groupby(key)
-            if ((g.max() - g.min()).to_numpy() == 0).all():
-                out.append(k)
-        return out
+        """Swept fields that changed no output anywhere (:func:`cmperf.predict.inert_fields`:
+        within every group of rows that differ only in that field, every output of predict
+        is identical; the cost model does not read the field, or it never limits these
+        configurations)."""
+        t = self.table
+        inputs = [*PHASE_DEFAULTS[self.phase], *self.sweeps]
+        outputs = [c for c in t.columns if c not in inputs and c not in SEARCH_COLUMNS and t[c].dtype.kind in "biuf"]
+        return inert_fields(t, inputs, [k for k in self.sweeps if k in t.columns], outputs)
 
     def invalid_examples(self, n: int = 3) -> list[str]:
         return list(dict.fromkeys(self.invalid["reason"].astype(str)))[:n] if len(self.invalid) else []
@@ -381,8 +374,10 @@ def rank(grid: Grid, slo_ms: float, top: int) -> SearchResult:
 def read_results(path: str, slo_ms: float | None = None, top: int | None = None) -> SearchResult:
     """A search saved with ``--out`` (one row per configuration), re-ranked under ``slo_ms``
     (default: the SLO it was searched with) and ``top`` (default: as many as it ranked)."""
+    from .report import read_provenance
+
     try:
-        t = pd.read_csv(path)
+        t = pd.read_csv(path, skiprows=read_provenance(path)[1])  # after the '# key: value' lines
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file (expected a CSV written by cmperf search --out)") from None
     except (OSError, ValueError, pd.errors.ParserError) as e:

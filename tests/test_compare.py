@@ -43,6 +43,11 @@ DIES = {"decode": {"cloudmatrix384": 320, "h800-cluster": 128, "h100-cluster": 7
 BAND = {"decode": 0.08, "prefill": 0.035}  # README: held-out error of decode / prefill
 
 
+def _data_lines(text):
+    """The CSV lines after the '# key: value' provenance lines."""
+    return [line for line in io.StringIO(text) if not line.startswith("# ")]
+
+
 def _json(cli, *args):
     code, out, err = cli("compare", *args, "--format", "json")
     assert code == 0, err
@@ -91,11 +96,11 @@ def test_compare_prefill_table_csv_and_out_file(cli, tmp_path):
     out_file = tmp_path / "cmp.csv"
     code, out, err = cli("compare", "prefill", "--format", "csv", "--out", out_file)
     assert code == 0, err
-    rows = {r["system"]: r for r in csv.DictReader(io.StringIO(out))}
+    rows = {r["system"]: r for r in csv.DictReader(_data_lines(out))}
     _check_default_rows("prefill", rows)
     assert all(int(rows[s]["tokens_per_npu"]) == 16384 and int(rows[s]["prompt_len"]) == 4096 for s in SETUPS)
     assert [int(rows[s]["attn_tp"]) for s in SETUPS] == [4, 1, 1]
-    assert list(csv.DictReader(io.StringIO(out_file.read_text()))) == list(rows.values())
+    assert list(csv.DictReader(_data_lines(out_file.read_text()))) == list(rows.values())
 
 
 def test_cloudmatrix_rows_match_the_papers_tables_3_and_4(default_rows):

@@ -291,6 +291,8 @@ def test_cli_plans_each_value_of_a_list(cli):
     assert code == 0, err
     import json
 
-    rows = json.loads(out)
+    doc = json.loads(out)
+    rows = doc["rows"]
+    assert doc["provenance"]["command"] == "plan" and doc["provenance"]["prefix_hit"] == "0,0.5"
     assert [r["prefix_hit"] for r in rows] == ["0", "0.5"]
     assert rows[1]["goodput_rps"] > rows[0]["goodput_rps"]

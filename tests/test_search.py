@@ -152,7 +152,7 @@ def test_cli_csv_round_trips_with_documented_columns(cli, tmp_path):
     code, stdout, err = cli("search", "decode", "--tpot-slo", "30", "--batch", "8:64:8", "--mtp-k", "1,2",
                             "--sweep", f"{UB}=135e9,270e9", "--out", out, "--format", "csv", "--top", "3")
     assert code == 0, err
-    t = pd.read_csv(out)
+    t = pd.read_csv(out, comment="#")  # after the provenance lines
     assert len(t) == 8 * 2 * 2 * 2  # batch x microbatches x mtp_k x UB bandwidth
     inputs = ["phase", *DECODE_DEFAULTS, UB]
     outputs = ["microbatches_used", "iteration_ms", "tpot_ms", "layer_us", "throughput_per_npu", "tokens_per_s_per_user",
@@ -161,7 +161,7 @@ def test_cli_csv_round_trips_with_documented_columns(cli, tmp_path):
     assert t["fits"].dtype == bool and t["meets_slo"].dtype == bool and t["on_pareto"].dtype == bool
     assert sorted(t["rank"].dropna().astype(int)) == [1, 2, 3]
     assert (t["slo_ms"] == 30).all() and (t.loc[t["meets_slo"], "tpot_ms"] <= 30).all()
-    top = pd.read_csv(io.StringIO(stdout))  # --format csv prints the top-N, same columns
+    top = pd.read_csv(io.StringIO(stdout), comment="#")  # --format csv prints the top-N, same columns
     assert list(top.columns) == list(t.columns) and list(top["rank"]) == [1, 2, 3]
     best = t.loc[t["rank"] == 1].iloc[0]
     assert best["throughput_per_npu"] == t.loc[t["meets_slo"], "throughput_per_npu"].max()

@@ -44,7 +44,8 @@ def calibrate_file(path, do_write: bool) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cmperf.calibration", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m cmperf.calibration",
+                                 description=__doc__.split(": ", 1)[1].replace("``", "'"))
     ap.add_argument("references", nargs="*", help="reference files (default: every built-in one)")
     ap.add_argument("--write", action="store_true",
                     help="store the fitted values in the built-in spec files (and, for the paper, the prediction bands)")

@@ -39,7 +39,7 @@ def _per_system(items: Optional[List[str]], flag: str, split_value: bool) -> dic
 
 def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
     from ..compare import LATENCY, SETUPS_FILE, compare, compare_figure, load_setups
-    from ..report import check_format, check_parent_dir, human, print_csv, print_json, print_table, write_csv
+    from ..report import check_format, check_parent_dir, human, print_csv, print_json, print_table, provenance, write_csv
 
     check_format(fmt)
     if plot:
@@ -48,14 +48,16 @@ def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
     cmp = compare(phase, systems, load_setups(config or SETUPS_FILE), model,
                   _per_system(sets, "--set", False), _per_system(withs, "--with", True))
     t = cmp.table
+    prov = provenance(f"compare {phase}", hardware or ",".join(t["system"]), model or ",".join(dict.fromkeys(t["model"])),
+                      sets or [], config=config, **{"with": list(withs or [])})
     if out:
-        write_csv(t, out)
+        write_csv(t, out, prov)
     if plot:
         compare_figure(cmp, plot)
     if fmt == "json":
         print_json(t.to_dict(orient="records"))
     elif fmt == "csv":
-        print_csv(t)
+        print_csv(t, prov)
     else:
         lat = LATENCY[phase]
         shown = t[["system", "chip", "model", "dtype", "dies", "ep"]].copy()

@@ -29,8 +29,9 @@ def hw_list(fmt: str = FormatOpt):
 @hw_app.command("show")
 def hw_show(name: str = typer.Argument("cloudmatrix384", help="chip or system: built-in name or YAML path"),
             fmt: str = FormatOpt, sets: Optional[List[str]] = SetOpt):
-    """Peaks, ridge points and network tiers of a chip, or topology and totals of a system.
-    Example: cmperf hw show ascend-910c"""
+    """Peaks, ridge points and network tiers of a chip, or topology and totals of a system;
+    a field that changes no output of DeepSeek-R1's default decode or prefill prediction on
+    it is marked NOT USED. Example: cmperf hw show ascend-910c"""
     from ..facts import chip_facts, system_facts
     from ..report import check_format, print_records
     from ..specs.loader import hardware_kind, load_chip, load_hardware, split_overrides
@@ -40,8 +41,53 @@ def hw_show(name: str = typer.Argument("cloudmatrix384", help="chip or system: b
     is_chip = hardware_kind(name) == "chip"
     if is_chip:
         chip, _ = load_chip(name, overrides)
-        print_records(chip_facts(chip), fmt, f"{chip.name}: {chip.description}")
+        records = chip_facts(chip)
+        print_records(_mark_unused(records, _system_of(chip, overrides)), fmt, f"{chip.name}: {chip.description}")
     else:
         hw = load_hardware(name, overrides)
-        print_records(system_facts(hw) + chip_facts(hw.chip), fmt, f"{hw.system.name}: {hw.system.description}")
+        records = system_facts(hw) + chip_facts(hw.chip)
+        print_records(_mark_unused(records, hw), fmt, f"{hw.system.name}: {hw.system.description}")
 
+
+def _system_of(chip, overrides):
+    """The first built-in system built of ``chip`` (with the same overrides), to judge the
+    chip's fields on; None if there is none."""
+    from ..errors import CmperfError
+    from ..specs.loader import list_builtin, load_hardware
+
+    for system, _ in list_builtin("system"):
+        try:
+            hw = load_hardware(system, overrides)
+        except CmperfError:
+            continue
+        if hw.chip.name == chip.name:
+            return hw
+    return None
+
+
+def _mark_unused(records: list[dict], hw) -> list[dict]:
+    """Records of spec fields get ``used`` (yes/no: whether the field changes any output of
+    the default decode or prefill prediction of DeepSeek-R1 on ``hw``, cmperf.predict.
+    unused_fields); an unused one also says so in its note."""
+    from ..errors import CmperfError
+    from ..predict import Specs, unused_fields
+    from ..specs.loader import load_model
+
+    fields = [r["field"] for r in records if r.get("field")]
+    if hw is None or not fields:
+        return records
+    try:
+        unused = unused_fields(Specs(hardware=hw, model=load_model()[0]), fields)
+    except CmperfError:
+        return records
+    if unused is None:
+        return records
+    out = []
+    for r in records:
+        if r.get("field"):
+            used = r["field"] not in unused
+            note = r["note"] if used else "NOT USED: changes no output of DeepSeek-R1's default decode or prefill here" + \
+                (f"; {r['note']}" if r["note"] else "")
+            r = {**r, "note": note, "used": used}
+        out.append(r)
+    return out

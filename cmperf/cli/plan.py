@@ -83,7 +83,13 @@ def plan_cmd(
         sets.append(f"system.memory_pool.block_tokens={block_tokens}")
     kwargs = dict(hardware=hardware, model=model, sets=sets, npus=npus, supernode=supernode,
                   shape_names=_shapes(shapes), kv_tier=kv_tier, pool_path=pool_path, working_set_tokens=working_set)
+    from ..report import provenance
     from .search import _ChunkProgress
+
+    prov = provenance("plan", hardware, model, sets, sweep or [], npus=npus, supernode=supernode, rate=rate,
+                      prompt_len=None if trace else prompt_len, output_len=None if trace else output_len, trace=trace,
+                      prefix_hit=prefix_hit, pool_path=pool_path, working_set_tokens=working_set, ttft_slo_ms=ttft_slo,
+                      ttft_stat=ttft_stat, tpot_slo_ms=tpot_slo, shapes=shapes, kv_tier=kv_tier)
 
     progress = _ChunkProgress()
     try:
@@ -96,9 +102,9 @@ def plan_cmd(
     finally:
         progress.close()
     if sweep or len(variants) > 1:
-        _render_sweep(result, fmt, out)
+        _render_sweep(result, fmt, out, prov)
         return
-    _render(result, fmt, top, out, plot)
+    _render(result, fmt, top, out, plot, prov)
 
 
 def _list(text: str, flag: str) -> list[str]:
@@ -154,7 +160,7 @@ def _shapes(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
 
 
-def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str]) -> None:
+def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str], prov: dict) -> None:
     import pandas as pd
 
     from ..report import human, print_json, print_table, warn, write_csv
@@ -162,7 +168,7 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str])
 
     table = result.table
     if out:
-        write_csv(public(table), out)
+        write_csv(public(table), out, prov)
     if plot and len(table):
         from ..plots import plan_figure
 
@@ -170,11 +176,11 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str])
     s = summary(result)
     runners = public(result.runners_up(top))
     if fmt == "json":
-        print_json({**s, "runners_up": runners.to_dict(orient="records")})
+        print_json({**s, "runners_up": runners.to_dict(orient="records"), "provenance": prov})
     elif fmt == "csv":
         from ..report import print_csv
 
-        print_csv(public(table.head(1 + top)))
+        print_csv(public(table.head(1 + top)), prov)
     else:
         typer.echo(s["headline"])
         best = s["best"]
@@ -209,10 +215,10 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str])
         raise typer.Exit(1)
 
 
-def _render_sweep(result, fmt: str, out: Optional[str]) -> None:
+def _render_sweep(result, fmt: str, out: Optional[str], prov: dict) -> None:
     from ..report import print_frame
 
-    print_frame(result.round(6) if fmt == "table" else result, fmt, "best deployment per swept value", out)
+    print_frame(result.round(6) if fmt == "table" else result, fmt, "best deployment per swept value", out, prov)
     if (result["goodput_rps"] <= 0).all():
         sys.stderr.write("cmperf: no swept value gives a deployment that meets the SLOs\n")
         raise typer.Exit(1)

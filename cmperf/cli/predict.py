@@ -74,47 +74,56 @@ def _misfit(row, phase: str) -> str:
 
 def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list[str], breakdown: bool,
                  fmt: str, out: Optional[str]):
-    from ..predict import load_specs, predict
+    """Predict one configuration and render it from the result's numpy columns (pandas is
+    imported only to write CSV)."""
+    from ..predict import inert_overrides, load_specs, predict
     from ..bands import half_width
-    from ..report import check_format, human, print_csv, print_json, print_table, unit_of, warn, write_csv
+    from ..report import (check_format, human, json_records, print_csv, print_json, print_table, provenance, unit_of,
+                          warn, write_csv)
 
     check_format(fmt)
     specs = load_specs(hardware, model, sets)
-    result = predict(phase, {k: v for k, v in values.items() if v is not None}, specs)
-    table = result.table
+    given = {k: v for k, v in values.items() if v is not None}
+    result = predict(phase, given, specs)
+    table = result.columns
     for i in range(len(table)):
         if not bool(table["fits"].iat[i]):
-            warn(_misfit(table.iloc[i], phase))
+            warn(_misfit(table.records()[i], phase))
+    for path in inert_overrides(phase, given, specs, sets):
+        warn(f"--set {path} changes no output of this prediction (the cost model does not read it, "
+             f"or it never limits this configuration)")
+    prov = provenance(f"predict {phase}", hardware, model, sets)
+    ops, sections = result.breakdown_records(0) if breakdown else (None, None)
+    tables = {"summary": table.records(), "operators": ops, "sections": sections} if breakdown else table.records()
     if out:
-        write_csv(table, out)
-    ops, sections = result.breakdown(0) if breakdown else (None, None)
+        write_csv(table.records(), out, prov)
     summary = SUMMARY[phase]
     if fmt == "json":
-        obj = table.to_dict(orient="records")
-        obj = obj[0] if len(obj) == 1 else obj
+        obj = json_records(table.records())[0]
         if breakdown:
-            obj = {**obj, "breakdown": ops.to_dict(orient="records"), "sections": sections.to_dict(orient="records")} \
-                if isinstance(obj, dict) else obj
-        print_json(obj)
+            obj = {**obj, "breakdown": ops, "sections": sections}
+        print_json({**obj, "provenance": prov})
     elif fmt == "csv":
-        print_csv(ops if breakdown else table)
+        print_csv(tables, prov)
     else:
-        row = table.iloc[0]
-
         def cell(c):
-            text = human(row[c], unit_of(c))
-            if f"{c}_lo" in table.columns:
-                text += f" ± {human(half_width(row[f'{c}_lo'], row[f'{c}_hi']), unit_of(c))}"
+            text = human(table[c].iat[0], unit_of(c))
+            if f"{c}_lo" in table:
+                text += f" ± {human(half_width(table[f'{c}_lo'].iat[0], table[f'{c}_hi'].iat[0]), unit_of(c))}"
             return text
 
-        shown = [(c, cell(c)) for c in summary if c in table.columns]
-        import pandas as pd
-        print_table(pd.DataFrame(shown, columns=["quantity", "value"]), f"{phase} prediction ({hardware}, {model})")
+        shown = [{"quantity": c, "value": cell(c)} for c in summary if c in table]
+        print_table(shown, f"{phase} prediction ({hardware}, {model})")
         if breakdown:
             cols = ["section", "stream", "op", "calls", "time_us", "compute_us", "vector_us", "memory_us", "network_us",
                     "latency_us", "bound", "total_ms"]
-            print_table(ops[cols].round(2), "per-operator time (one call = one microbatch; bound = largest term)")
-            print_table(sections.round(3), "how the operators combine")
+            print_table(_rounded(ops, cols, 2), "per-operator time (one call = one microbatch; bound = largest term)")
+            print_table(_rounded(sections, None, 3), "how the operators combine")
+
+
+def _rounded(records: list[dict], cols: Optional[list[str]], digits: int) -> list[dict]:
+    """The records' ``cols`` (default: all), floats rounded to ``digits``."""
+    return [{c: round(r[c], digits) if isinstance(r[c], float) else r[c] for c in (cols or r)} for r in records]
 
 
 @predict_app.command("decode")

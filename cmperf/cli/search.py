@@ -128,28 +128,36 @@ def search_report(
     slo: Optional[float] = typer.Option(None, "--slo", help="re-rank under this SLO in ms (default: the one searched with)"),
     top: Optional[int] = typer.Option(None, "--top", help="how many to report (default: as many as the search ranked)"),
     plot: Optional[str] = PlotOpt, fmt: str = FormatOpt,
-    sets: Optional[List[str]] = typer.Option(None, "--set", help="the --set overrides the search used (for the operator breakdown)"),
-    hardware: str = HardwareOpt, model: str = ModelOpt,
+    sets: Optional[List[str]] = typer.Option(None, "--set", help="spec overrides for the plotted operator breakdown "
+                                                                 "(default: the ones the file records)"),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="system spec (default: the one the file records)"),
+    model: Optional[str] = typer.Option(None, "--model", help="model spec (default: the one the file records)"),
 ):
     """Re-rank a search saved with --out and redraw its figure, without re-running the grid.
 
-    Pass the --hardware/--model/--set the search used: the plotted configuration's operators are re-evaluated
-    from them. Example: cmperf search report d.csv --slo 30 --plot d30.png
+    The file records the hardware, model, --set and --sweep it was made with (its '# key: value' lines); the
+    plotted configuration's operators are re-evaluated from them (--hardware/--model/--set replace them).
+    Example: cmperf search report d.csv --slo 30 --plot d30.png
     """
-    from ..report import check_format
+    from ..report import check_format, provenance, read_provenance
     from ..search import read_results
 
     check_format(fmt)
     _check_dir(plot, "--plot")
     _plot_ready(plot)
     result = read_results(results, slo, top)
+    recorded, _ = read_provenance(results)
+    hardware = hardware or recorded.get("hardware") or "cloudmatrix384"
+    model = model or recorded.get("model") or "deepseek-r1"
+    sets = sets or recorded["set"]
     specs = _specs(hardware, model, sets) if plot else None
-    _finish(result, specs, fmt, None, plot, f"{Path(results).name}")
+    prov = provenance(f"search report {results}", hardware, model, sets, recorded["sweep"])
+    _finish(result, specs, fmt, None, plot, f"{Path(results).name}", prov)
 
 
 # --------------------------------------------------------------------------- shared
 def _run(phase, values, slo, top, sweep, sets, hardware, model, fmt, out, plot):
-    from ..report import check_format
+    from ..report import check_format, provenance
     from ..search import check_sweeps, parse_sweeps, search
 
     check_format(fmt)
@@ -164,7 +172,8 @@ def _run(phase, values, slo, top, sweep, sets, hardware, model, fmt, out, plot):
         result = search(phase, {k: v for k, v in values.items() if v is not None}, slo, specs, sweeps, top, progress)
     finally:
         progress.close()
-    _finish(result, specs, fmt, out, plot, f"{hardware}, {model}")
+    prov = provenance(f"search {phase}", hardware, model, sets or [], sweep or [])
+    _finish(result, specs, fmt, out, plot, f"{hardware}, {model}", prov)
 
 
 def _specs(hardware, model, sets):
@@ -188,7 +197,7 @@ def _plot_ready(plot: Optional[str]) -> None:
         _pyplot()  # fail before the search, not after it
 
 
-def _finish(result, specs, fmt, out, plot, label):
+def _finish(result, specs, fmt, out, plot, label, prov):
     from ..report import warn, write_csv
 
     s = result.summary()
@@ -199,32 +208,32 @@ def _finish(result, specs, fmt, out, plot, label):
     for k in inert:
         warn(f"--sweep {k} changed no output over this grid (the cost model does not read it, or it never limits these configurations)")
     if out:
-        write_csv(result.table, out)
+        write_csv(result.table, out, prov)
     if plot:
         from ..plots import search_figure
         from ..search import breakdown
 
         ops, _ = breakdown(result, specs)
         search_figure(result, ops, specs, plot, f"{label}, {result.latency.split('_')[0].upper()} SLO {result.slo_ms:g} ms")
-    _render(result, fmt, inert, why)
+    _render(result, fmt, inert, why, prov)
     if why:
         sys.stderr.write(f"cmperf: {why}\n")
         raise typer.Exit(1)
 
 
-def _render(result, fmt: str, inert: list[str], why: str) -> None:
+def _render(result, fmt: str, inert: list[str], why: str, prov: dict) -> None:
     import pandas as pd
 
-    from ..report import print_csv, print_json, print_table, unit_of
+    from ..report import json_records, print_csv, print_json, print_table, unit_of
 
     top, pareto = result.top, result.pareto
     if fmt == "json":
         print_json({"summary": result.summary(), "invalid_examples": result.invalid_examples(),
                     "inert_sweeps": inert, "message": why,
-                    "top": _records(top), "pareto": _records(pareto)})
+                    "top": json_records(_records(top)), "pareto": json_records(_records(pareto)), "provenance": prov})
         return
     if fmt == "csv":
-        print_csv(top)
+        print_csv(top, prov)
         return
     s = result.summary()
     lat = result.latency

@@ -43,7 +43,7 @@ def validate_cmd(
     from ..calibration.reference import builtin_references, load_reference
     from ..calibration.validate import evaluate, fitted_parameters, specs_for, summary
     from ..calibration.validate import sensitivity as sens
-    from ..report import check_format, print_csv, print_json
+    from ..report import check_format, print_csv, print_json, provenance
 
     check_format(fmt)
     reports = []
@@ -61,6 +61,9 @@ def validate_cmd(
         reports.append(report)
     res = pd.concat([r["res"] for r in reports], ignore_index=True)
     stats = summary(res)
+    prov = provenance("validate " + " ".join(r["ref"].name for r in reports), _joined(r["ref"].hardware for r in reports),
+                      _joined(r["ref"].model for r in reports), sets or [])
+    sens_table = pd.concat([r["sens"] for r in reports]) if sensitivity else None
     if fmt == "json":
         obj = {"rows": res.to_dict(orient="records"), "summary": stats,
                "files": [{"name": r["ref"].name, "hardware": r["ref"].hardware, "model": r["ref"].model,
@@ -68,7 +71,7 @@ def validate_cmd(
                          for r in reports],
                "fitted_parameters": reports[0]["fitted"].to_dict(orient="records")}
         if sensitivity:
-            obj["sensitivity"] = pd.concat([r["sens"] for r in reports]).to_dict(orient="records")
+            obj["sensitivity"] = sens_table.to_dict(orient="records")
         cvs = [r for r in reports if r["cv"] is not None]
         if cvs:
             cv = cvs[0]["cv"]
@@ -76,9 +79,9 @@ def validate_cmd(
                                        "rows": cv.rows.to_dict(orient="records"),
                                        "parameters": cv.parameters.to_dict(orient="records")}
             obj["cross_validation_files"] = {r["ref"].name: r["cv"].groups.to_dict(orient="records") for r in cvs}
-        print_json(obj)
+        print_json({**obj, "provenance": prov})
     elif fmt == "csv":
-        print_csv(res)
+        print_csv({"rows": res, "sensitivity": sens_table} if sensitivity else res, prov)
     else:
         for r in reports:
             _print_file(r)
@@ -88,6 +91,11 @@ def validate_cmd(
                        f"{stats['rows']} rows in all, {stats['failed']} failing")
     if stats["failed"]:
         raise typer.Exit(1)
+
+
+def _joined(names) -> str:
+    """Distinct names in order, comma-separated (the specs of several reference files)."""
+    return ",".join(dict.fromkeys(str(n) for n in names))
 
 
 def _print_file(r) -> None:
