@@ -296,3 +296,18 @@ def test_cli_plans_each_value_of_a_list(cli):
     assert doc["provenance"]["command"] == "plan" and doc["provenance"]["prefix_hit"] == "0,0.5"
     assert [r["prefix_hit"] for r in rows] == ["0", "0.5"]
     assert rows[1]["goodput_rps"] > rows[0]["goodput_rps"]
+
+
+@pytest.mark.parametrize("args,text", [(["--npus", "1"], "no valid prefill instance size"),
+                                       (["--output-len", "1e9"], "no decode option fits"),
+                                       (["--prompt-len", "131072", "--output-len", "4096"], "closest")])
+def test_cli_impossible_plans_say_why(cli, args, text):
+    code, out, err = cli("plan", "--shapes", "pd", *args)
+    assert code == 1 and text in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [["--trace", "/"], ["--supernode", "1000"], ["--working-set-tokens", "0"],
+                                  ["--top", "-1"], ["--npus", "0"], ["--rate", "1,,2"], ["--block-tokens", "0"]])
+def test_cli_more_bad_input_is_one_line(cli, args):
+    code, _, err = cli("plan", *args)
+    one_line_error(code, err)

@@ -65,6 +65,8 @@ class Plan:
     def runners_up(self, n: int = 5) -> pd.DataFrame:
         """The next best deployments of other instance sizes (best of each distinct shape,
         prefill size, prefill batch and decode size), and the best of every other shape."""
+        if len(self.table) == 0:
+            return self.table
         keys = ["shape", "prefill_dies", "prefill_tokens_per_npu", "decode_dies", "attention_dies"]
         distinct = self.table.drop_duplicates(keys)
         shapes_best = self.table.drop_duplicates(["shape"])
@@ -223,7 +225,7 @@ def curves(p: Plan, row, rates) -> dict:
 
 
 def _empty() -> pd.DataFrame:
-    return pd.DataFrame(columns=["shape", "goodput_rps"])
+    return pd.DataFrame(columns=["rank", "shape", "goodput_rps"])
 
 
 def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, computed, budget_dies: int,
@@ -364,8 +366,14 @@ def _message(p: Plan) -> str:
     given = p.workload.arrival_rate_per_s
     slo = p.workload.slo
     if len(t) == 0:
-        return (f"no instance of {p.settings['hardware']} fits the model with these options "
-                f"(see `cmperf predict` for the memory of one instance)")
+        why = []
+        for name in ("prefill", "decode"):
+            table = p.instances.get(name)
+            if table is None or len(table) == 0:
+                why.append(f"no valid {name} instance size within the budget and the scale-up domain")
+            elif not table["fits"].any():
+                why.append(f"no {name} option fits in HBM at these lengths (see `cmperf predict {name}`)")
+        return f"no deployment of {p.settings['npus']} NPUs of {p.settings['hardware']}: " + "; ".join(why or ["no option"])
     best = t.iloc[0]
     if best["goodput_rps"] <= 0:
         return (f"no deployment meets TTFT {slo.ttft_stat} <= {slo.ttft_s * 1e3:g} ms and TPOT <= {slo.tpot_s * 1e3:g} ms "

@@ -43,12 +43,14 @@ def ub_switches(hw, npus: int) -> dict:
 
 def supernode_sets(hw, npus: int) -> list[str]:
     """``--set`` overrides that make the system a supernode of ``npus`` NPUs: its nodes and
-    the UB tier's domain (the tier the memory pool and expert parallelism run over)."""
+    the domain of the tier expert parallelism runs over (UB on CloudMatrix384)."""
     per_node = hw.system.node.chips
     if npus < per_node or npus % per_node:
         raise ConfigError(f"--supernode {npus}: expected a multiple of the {per_node} NPUs of a node")
+    if hw.system.ub_fabric is not None:
+        ub_switches(hw, npus)  # the fabric must be able to build it (Table 11's switches)
     sets = [f"system.nodes={npus // per_node}"]
-    ub = hw.system.memory_pool.tier if hw.system.memory_pool is not None else None
-    if ub is not None and hw.system.tiers[ub].domain_chips is not None:
-        sets.append(f"system.tiers.{ub}.domain_chips={npus}")
+    domain = hw.system.expert_parallel.decode.tiers[-1]  # the scale-up tier expert parallelism runs over
+    if hw.system.tiers[domain].domain_chips is not None:
+        sets.append(f"system.tiers.{domain}.domain_chips={npus}")
     return sets

@@ -35,6 +35,7 @@ from ..errors import ConfigError
 
 Z90 = 1.2815515655446004  # standard normal 90th percentile
 MAX_TRACE_ROWS = 1_000_000
+MAX_TRACE_BYTES = 64_000_000
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,12 @@ def read_trace(path: str) -> tuple[Lengths, Lengths, np.ndarray | None]:
     columns is required). Every cell is checked: whole, finite, prompt and output >= 1,
     0 <= cached < prompt."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"--trace {path}: no such file")
+    if not p.is_file():
+        raise ConfigError(f"--trace {path}: not a regular file (a directory, FIFO or device); expected a CSV file")
+    if p.stat().st_size > MAX_TRACE_BYTES:
+        raise ConfigError(f"--trace {path}: {p.stat().st_size:,} bytes; at most {MAX_TRACE_BYTES:,}")
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
