@@ -252,15 +252,20 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     n_d = np.concatenate([np.arange(1, c + 1) for c in counts]).astype(float) if counts.sum() else np.array([])
     if len(a) == 0:
         return _empty()
+    # the prefill side depends only on (option, count): its largest rate once per such pair
+    prompts = instances.prompts_per_pass(pre["tokens_per_npu"].to_numpy(dtype=float)[i_idx], p_dies[i_idx] / dpp,
+                                         computed.mean)
+    pass_p = pre["forward_ms"].to_numpy(dtype=float)[i_idx] / 1e3
+    kv_p = pre["kv_transfer_ms"].to_numpy(dtype=float)[i_idx] / 1e3
+    servers_p = np.maximum(prompts, 1.0) * n_p
+
+    def ttft_p(rate):
+        return ttft_terms(rate, servers_p, pass_p, computed.scv, pass_p, pass_p + kv_p, slo.ttft_stat)["ttft_s"]
+
+    rate_p = (largest_rate(lambda r: ttft_p(r) <= slo.ttft_s, servers_p / pass_p) * (prompts >= 1))[a]
     i = i_idx[a]
-    prompts = instances.prompts_per_pass(pre["tokens_per_npu"].to_numpy(dtype=float)[i], p_dies[i] / dpp, computed.mean)
-    pass_s = pre["forward_ms"].to_numpy(dtype=float)[i] / 1e3
-    kv_s = pre["kv_transfer_ms"].to_numpy(dtype=float)[i] / 1e3
-    servers = np.maximum(prompts, 1.0) * n_p[a]
-    ok_pass = prompts >= 1
+    pass_s, kv_s, servers = pass_p[a], kv_p[a], servers_p[a]
     ttft = lambda rate: ttft_terms(rate, servers, pass_s, computed.scv, pass_s, pass_s + kv_s, slo.ttft_stat)  # noqa: E731
-    upper = servers / pass_s
-    rate_p = largest_rate(lambda r: ttft(r)["ttft_s"] <= slo.ttft_s, upper) * ok_pass
     rate_d = d_max[k] * n_d
     capacity = np.minimum(rate_p, rate_d)
     given = workload.arrival_rate_per_s
