@@ -80,7 +80,7 @@ class Op:
     launches: Any = 1.0
     weight_bytes: Any = 0.0  # the part of hbm_bytes that is weights (shown in --breakdown)
     chained: bool = False  # cube and vector work depend on each other block by block (attention)
-    gemm: Any = None  # its GEMM's shape (a Gemm): timed tile by tile instead of per die
+    gemm: Any = None  # its GEMMs' shapes (a Gemm, or a tuple run one after the other): timed tile by tile
 
 
 @dataclass
@@ -101,6 +101,7 @@ class Gemm:
 
 # DeepGEMM's candidate block N (deep_gemm 1.0.0, jit_kernels/gemm.py get_best_configs)
 BLOCK_N_CHOICES = np.arange(16, 129, 8, dtype=float)
+FRACTAL = 16.0  # rows of an Ascend cube unit's fractal: a short GEMM's tile holds its rows rounded up to it
 
 
 @dataclass
@@ -128,7 +129,7 @@ def tiling(g: Gemm, units, tile_rows, tile_cols=None) -> Tiling:
     masked = masked.astype(bool)
     units = np.asarray(units, dtype=float)
     if tile_cols is not None:
-        bm = np.full(m.shape, float(tile_rows))
+        bm = np.minimum(float(tile_rows), np.maximum(np.ceil(m / FRACTAL) * FRACTAL, FRACTAL))
         bn = np.full(m.shape, float(tile_cols))
         multicast = np.ones(m.shape)
     else:
@@ -261,10 +262,15 @@ def matmul_dtype(hw, dtype: str):
     return eff.matmul_compute, 0.0
 
 
-def gemm_terms(g: Gemm, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Tile-level times of GEMM ``g`` on one die (docs/model.md §3): the compute of its waves
-    on the stream's share of the matrix units, the same on the whole die (the pool the
-    pipeline sums), and the operand stream into the units (0 when the chip has no rate)."""
+def gemm_terms(gemms, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tile-level times of an op's GEMMs (one :class:`Gemm` or several run one after the
+    other) on one die (docs/model.md §3): the compute of their waves on the stream's share
+    of the matrix units, the same on the whole die (the pool the pipeline sums), and the
+    operand stream into the units (0 when the chip has no rate)."""
+    if not isinstance(gemms, Gemm):
+        parts = [gemm_terms(g, hw, dtype, cube_share) for g in gemms]
+        return tuple(sum(p[i] for p in parts) for i in range(3))
+    g = gemms
     eff = hw.chip.efficiency
     units = float(hw.chip.die.matrix_units)
     rate, _ = matmul_dtype(hw, dtype)
