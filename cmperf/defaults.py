@@ -67,6 +67,8 @@ GEMM_DEFAULTS: dict[str, Default] = {
     "k": Default(2048, "DeepGEMM: DeepSeek-V3 shapes", "reduction dimension"),
     "groups": Default(1, "a plain GEMM", "GEMMs of this shape in one grouped launch"),
     "dtype": Default("fp8", "DeepGEMM runs FP8", "input dtype (bf16, fp16, fp8, int8, fp4)"),
+    "layout": Default("contiguous", "a plain GEMM; DeepGEMM's contiguous grouped layout",
+                      "contiguous (groups stacked along M) or masked (each group padded to m rows)"),
 }
 
 ATTENTION_DEFAULTS: dict[str, Default] = {

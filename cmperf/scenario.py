@@ -78,6 +78,8 @@ def validate(phase: str, df: Columns, m, hw) -> tuple[np.ndarray, np.ndarray]:
     if phase == "gemm":
         for c in ("m", "n", "k", "groups"):
             check(g[c] <= 0, lambda i, c=c: f"gemm {c} must be > 0 (got {g[c].iat[i]})")
+        check(~g["layout"].astype(str).isin(["contiguous", "masked"]),
+              lambda i: f"gemm layout {g['layout'].iat[i]!r}: expected contiguous or masked")
         peaks = set(hw.chip.spec.die.peak_flops_per_s.dtypes())
         check(~g["dtype"].astype(str).isin(peaks),
               lambda i: f"gemm dtype {g['dtype'].iat[i]!r}: chip {hw.chip.name} runs {', '.join(sorted(peaks))}")

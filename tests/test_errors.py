@@ -188,3 +188,21 @@ def test_inconsistent_routing(cli, tmp_path):
 
 def test_attention_share_outside_unit_interval(cli):
     assert_error(cli("predict", "decode", "--attention-share", "1.2"), "--attention-share must be within (0, 1)")
+
+
+def test_bad_gemm_fields_named_together(cli, tmp_path):
+    """An unknown dtype under matmul_by_dtype and an overlap exponent below 1 (the p-norm
+    would fall below the sum of the terms) are both named in one line."""
+    chip = _copy(tmp_path, CHIP, "c.yaml", "  matmul_tile_rows:",
+                 "  matmul_overlap_exponent: {value: 0.5, source: test}\n"
+                 "  matmul_by_dtype: {fp5: {compute: {value: 0.8, source: test}}}\n  matmul_tile_rows:")
+    line = assert_error(cli("hw", "show", chip), "matmul_by_dtype.fp5: not a dtype", "matmul_overlap_exponent: expected >= 1")
+    assert str(chip) in line
+
+
+def test_bad_gemm_layout(cli, tmp_path):
+    from cmperf.calibration.reference import builtin_references
+
+    src = next(p for p in builtin_references() if p.name == "h800-microbenchmarks.yaml")
+    bad = _copy(tmp_path, Path(src), "r.yaml", "layout: masked", "layout: striped")
+    assert_error(cli("validate", bad), "gemm layout 'striped': expected contiguous or masked")

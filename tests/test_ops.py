@@ -152,3 +152,36 @@ def test_every_op_reads_its_weights(specs):
         for row in range(len(r.table)):
             ops, _ = r.breakdown(row)
             assert (ops["hbm_bytes"] >= ops["weight_bytes"] * (1 - 1e-12)).all()
+
+
+def _gemm_flops(op):
+    gemms = (op.gemm,) if not isinstance(op.gemm, tuple) else op.gemm
+    return sum(float(np.sum(2 * np.asarray(g.groups) * np.asarray(g.m) * np.asarray(g.n) * np.asarray(g.k))) for g in gemms)
+
+
+@pytest.mark.parametrize("name", ["deepseek-r1", "llama-3.1-70b", "qwen3-30b-a3b"])
+def test_gemm_shapes_carry_the_ops_flops(name):
+    """Every matmul operator names the GEMMs it runs (docs/model.md §3, timed tile by tile):
+    their 2 x groups x M x N x K add up to the op's FLOPs, MLA, GQA, TP > 1 and a cached
+    prefix included; the experts' grouped GEMM runs its rows padded to whole tiles."""
+    from cmperf.cost.ops import head_op, mtp_proj_op
+    from cmperf.specs.loader import load_model
+
+    m, _ = load_model(name)
+    ops = (attention_decode_ops(m, T=24.0, R=12.0, L=4096, tp=2.0) + attention_prefill_ops(m, T=512.0, P=4096, tp=4.0, cached=1024.0)
+           + [head_op(m, 24.0)])
+    if m.dense_ffn is not None:
+        ops.append(dense_ffn_op(m, 24.0, tp=2.0))
+    if name == "deepseek-r1":
+        ops.append(mtp_proj_op(m, 24.0))
+    matmuls = [o for o in ops if o.flop_kind == "matmul" and np.any(np.asarray(o.flops) > 0)]
+    assert matmuls and all(o.gemm is not None for o in matmuls)
+    for o in matmuls:
+        assert _gemm_flops(o) == pytest.approx(float(np.sum(o.flops)), rel=1e-12), o.name
+    if m.moe is not None:
+        pl = placement(m, 96.0, 32.0, 32, 32, 1.0, 128)
+        gate, _, experts, _ = moe_ops(m, 96.0, 32.0, pl)
+        assert _gemm_flops(gate) == pytest.approx(float(gate.flops), rel=1e-12)
+        padded = float(pl.padded_rows)
+        assert padded > float(pl.rows)
+        assert _gemm_flops(experts) == pytest.approx(float(experts.flops) * padded / float(pl.rows), rel=1e-12)

@@ -307,46 +307,104 @@ def _gemm_us(views, mm, n, k, groups=1, dtype="fp8"):
 
     hw, m = views
     g = {"m": np.array([mm]), "n": np.array([n]), "k": np.array([k]), "groups": np.array([groups]),
-         "dtype": np.array([dtype])}
+         "dtype": np.array([dtype]), "layout": np.array(["contiguous"])}
     return float(gemm(hw, m, g)["gemm_us"][0])
 
 
-def test_large_gemm_is_compute_bound_with_the_tile_overhead(views_h800):
-    """M 4096, N 7168, K 16384 in FP8 on one H800: (2MNK + K0 x 2MN) / (peak x matmul
-    efficiency) + one launch, K0 the output tile's prologue/epilogue in reduction steps; the
-    HBM term (A, B in FP8, C in BF16) is far shorter."""
-    chip = spec("hardware", "h800")
-    d, eff = chip["die"], chip["efficiency"]
-    peak, mm_eff, k0 = num(d["peak_flops_per_s"]["fp8"]), num(eff["matmul_compute"]), num(eff["matmul_k_overhead"])
-    hbm = num(d["hbm_bandwidth_Bps"]) * num(eff["memory_bandwidth"])
-    launch = num(chip["latency"]["kernel_launch_s"])
-    M, N, K = 4096, 7168, 16384
-    compute = (2 * M * N * K + k0 * 2 * M * N) / (peak * mm_eff)  # 0.74 ms
-    memory = (M * K + K * N + 2 * M * N) / hbm
-    assert memory < compute / 5
-    assert _gemm_us(views_h800, M, N, K) == pytest.approx((compute + launch) * 1e6, rel=1e-9)
-    # a row count that is not a whole number of 128-row tiles pays for the padding
-    M2 = 4096 + 64
-    compute2 = (2 * M2 * N * K + k0 * 2 * M2 * N) / (peak * mm_eff * M2 / 4224)  # 33 tiles of 128 rows
-    assert _gemm_us(views_h800, M2, N, K) == pytest.approx((compute2 + launch) * 1e6, rel=1e-9)
+def _tiles(mm, n, groups=1, units=132, masked=False, tile_cols=None):
+    from cmperf.cost.roofline import Gemm, tiling
+
+    t = tiling(Gemm(m=mm, n=n, k=1, groups=groups, masked=masked), units, 128, tile_cols)
+    return tuple(float(x) for x in (t.block_m, t.block_n, t.tiles, t.waves, t.multicast))
 
 
-def test_small_m_gemm_streams_its_weights(views_h800):
-    """M 64 (decode-sized), N 7168, K 16384: the 117 MB of FP8 weights over the achievable HBM
-    bandwidth + one launch; the half-empty 128-row tile's compute is shorter. DeepGEMM README:
-    336 TFLOPS for this shape (15 % tolerance, as in the reference file)."""
+def test_gemm_tiles_and_waves_by_hand():
+    """DeepGEMM's block choice (fewest waves, then the fullest last wave, then the larger
+    block N) on 132 SMs, counted by hand; Ascend's fixed 128 x 152 tile on 24 cube cores."""
+    # M 64 x N 7168: block 64 x 56 -> 128 tiles, one wave (64 x 112 would leave 68 SMs idle)
+    assert _tiles(64, 7168) == (64, 56, 128, 1, 1)
+    # N 2112: block N 16 fills the 132 SMs exactly, for M 64 and M 128
+    assert _tiles(64, 2112) == (64, 16, 132, 1, 1)
+    assert _tiles(128, 2112) == (128, 16, 132, 1, 1)
+    # M 4096 x N 7168: only block N 128 reaches 14 waves (32 x 56 = 1,792 tiles); A multicast
+    assert _tiles(4096, 7168) == (128, 128, 1792, 14, 2)
+    # masked 4 groups x 256 rows, N 4096: 8 x 32 = 256 tiles, two waves, no multicast
+    assert _tiles(256, 4096, groups=4, masked=True) == (128, 128, 256, 2, 1)
+    # Table 10 on a 910C die: 4 x 56 x 27 = 6,048 tiles of 128 x 152 = 252 waves of 24
+    assert _tiles(7168, 4096, groups=4, units=24, tile_cols=152) == (128, 152, 6048, 252, 1)
+
+
+def test_small_m_gemm_time_by_hand(views_h800):
+    """M 64, N 7168, K 16384 in FP8 on one H800, tile by tile: 128 tiles of 64 x 56, one
+    wave; compute = 2 x 64 x 56 x (K + K0) per SM at peak x efficiency / 132; each SM
+    streams its A and B panels (64 + 56) x K bytes and writes 64 x 56 BF16; HBM moves the
+    unique bytes; the three combine as a p-norm, plus one launch. DeepGEMM README: 336 TFLOPS."""
     chip = spec("hardware", "h800")
     d, eff = chip["die"], chip["efficiency"]
     hbm = num(d["hbm_bandwidth_Bps"]) * num(eff["memory_bandwidth"])
     launch = num(chip["latency"]["kernel_launch_s"])
+    k0, p = num(eff["matmul_k_overhead"]), num(eff["matmul_overlap_exponent"])
     M, N, K = 64, 7168, 16384
-    memory = (M * K * 1 + K * N * 1 + M * N * 2) / hbm  # 39.5 us
-    compute = (2 * M * N * K + num(eff["matmul_k_overhead"]) * 2 * M * N) / (
-        num(d["peak_flops_per_s"]["fp8"]) * num(eff["matmul_compute"]) * 64 / 128)
-    assert compute < memory
+    compute = 2 * 64 * 56 * (K + k0) / (num(d["peak_flops_per_s"]["fp8"]) * num(eff["matmul_compute"]) / 132)
+    stream = ((64 + 56) * K + 64 * 56 * 2) / num(eff["matmul_stream_Bps"])
+    memory = (M * K + K * N + M * N * 2) / hbm  # 39 us: weight streaming dominates
+    assert memory > 2 * max(compute, stream)
     t = _gemm_us(views_h800, M, N, K)
-    assert t == pytest.approx((memory + launch) * 1e6, rel=1e-9)
+    assert t == pytest.approx(((compute ** p + memory ** p + stream ** p) ** (1 / p) + launch) * 1e6, rel=1e-9)
     assert 2 * M * N * K / (t * 1e-6) / 1e12 == pytest.approx(336, rel=0.15)
+
+
+def test_gemm_never_beats_the_roofline(views_h800):
+    """Tiles only add work (padding, idle units in the last wave, operand re-reads): no shape
+    runs faster than its FLOPs at the tile efficiency or its unique bytes at the HBM rate."""
+    chip = spec("hardware", "h800")
+    d, eff = chip["die"], chip["efficiency"]
+    hbm = num(d["hbm_bandwidth_Bps"]) * num(eff["memory_bandwidth"])
+    rate = num(d["peak_flops_per_s"]["fp8"]) * num(eff["matmul_compute"])
+    launch = num(chip["latency"]["kernel_launch_s"])
+    for M, N, K, G in [(64, 2112, 7168, 1), (100, 5000, 3000, 1), (256, 4096, 7168, 4), (4096, 7168, 2048, 8),
+                       (1, 129, 7168, 1), (8192, 24576, 1536, 1)]:
+        t = _gemm_us(views_h800, M, N, K, groups=G) * 1e-6
+        assert t >= 2 * G * M * N * K / rate + launch
+        assert t >= G * (M * K + K * N + 2 * M * N) / hbm + launch
+
+
+def test_gemm_time_is_a_step_function_of_n():
+    """With a fixed tile (a 910C die: 128 x 152, 24 cube cores, paper Table 10) a
+    compute-bound GEMM takes the same time for every N of the same tile count (ceil(N / 152)
+    = 48 from N 7,145 to 7,296) and jumps at the next tile (more waves)."""
+    from cmperf.predict import load_specs
+    from cmperf.schedule.kernels import gemm
+
+    hw, m = load_specs("cloudmatrix384", "deepseek-r1").views()
+    n = np.array([7145.0, 7200.0, 7296.0, 7297.0])
+    g = {"m": np.full(4, 2048.0), "n": n, "k": np.full(4, 4096.0), "groups": np.full(4, 4.0),
+         "dtype": np.array(["int8"] * 4), "layout": np.array(["contiguous"] * 4)}
+    t = gemm(hw, m, g)["gemm_us"]
+    assert t[0] == t[1] == t[2]
+    # 4 x 16 x 49 = 3,136 tiles -> 131 waves instead of 128
+    assert t[3] > t[2] * 1.02
+
+
+def test_gb200_fp4_gemm_runs_at_its_own_efficiency():
+    """NVFP4 GEMMs use their own efficiency and fixed cost (matmul_by_dtype.fp4), FP8 ones
+    matmul_compute: 16384^3 in each, by hand (148 SMs, block 128 x 128: 128 x 128 tiles in
+    ceil(16,384 / 148) = 111 waves)."""
+    from cmperf.predict import load_specs
+    from cmperf.schedule.kernels import gemm
+
+    chip = spec("hardware", "gb200")
+    d, eff, lat = chip["die"], chip["efficiency"], chip["latency"]
+    launch = num(lat["kernel_launch_s"])
+    hw, m = load_specs("gb200-nvl72", "deepseek-v3").views()
+    g = {c: np.full(2, 16384.0) for c in ("m", "n", "k")} | {"groups": np.ones(2), "dtype": np.array(["fp8", "fp4"]),
+                                                          "layout": np.array(["contiguous"] * 2)}
+    t = gemm(hw, m, g)["gemm_us"] * 1e-6
+    work = 111 * 2 * 128 * 128 * 16384 * 148
+    fp4 = eff["matmul_by_dtype"]["fp4"]
+    assert t[0] == pytest.approx(work / (num(d["peak_flops_per_s"]["fp8"]) * num(eff["matmul_compute"])) + launch, rel=1e-9)
+    assert t[1] == pytest.approx(work / (num(d["peak_flops_per_s"]["fp4"]) * num(fp4["compute"]))
+                                 + launch + num(fp4["kernel_fixed_s"]), rel=1e-9)
 
 
 # --------------------------------------------------------------------------- (c, d) GQA, MLA, TP, by hand

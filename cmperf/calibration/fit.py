@@ -39,7 +39,8 @@ def params_of(ref: RefFile) -> list[Param]:
     return [Param(p.path, p.lo, p.hi, p.log, p.meaning) for p in ref.fit]
 
 
-COARSE_POINTS = 5  # per parameter
+COARSE_POINTS = 5  # per parameter (fewer when the grid would exceed MAX_GRID points)
+MAX_GRID = 100_000
 STARTS = 3  # best coarse points refined
 MIN_STEP = 1e-3  # of each parameter's (transformed) range
 
@@ -92,12 +93,13 @@ def minimise(sub: RefFile, specs: Specs, params: list[Param], fixed: dict[str, f
     fixed = dict(fixed or {})
     space = _Space(params)
     d = len(params)
-    axis = (np.arange(COARSE_POINTS) + 0.5) / COARSE_POINTS
+    points = max(3, min(COARSE_POINTS, int(MAX_GRID ** (1 / d) + 1e-9)))
+    axis = (np.arange(points) + 0.5) / points
     grid = np.stack(np.meshgrid(*[axis] * d, indexing="ij"), axis=-1).reshape(-1, d)
     cost = _cost(sub, specs, space, grid, fixed)
     order = np.argsort(cost, kind="stable")[:STARTS]
     centers, best = grid[order].copy(), cost[order].copy()
-    step = np.full(len(centers), 0.5 / COARSE_POINTS)
+    step = np.full(len(centers), 0.5 / points)
     moves = np.vstack([np.eye(d), -np.eye(d)])
     while (step > MIN_STEP).any():
         cand = np.clip(centers[:, None, :] + step[:, None, None] * moves[None], 0.0, 1.0)

@@ -13,7 +13,7 @@ from functools import partial
 import numpy as np
 
 from . import arch
-from .roofline import Op, dtype_bytes, ratio
+from .roofline import Gemm, Op, dtype_bytes, ratio
 
 
 @dataclass
@@ -211,8 +211,11 @@ def _mla_decode_ops(m, T, R, L, tp) -> list[Op]:
                   + VEC_RMSNORM * (r_q + a.kv_lora_rank) + VEC_QUANT * r_q
                   + VEC_DEQUANT * H * qk_dim + VEC_ROPE * (H + 1) * rope + VEC_QUANT * H * nope
                   + VEC_DEQUANT * H * a.kv_lora_rank)
+    gm = partial(Gemm, in_B=b.weight, out_B=b.hidden)
+    q_in = [gm(T, r_q, h), gm(T, H * qk_dim, r_q)] if r_q else [gm(T, H * qk_dim, h)]
     prolog = Op(
         "mla_prolog", "cube", flops=2 * T * prolog_w, dtype=m.precision.matmul, vector_ops=T * prolog_vec,
+        gemm=(*q_in, gm(T, lat, h), gm(T, a.kv_lora_rank, nope, groups=H)),
         outputs=2 * T * (r_q + lat + H * (qk_dim + a.kv_lora_rank)),
         hbm_bytes=prolog_w * b.weight + T * h * b.hidden + T * H * lat * b.attn + T * lat * b.kv,
         weight_bytes=prolog_w * b.weight,
@@ -227,6 +230,7 @@ def _mla_decode_ops(m, T, R, L, tp) -> list[Op]:
              + VEC_DEQUANT * h + VEC_RESIDUAL * h)
     o_proj = Op(
         "o_proj", "cube", flops=2 * T * out_w, dtype=m.precision.matmul, vector_ops=T * o_vec,
+        gemm=(gm(T, a.v_head_dim, a.kv_lora_rank, groups=H), gm(T, h, H * a.v_head_dim)),
         outputs=2 * T * (H * a.v_head_dim + h),
         hbm_bytes=out_w * b.weight + T * H * a.kv_lora_rank * b.attn + T * h * b.hidden,
         weight_bytes=out_w * b.weight,
@@ -245,7 +249,9 @@ def _gqa_decode_ops(m, T, R, L, tp) -> list[Op]:
     qkv_w = w["q"] / tp + (w["k"] + w["v"]) / shards
     qkv_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (H + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d
                + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0))
+    gm = partial(Gemm, in_B=b.weight, out_B=b.hidden)
     qkv = Op("qkv_proj", "cube", flops=2 * T * qkv_w, dtype=m.precision.matmul, vector_ops=T * qkv_vec,
+             gemm=gm(T, (H + 2 * Hkv) * d, h),
              outputs=2 * T * (H + 2 * Hkv) * d,
              hbm_bytes=qkv_w * b.weight + T * h * b.hidden + T * H * d * b.attn + T * 2 * Hkv * d * b.kv,
              weight_bytes=qkv_w * b.weight)
@@ -255,6 +261,7 @@ def _gqa_decode_ops(m, T, R, L, tp) -> list[Op]:
     o_w = w["o"] / tp
     o_vec = VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h
     o_proj = Op("o_proj", "cube", flops=2 * T * o_w, dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
+                gemm=gm(T, h, H * d),
                 hbm_bytes=o_w * b.weight + T * H * d * b.attn + T * h * b.hidden, weight_bytes=o_w * b.weight)
     return [qkv, core, o_proj]
 
@@ -288,7 +295,10 @@ def _mla_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
     up_vec = (VEC_QUANT * (r_q + a.kv_lora_rank) + VEC_DEQUANT * H * (qk + a.qk_nope_head_dim + a.v_head_dim)
               + VEC_ROPE * H * rope)
     o_vec = VEC_QUANT * H * a.v_head_dim + VEC_DEQUANT * h + VEC_RESIDUAL * h
+    gm = partial(Gemm, in_B=b.weight, out_B=b.hidden)
+    Hd, rows = H / tp, tp * T  # each die: 1/tp of the heads for the TP group's tokens
     down = Op("mla_down", "cube", flops=2 * T * down_w, dtype=m.precision.matmul, vector_ops=T * down_vec,
+              gemm=(gm(T, r_q, h), gm(T, lat, h)) if r_q else gm(T, lat, h),
               outputs=2 * T * (r_q + lat),
               hbm_bytes=down_w * b.weight + T * h * b.hidden + T * compressed * b.hidden,
               weight_bytes=down_w * b.weight)
@@ -298,6 +308,8 @@ def _mla_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
     C = cached_rows(T, P, cached)  # prefix tokens: keys and values only
     kv_up_w = w["kv_b_k"] + w["kv_b_v"]
     up = Op("mla_up", "cube", flops=2 * T * up_w + 2 * C * kv_up_w, dtype=m.precision.matmul, vector_ops=T * up_vec,
+            gemm=(gm(rows, Hd * qk, r_q or h), gm(rows, Hd * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank),
+                  gm(tp * C, Hd * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank)),
             outputs=2 * T * H * (qk + a.qk_nope_head_dim + a.v_head_dim) + 2 * C * H * (a.qk_nope_head_dim + a.v_head_dim),
             hbm_bytes=(up_w * b.weight / tp + T * compressed * b.hidden + T * H * (2 * qk + a.v_head_dim) * b.attn
                        + C * lat * b.kv + C * H * (qk + a.v_head_dim) * b.attn),
@@ -311,6 +323,7 @@ def _mla_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
              net_bytes=T * (tp - 1) / tp * H * a.v_head_dim * b.hidden, net_messages=0.0,
              hbm_bytes=T * H * a.v_head_dim * b.hidden, sync_group=tp)
     o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
+                gemm=gm(T, h, H * a.v_head_dim),
                 hbm_bytes=w["o"] * b.weight + T * H * a.v_head_dim * b.attn + T * h * b.hidden,
                 weight_bytes=w["o"] * b.weight)
     return [down, gather, up, core, a2a, o_proj]
@@ -334,7 +347,9 @@ def _gqa_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
     gather = Op("attn_allgather", "dma", launches=1, tier=tier, net_bytes=(tp - 1) * T * h * b.act,
                 hbm_bytes=tp * T * h * b.act, sync_group=tp)
     qkv_vec = VEC_DEQUANT * (H + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0)
+    gm = partial(Gemm, in_B=b.weight, out_B=b.hidden)
     up = Op("qkv_proj", "cube", flops=qkv_flops, dtype=m.precision.matmul, vector_ops=T * qkv_vec,
+            gemm=gm(tp * T, (H / tp + 2 * Hkv / shards) * d, h),
             outputs=2 * T * tp * (H / tp + 2 * Hkv / shards) * d,
             hbm_bytes=qkv_w * b.weight + tp * T * h * b.act + T * (H + 2 * Hkv) * d * b.attn + T * 2 * Hkv * d * b.kv,
             weight_bytes=qkv_w * b.weight)
@@ -346,6 +361,7 @@ def _gqa_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
              hbm_bytes=T * H * d * b.hidden, sync_group=tp)
     o_vec = VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h
     o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
+                gemm=gm(T, h, H * d),
                 hbm_bytes=w["o"] * b.weight + T * H * d * b.attn + T * h * b.hidden, weight_bytes=w["o"] * b.weight)
     return [down, gather, up, core, a2a, o_proj]
 
@@ -419,6 +435,7 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
 
     router_w = mo.routed_experts * h  # the gate matrix; its bias is read too
     gate = Op("gate", "cube", flops=2 * T * router_w, dtype=m.precision.hidden, outputs=2 * T * mo.routed_experts,
+              gemm=Gemm(T, mo.routed_experts, h, in_B=b.hidden, out_B=4),
               vector_ops=T * (VEC_RMSNORM * h + VEC_ROUTING * mo.routed_experts),
               hbm_bytes=arch.router_params(m) * b.hidden + T * h * b.hidden + T * mo.routed_experts * 4,
               weight_bytes=arch.router_params(m) * b.hidden)
@@ -430,6 +447,9 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
     experts = Op("experts", "cube", flops=2 * rows * e_w, dtype=experts_dtype(m), outputs=2 * rows * (2 * I + h),
                  vector_ops=rows * (VEC_SWIGLU * I + VEC_QUANT * I + VEC_DEQUANT * (2 * I + h)),
                  tile_efficiency=rows / np.maximum(pl.padded_rows, 1e-30),
+                 # the instances' rows stacked along M, each padded to whole tiles (contiguous layout)
+                 gemm=(Gemm(pl.padded_rows, 2 * I, h, in_B=b.expert, out_B=b.hidden),
+                       Gemm(pl.padded_rows, h, I, in_B=b.expert, out_B=b.hidden)),
                  hbm_bytes=pl.instances_per_die * e_w * b.expert + swiglu_activation_bytes(m, rows, I, b.expert),
                  weight_bytes=pl.instances_per_die * e_w * b.expert)
     combine = Op("combine", "vector", tier=route.tiers[-1], vector_ops=T * h * (VEC_COMBINE * (fanout + 1) + VEC_RESIDUAL),
@@ -448,7 +468,9 @@ def dense_ffn_op(m, T, tp=1.0) -> Op:
     Ip = I / tp
     vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (2 * Ip + h) + VEC_SWIGLU * Ip + VEC_QUANT * Ip
            + VEC_RESIDUAL * h)
+    gm = partial(Gemm, in_B=b.weight, out_B=b.hidden)
     return Op("dense_ffn", "cube", flops=2 * T * w, dtype=m.precision.matmul, vector_ops=T * vec, outputs=2 * T * (2 * Ip + h),
+              gemm=(gm(T, 2 * Ip, h), gm(T, h, Ip)),
               hbm_bytes=w * b.weight + swiglu_activation_bytes(m, T, Ip),
               weight_bytes=w * b.weight)
 
@@ -463,6 +485,7 @@ def head_op(m, T, name: str = "lm_head") -> Op:
     """Final RMSNorm + LM head over ``T`` tokens, logits written in FP32, then sampling."""
     b, h, V = Bytes.of(m), m.hidden_size, m.vocab_size
     return Op(name, "cube", flops=2 * T * V * h, dtype=m.precision.head, outputs=2 * T * V,
+              gemm=Gemm(T, V, h, in_B=b.head, out_B=4),
               vector_ops=T * (VEC_RMSNORM * h + VEC_SAMPLING * V),
               hbm_bytes=V * h * b.head + T * h * b.hidden + T * V * 4, weight_bytes=V * h * b.head,
               launches=2)
@@ -474,6 +497,7 @@ def mtp_proj_op(m, T) -> Op:
     b, h = Bytes.of(m), m.hidden_size
     w = arch.mtp_eh_proj_params(m)
     return Op("mtp_eh_proj", "cube", flops=2 * T * w, dtype=m.precision.matmul, outputs=2 * T * h,
+              gemm=Gemm(T, h, 2 * h, in_B=b.weight, out_B=b.hidden),
               vector_ops=T * (2 * VEC_RMSNORM * h + VEC_QUANT * 2 * h + VEC_DEQUANT * h),
               hbm_bytes=w * b.weight + 3 * T * h * b.hidden, weight_bytes=w * b.weight)
 

@@ -18,6 +18,17 @@ prologue and epilogue worth ``K0`` (``matmul_k_overhead``) steps of its reductio
 reductions run below the large-K efficiency (DeepGEMM: 775 TFLOPS at K = 512, 1,520 at
 16,384, same M and N).
 
+An op that carries its GEMM's shape (``Op.gemm``: groups x M x N x K) is timed tile by tile
+(docs/model.md §3): the output is cut into bm x bn tiles (a fixed tile, or DeepGEMM's
+choice: the block N of 16 ... 128 that needs the fewest waves, then fills the last one
+best), the U matrix units run them in ceil(tiles / U) waves, and each unit streams its
+tiles' K-panels of A and B:
+
+    t_compute = waves x 2 bm bn (K + K0) / (peak x efficiency[dtype] / U)
+    t_stream  = waves x (bm K / multicast + bn K) x dtype bytes + bm bn x out bytes) / stream rate per unit
+    t_memory  = unique HBM bytes / (HBM bandwidth x memory efficiency)
+    t_gemm    = (t_compute^p + t_memory^p + t_stream^p)^(1/p)   (p = matmul_overlap_exponent; max when absent)
+
 The engines of a fused kernel work as a pipeline, so the slowest sets the pace (the
 roofline's max) and max(terms) <= t_busy <= sum(terms); cmperf takes the lower bound,
 except for attention, whose cube work (scores, then values) waits on its vector work
@@ -69,6 +80,72 @@ class Op:
     launches: Any = 1.0
     weight_bytes: Any = 0.0  # the part of hbm_bytes that is weights (shown in --breakdown)
     chained: bool = False  # cube and vector work depend on each other block by block (attention)
+    gemm: Any = None  # its GEMMs' shapes (a Gemm, or a tuple run one after the other): timed tile by tile
+
+
+@dataclass
+class Gemm:
+    """Shape of one (grouped) GEMM: ``groups`` x (``m`` x ``k``) by (``k`` x ``n``), inputs of
+    ``in_B`` bytes, output of ``out_B`` bytes per element. ``masked``: DeepGEMM's masked layout
+    (groups padded to ``m`` rows each, no TMA multicast across groups); otherwise the groups
+    are contiguous along M."""
+
+    m: Any
+    n: Any
+    k: Any
+    groups: Any = 1.0
+    masked: Any = False
+    in_B: Any = 1.0
+    out_B: Any = 2.0
+
+
+# DeepGEMM's candidate block N (deep_gemm 1.0.0, jit_kernels/gemm.py get_best_configs)
+BLOCK_N_CHOICES = np.arange(16, 129, 8, dtype=float)
+FRACTAL = 16.0  # rows of an Ascend cube unit's fractal: a short GEMM's tile holds its rows rounded up to it
+
+
+@dataclass
+class Tiling:
+    """How a GEMM is cut into output tiles and run on ``units`` matrix units."""
+
+    block_m: np.ndarray
+    block_n: np.ndarray
+    tiles: np.ndarray
+    waves: np.ndarray
+    multicast: np.ndarray  # 2 where a cluster of two units shares (multicasts) its A tile
+
+
+def tiling(g: Gemm, units, tile_rows, tile_cols=None) -> Tiling:
+    """Output tiles of ``g`` and the waves ``units`` matrix units run them in.
+
+    With a fixed tile (``tile_cols``: Ascend's 128 x 152, paper Table 10) every GEMM uses it.
+    Without, DeepGEMM's heuristic (deep_gemm 1.0.0, ``get_best_configs``; the M <= 128 and
+    masked rows of its table are the same in every later version): block M 64 when M <= 64,
+    else 128; block N the one of 16, 24, ..., 128 that needs the fewest waves, then leaves
+    the fullest last wave, then is the largest; TMA multicast of A over two units when the
+    GEMM's rows (all groups of a contiguous layout) reach 1,024, N splits into an even number
+    of tiles and the layout is not masked with several groups."""
+    m, n, groups, masked = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (g.m, g.n, g.groups, g.masked)))
+    masked = masked.astype(bool)
+    units = np.asarray(units, dtype=float)
+    if tile_cols is not None:
+        bm = np.minimum(float(tile_rows), np.maximum(np.ceil(m / FRACTAL) * FRACTAL, FRACTAL))
+        bn = np.full(m.shape, float(tile_cols))
+        multicast = np.ones(m.shape)
+    else:
+        bm = np.where(m <= 64, 64.0, 128.0)
+        cand = BLOCK_N_CHOICES.reshape((-1,) + (1,) * m.ndim)
+        tiles = groups * np.ceil(m / bm) * np.ceil(n / cand)
+        waves = np.ceil(tiles / units)
+        last = tiles - (waves - 1) * units
+        score = waves * (units + 1) - last  # fewer waves first, then a fuller last wave
+        pick = len(BLOCK_N_CHOICES) - 1 - np.argmin(score[::-1], axis=0)  # ties: the larger block N
+        bn = BLOCK_N_CHOICES[pick]
+        rows = np.where(masked, m, m * groups)
+        legal = (np.mod(n, 2 * bn) == 0) & (~masked | (groups == 1))
+        multicast = np.where((rows >= 1024) & legal, 2.0, 1.0)
+    tiles = groups * np.ceil(m / bm) * np.ceil(n / bn)
+    return Tiling(bm, bn, tiles, np.ceil(tiles / units), multicast)
 
 
 @dataclass
@@ -92,6 +169,15 @@ class OpTime:
     weight_bytes: np.ndarray
 
     chained: bool = False  # cube and vector phases alternate (see Op.chained)
+    stream_s: Any = 0.0  # a tiled GEMM's operand streaming into its units (0: not tiled)
+    overlap_p: Any = None  # p of the GEMM's p-norm of compute, memory and stream (None: max)
+
+    def _matmul(self, memory) -> np.ndarray:
+        """The GEMM's compute, memory and operand-stream terms combined: their p-norm, or the max."""
+        if self.overlap_p is None:
+            return np.maximum.reduce(np.broadcast_arrays(self.compute_s, memory, self.stream_s))
+        p = np.asarray(self.overlap_p, dtype=float)
+        return (self.compute_s ** p + memory ** p + np.asarray(self.stream_s, dtype=float) ** p) ** (1 / p)
 
     @property
     def busy_s(self) -> np.ndarray:
@@ -99,7 +185,7 @@ class OpTime:
         kernel its cube and vector phases one after the other."""
         if self.chained:
             return np.maximum.reduce([self.compute_s + self.vector_s, self.memory_s, self.network_s])
-        return np.maximum.reduce([self.compute_s, self.vector_s, self.memory_s, self.network_s])
+        return np.maximum.reduce([self._matmul(self.memory_s), self.vector_s, self.network_s])
 
     @property
     def time_s(self) -> np.ndarray:
@@ -111,13 +197,14 @@ class OpTime:
         weights read and the latency (the part whose spread across dies makes a barrier wait)."""
         if self.chained:
             return np.maximum.reduce([self.compute_s + self.vector_s, self.activation_memory_s, self.network_s])
-        return np.maximum.reduce([self.compute_s, self.vector_s, self.activation_memory_s, self.network_s])
+        return np.maximum.reduce([self._matmul(self.activation_memory_s), self.vector_s, self.network_s])
 
     def bound(self) -> np.ndarray:
         """Which term dominates: compute, vector, memory, network or latency (launch + rounds);
         ``compute+vector`` for a chained kernel whose cube and vector phases, added, do."""
         first = self.compute_s + self.vector_s if self.chained else self.compute_s
-        stack = np.stack(np.broadcast_arrays(first, self.vector_s, self.memory_s, self.network_s, self.latency_s))
+        memory = np.maximum(self.memory_s, self.stream_s)  # a tiled GEMM's operand stream is memory traffic
+        stack = np.stack(np.broadcast_arrays(first, self.vector_s, memory, self.network_s, self.latency_s))
         names = ("compute+vector" if self.chained else "compute",) + BOUNDS[1:]
         return np.asarray(names, dtype=object)[np.argmax(stack, axis=0)]
 
@@ -164,12 +251,54 @@ def ratio(num, den, where_den_zero=0.0):
     return np.divide(num, den, out=np.full(num.shape, float(where_den_zero)), where=den != 0)
 
 
+def matmul_dtype(hw, dtype: str):
+    """The chip's GEMM efficiency and extra fixed cost per kernel in ``dtype``: its own entry
+    of ``matmul_by_dtype``, else ``matmul_compute`` and no extra cost."""
+    eff = hw.chip.efficiency
+    own = eff.matmul_by_dtype
+    if own is not None and dtype in own.keys():
+        fixed = own[dtype].kernel_fixed_s
+        return own[dtype].compute, (0.0 if fixed is None else fixed)
+    return eff.matmul_compute, 0.0
+
+
+def gemm_terms(gemms, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tile-level times of an op's GEMMs (one :class:`Gemm` or several run one after the
+    other) on one die (docs/model.md §3): the compute of their waves on the stream's share
+    of the matrix units, the same on the whole die (the pool the pipeline sums), and the
+    operand stream into the units (0 when the chip has no rate)."""
+    if not isinstance(gemms, Gemm):
+        parts = [gemm_terms(g, hw, dtype, cube_share) for g in gemms]
+        return tuple(sum(p[i] for p in parts) for i in range(3))
+    g = gemms
+    eff = hw.chip.efficiency
+    units = float(hw.chip.die.matrix_units)
+    rate, _ = matmul_dtype(hw, dtype)
+    per_unit = getattr(hw.chip.die.peak_flops_per_s, dtype) * rate / units
+    k0 = eff.matmul_k_overhead if eff.matmul_k_overhead is not None else 0.0
+    k = np.asarray(g.k, dtype=float)
+    own = np.maximum(np.floor(units * np.asarray(cube_share, dtype=float)), 1.0)
+
+    def compute(n_units):
+        t = tiling(g, n_units, eff.matmul_tile_rows, eff.matmul_tile_cols)
+        return t, t.waves * 2 * t.block_m * t.block_n * (k + k0) / per_unit
+
+    t, stream_compute = compute(own)
+    _, pool = compute(units)
+    if eff.matmul_stream_Bps is None:
+        return stream_compute, pool, np.zeros_like(pool)
+    tile_B = (t.block_m * k / t.multicast + t.block_n * k) * np.asarray(g.in_B, dtype=float) \
+        + t.block_m * t.block_n * np.asarray(g.out_B, dtype=float)
+    return stream_compute, pool, t.waves * tile_B / eff.matmul_stream_Bps
+
+
 def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     """Roofline time of ``op`` on one die whose stream owns ``cube_share`` of the cube
     cores and ``vector_share`` of the vector cores (1, 1 when it runs alone)."""
     die, eff, coll = hw.chip.die, hw.chip.efficiency, hw.system.collectives
     peak = getattr(die.peak_flops_per_s, op.dtype)
-    kind_eff = eff.attention_compute if op.flop_kind == "attention" else eff.matmul_compute
+    matmul_rate, fixed = matmul_dtype(hw, op.dtype) if op.flop_kind == "matmul" else (None, 0.0)
+    kind_eff = eff.attention_compute if op.flop_kind == "attention" else matmul_rate
     flops = np.asarray(op.flops, dtype=float)
     # each output tile pays a prologue/epilogue worth `matmul_k_overhead` reduction steps
     k0 = eff.matmul_k_overhead if op.flop_kind == "matmul" and eff.matmul_k_overhead is not None else 0.0
@@ -178,7 +307,11 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     memory = np.asarray(op.hbm_bytes, dtype=float) / hbm_rate_Bps(hw)
     activation_memory = (np.asarray(op.hbm_bytes, dtype=float) - np.asarray(op.weight_bytes, dtype=float)) / hbm_rate_Bps(hw)
     pool_vector = np.asarray(op.vector_ops, dtype=float) / die.vector_ops_per_s
-    latency = np.asarray(op.launches, dtype=float) * hw.chip.latency.kernel_launch_s
+    latency = np.asarray(op.launches, dtype=float) * (hw.chip.latency.kernel_launch_s + fixed)
+    stream, overlap_p = 0.0, None
+    if op.gemm is not None:
+        compute, pool_compute, stream = gemm_terms(op.gemm, hw, op.dtype, cube_share)
+        overlap_p = eff.matmul_overlap_exponent
     net_bytes = np.asarray(op.net_bytes, dtype=float)
     if op.tier is not None:
         engine = np.asarray(op.net_messages, dtype=float) * coll.message_issue_s
@@ -190,13 +323,15 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
             latency = latency + sync_rounds(op.sync_group) * sync_round_s(hw, op.tier)
     else:
         network = np.zeros_like(memory)
-    compute = pool_compute / cube_share
+    if op.gemm is None:
+        compute = pool_compute / cube_share
     vector = pool_vector / vector_share
     arrays = np.broadcast_arrays(compute, vector, memory, network, latency, pool_compute, pool_vector, activation_memory)
     return OpTime(op.name, op.engine, *arrays,
                   flops=flops, hbm_bytes=np.asarray(op.hbm_bytes, dtype=float),
                   net_bytes=net_bytes, weight_bytes=np.asarray(op.weight_bytes, dtype=float),
-                  chained=op.chained and eff.attention_phases == "chained")
+                  chained=op.chained and eff.attention_phases == "chained",
+                  stream_s=np.broadcast_to(stream, arrays[0].shape), overlap_p=overlap_p)
 
 
 def dtype_bytes(name: str) -> int:

@@ -79,7 +79,7 @@ def elsewhere(time_s) -> OpTime:
     """A stage as a die of the other pool sees it: time on the lane that holds none of this
     die's cores, HBM or port (all of it latency)."""
     t = np.asarray(time_s, dtype=float)
-    idle = {f.name: np.zeros_like(t) for f in fields(OpTime) if f.name not in ("name", "engine", "chained")}
+    idle = {f.name: np.zeros_like(t) for f in fields(OpTime) if f.name not in ("name", "engine", "chained", "overlap_p")}
     return OpTime(**{**idle, "latency_s": t}, name="other pool", engine="remote")
 
 

@@ -8,22 +8,23 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost.ops import attention_decode_ops
-from ..cost.roofline import Op, op_time
+from ..cost.roofline import Gemm, Op, op_time
 from ..specs.schema import DTYPE_BYTES
 
 OUT_BYTES = 2  # BF16 output (DeepGEMM and Table 10)
 
 
 def gemm(hw, m, g) -> dict:
-    """``groups`` GEMMs of ``m`` x ``k`` by ``k`` x ``n`` in ``dtype`` (BF16 out). The rows are
-    padded to whole tiles; achieved TFLOPS = 2 groups m n k / time, bandwidth = the bytes of
-    A, B and C / time (DeepGEMM's definitions)."""
+    """``groups`` GEMMs of ``m`` x ``k`` by ``k`` x ``n`` in ``dtype`` (BF16 out), timed tile by
+    tile (docs/model.md §3: output tiles, waves over the matrix units, operand streams);
+    ``layout`` contiguous or masked as DeepGEMM's grouped GEMMs. Achieved TFLOPS = 2 groups
+    m n k / time, bandwidth = the bytes of A, B and C / time (DeepGEMM's definitions)."""
     rows = np.asarray(g["m"], dtype=float)
     n, k, groups = (np.asarray(g[c], dtype=float) for c in ("n", "k", "groups"))
     dtypes = np.asarray(g["dtype"]).astype(str)
+    masked = np.asarray(g["layout"]).astype(str) == "masked"
     time = np.full(rows.shape, np.nan)
     flops = 2 * groups * rows * n * k
-    tile = float(hw.chip.efficiency.matmul_tile_rows)
     nbytes = np.zeros(rows.shape)
     for dt in np.unique(dtypes):
         sel = dtypes == dt
@@ -31,7 +32,7 @@ def gemm(hw, m, g) -> dict:
         data = groups * (rows * k * b + k * n * b + rows * n * OUT_BYTES)
         op = Op("gemm", "cube", flops=flops, outputs=2 * groups * rows * n, dtype=dt, hbm_bytes=data,
                 weight_bytes=groups * k * n * b,
-                tile_efficiency=rows / (np.ceil(rows / tile) * tile))
+                gemm=Gemm(m=rows, n=n, k=k, groups=groups, masked=masked, in_B=b, out_B=OUT_BYTES))
         t = op_time(op, hw).time_s
         time = np.where(sel, t, time)
         nbytes = np.where(sel, data, nbytes)

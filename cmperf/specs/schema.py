@@ -91,10 +91,32 @@ class AttentionPhases(SourcedChoice):
     value: Literal["chained", "overlapped"]
 
 
+class MatmulDtype(Strict):
+    """A dtype whose GEMM kernels run at their own efficiency (GB200's NVFP4 GEMMs reach a
+    larger fraction of their peak than FP8 ones, with a larger fixed cost)."""
+
+    compute: Fraction  # replaces matmul_compute for this dtype
+    kernel_fixed_s: Optional[NonNegative] = None  # added to every kernel launch of a GEMM in this dtype
+
+
 class Efficiency(Strict):
     matmul_compute: Fraction
     matmul_tile_rows: Count
+    matmul_tile_cols: Optional[Count] = None  # a fixed output tile (rows x cols); absent: DeepGEMM's wave heuristic
     matmul_k_overhead: Optional[NonNegative] = None  # reduction steps an output tile's prologue/epilogue costs
+    matmul_stream_Bps: Optional[Positive] = None  # operand bytes one matrix unit streams per second (L2/HBM -> unit)
+    matmul_overlap_exponent: Optional[Positive] = None  # p of the p-norm of a GEMM's compute and memory terms; absent: max
+    matmul_by_dtype: Optional[dict[str, MatmulDtype]] = None
+
+    @model_validator(mode="after")
+    def _matmul_fields(self):
+        problems = [f"matmul_by_dtype.{d}: not a dtype (expected one of {', '.join(DTYPE_BYTES)})"
+                    for d in (self.matmul_by_dtype or {}) if d not in DTYPE_BYTES]
+        if self.matmul_overlap_exponent is not None and self.matmul_overlap_exponent.value < 1:
+            problems.append(f"matmul_overlap_exponent: expected >= 1 (1 adds the terms), found {self.matmul_overlap_exponent.value}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
     attention_compute: Fraction
     memory_bandwidth: Fraction
     attention_phases: AttentionPhases
