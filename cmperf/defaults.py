@@ -59,6 +59,8 @@ COLLECTIVE_DEFAULTS: dict[str, Default] = {
     "redundant_experts": Default(0, "paper Table 7: plain top-8 over 256 experts", "extra routed copies"),
     "shared_copies": Default(0, "paper Table 7: no shared expert", "shared-expert copies"),
     "expert_imbalance": Default(1.0, "uniform routing", "max/mean tokens per die"),
+    "comm_sms": Default(0, "not SM-limited (the link or message rate sets the pace)",
+                        "SMs the dispatch/combine kernels run on, where the route has an SM cost (0 = not limited)"),
 }
 
 GEMM_DEFAULTS: dict[str, Default] = {

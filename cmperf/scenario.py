@@ -114,6 +114,7 @@ def validate(phase: str, df: Columns, m, hw) -> tuple[np.ndarray, np.ndarray]:
     _check_experts(g, g["ep"], "--ep", m, check, shared_needed=phase != "collective")  # Table 7's benchmark routes top-k only
     if phase == "collective":
         check(g["tokens"] <= 0, lambda i: f"tokens must be > 0 (got {g['tokens'].iat[i]})")
+        check(g["comm_sms"] < 0, lambda i: f"comm_sms must be >= 0 (got {g['comm_sms'].iat[i]})")
         return reason == "", reason
     check(~g["microbatches"].isin([0, 1, 2]), lambda i: f"--microbatches must be 1, 2 or auto (got {g['microbatches'].iat[i]})")
     check(g["prompt_len"] < 1, lambda i: f"--prompt-len must be >= 1 (got {g['prompt_len'].iat[i]})")

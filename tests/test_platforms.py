@@ -289,6 +289,45 @@ def test_local_shared_experts_add_no_traffic(system, model, ep, shared):
         assert float(combine.net_messages) == pytest.approx(T * 8 * (ep - 1) / ep)
 
 
+def test_hybridep_on_few_sms_is_sm_bound_by_hand():
+    """HybridEP's dispatch and combine inside the NVL72 domain (the GB200 reference file's
+    route): on ``comm_sms`` SMs a kernel cannot beat tokens x EP x sm_pair_s / comm_sms, the
+    SMs' own work per (token, rank) pair. At 36 ranks: 16 and 8 SMs are SM-bound, by hand
+    (+ one launch + ceil(log2 36) = 6 barrier rounds of 2 latencies of the route's outer tier,
+    InfiniBand, as for every route); the bottleneck
+    bandwidth rises with the SMs and saturates at the link rate (= no SM limit); dispatch and
+    combine pay the same SM time. HybridEP's table: 260.53 GB/s FP8 dispatch at 16 SMs,
+    489.27 at 32 (within the reference file's 15 %)."""
+    from cmperf.calibration.reference import REFERENCE_DIR, load_reference
+    from cmperf.predict import load_specs, predict
+
+    ref = load_reference(REFERENCE_DIR / "gb200-nvl72-microbenchmarks.yaml")
+    specs = load_specs("gb200-nvl72", "deepseek-v3", ref.sets)
+    sysf, chip = spec("hardware", "gb200-nvl72"), spec("hardware", "gb200")
+    c = num(sysf["expert_parallel"]["prefill"]["sm_pair_s"])
+    T, ep = 4096, 36
+    latency = num(chip["latency"]["kernel_launch_s"]) + 6 * 2 * num(sysf["tiers"]["ib"]["latency_s"])
+    sms = [0, 8, 16, 32, 64, 148]
+    t = predict("collective", {"tokens": T, "ep": ep, "redundant_experts": 32, "comm_sms": sms}, specs).table
+    d, c_us = t["dispatch_normal_us"].to_numpy(), t["combine_normal_us"].to_numpy()
+    for i, n in ((1, 8), (2, 16)):
+        assert d[i] == pytest.approx((T * ep * c / n + latency) * 1e6, rel=1e-9)
+        assert c_us[i] == pytest.approx(d[i], rel=1e-9)  # the same SM work per pair
+    bw = t["dispatch_normal_bottleneck_GBps"].to_numpy()
+    assert np.all(np.diff(bw[1:]) >= 0)  # more SMs never slower
+    assert bw[-1] == pytest.approx(bw[0], rel=1e-12)  # 148 SMs: the link sets the pace, as with no limit
+    assert bw[2] == pytest.approx(260.53, rel=0.15) and bw[3] == pytest.approx(489.27, rel=0.15)
+
+
+def test_sm_count_is_inert_without_an_sm_cost(specs_h800):
+    """A route without ``sm_pair_s`` (DeepEP on the H800) is not SM-limited: any comm_sms
+    gives the same time."""
+    from cmperf.predict import predict
+
+    t = predict("collective", {"tokens": 4096, "ep": 16, "comm_sms": [0, 1, 20]}, specs_h800).table
+    assert np.ptp(t["dispatch_normal_us"].to_numpy()) == 0 and np.ptp(t["combine_us"].to_numpy()) == 0
+
+
 # --------------------------------------------------------------------------- (b) GEMM kernel, by hand
 @pytest.fixture(scope="module")
 def specs_h800():

@@ -62,5 +62,6 @@ def route_of(hw, phase: str) -> Route:
     tiers = tuple(spec.tiers)
     domain = hw.system.tiers[tiers[0]].domain_chips
     inner = np.inf if domain is None else domain * hw.chip.dies_per_package
+    sm_pair = spec.sm_pair_s
     return Route(style=spec.route, tiers=tiers, inner_dies=inner, message=MessageFormat.of(spec.message),
-                 chunked=spec.transfers == "chunked")
+                 chunked=spec.transfers == "chunked", sm_pair_s=0.0 if sm_pair is None else sm_pair)

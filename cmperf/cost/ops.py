@@ -98,13 +98,16 @@ class Route:
     sends one copy per destination domain of the inner tier over the outer tier, then forwards
     it inside the domain. ``inner_dies``: dies in one domain of the inner tier. ``chunked``:
     tokens travel packed in per-destination buffers, so the engine's per-message cost does
-    not apply, only the tiers' bandwidth (DeepEP's normal kernels)."""
+    not apply, only the tiers' bandwidth (DeepEP's normal kernels). ``sm_pair_s``: SM-seconds
+    the kernel's own work takes per (token, rank of the group) pair, spread over the SMs it
+    runs on (0: not SM-limited; docs/model.md §4.2)."""
 
     style: str = "direct"
     tiers: tuple = ("ub",)
     inner_dies: object = 1.0
     message: MessageFormat = ASCEND_MESSAGE
     chunked: bool = False
+    sm_pair_s: object = 0.0
 
 
 def distinct_reached(units, k) -> np.ndarray:
@@ -416,9 +419,10 @@ def placement(m, T, ep, redundant, shared_copies, imbalance, tile_rows) -> Place
                      shared_remote=shared_remote, remote_routed_fraction=remote, received_rows=best_in)
 
 
-def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
+def moe_ops(m, T, ep, pl: Placement, route: Route = Route(), comm_units=None) -> list[Op]:
     """Gate, dispatch, grouped-GEMM experts (+ SwiGLU + re-quantisation) and combine for
-    ``T`` tokens per die (paper §4.2, docs/model.md §2.3, §4.2)."""
+    ``T`` tokens per die (paper §4.2, docs/model.md §2.3, §4.2); ``comm_units``: the SMs
+    dispatch and combine run on (None or 0: not SM-limited)."""
     b, mo, h = Bytes.of(m), m.moe, m.hidden_size
     I = mo.expert_intermediate_size
     ep = np.asarray(ep, dtype=float)
@@ -432,6 +436,7 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
     c_msgs = rows_remote if route.style == "direct" else d_msgs
     if route.chunked:  # packed buffers: no per-token engine cost
         d_msgs = c_msgs = 0.0
+    sm_work = T * ep * np.asarray(route.sm_pair_s, dtype=float)  # every token visits every rank of the group
 
     router_w = mo.routed_experts * h  # the gate matrix; its bias is read too
     gate = Op("gate", "cube", flops=2 * T * router_w, dtype=m.precision.hidden, outputs=2 * T * mo.routed_experts,
@@ -441,7 +446,8 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
               weight_bytes=arch.router_params(m) * b.hidden)
     dispatch = Op("dispatch", "vector", tier=route.tiers[-1], vector_ops=T * VEC_QUANT * h,
                   net_messages=d_msgs, tier_bytes=d_tiers, net_bytes=sum(d_tiers.values()),
-                  hbm_bytes=T * h * b.hidden + (T * fanout + rows_remote) * d_B, sync_group=ep)
+                  hbm_bytes=T * h * b.hidden + (T * fanout + rows_remote) * d_B, sync_group=ep,
+                  sm_work_s=sm_work, comm_units=comm_units)
     e_w = arch.expert_params(m)
     rows = pl.rows
     experts = Op("experts", "cube", flops=2 * rows * e_w, dtype=experts_dtype(m), outputs=2 * rows * (2 * I + h),
@@ -455,7 +461,8 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route()) -> list[Op]:
     combine = Op("combine", "vector", tier=route.tiers[-1], vector_ops=T * h * (VEC_COMBINE * (fanout + 1) + VEC_RESIDUAL),
                  net_messages=c_msgs, tier_bytes=c_tiers,
                  net_bytes=sum(c_tiers.values()),
-                 hbm_bytes=(T * fanout + rows_remote) * c_B + T * h * b.hidden, sync_group=ep)
+                 hbm_bytes=(T * fanout + rows_remote) * c_B + T * h * b.hidden, sync_group=ep,
+                 sm_work_s=sm_work, comm_units=comm_units)
     return [gate, dispatch, experts, combine]
 
 

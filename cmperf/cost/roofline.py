@@ -9,7 +9,7 @@ a stream that runs alone can draw all of them, two streams that run at once shar
     t_compute = (FLOPs + K0 x outputs) / (peak[dtype] x efficiency[kind] x tile_efficiency x cube_share)
     t_vector  = element ops / (vector_ops_per_s x vector_share)
     t_memory  = HBM bytes / (HBM bandwidth x memory efficiency)
-    t_network = max(bytes / tier bandwidth, messages x t_msg)
+    t_network = max(bytes / tier bandwidth, messages x t_msg, SM work / comm SMs)
     t_latency = launches x kernel_launch_s + sync rounds x 2 x tier latency
     t         = max(t_compute, t_vector, t_memory, t_network) + t_latency
 
@@ -81,6 +81,8 @@ class Op:
     weight_bytes: Any = 0.0  # the part of hbm_bytes that is weights (shown in --breakdown)
     chained: bool = False  # cube and vector work depend on each other block by block (attention)
     gemm: Any = None  # its GEMMs' shapes (a Gemm, or a tuple run one after the other): timed tile by tile
+    sm_work_s: Any = 0.0  # SM-seconds of a communication kernel's own work (packing, scales, per-rank slots)
+    comm_units: Any = None  # SMs that communication kernel runs on (None or 0: not SM-limited)
 
 
 @dataclass
@@ -317,7 +319,8 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
         engine = np.asarray(op.net_messages, dtype=float) * coll.message_issue_s
         per_tier = op.tier_bytes if op.tier_bytes is not None else {op.tier: net_bytes}
         links = [np.asarray(b, dtype=float) / tier_bandwidth_Bps(hw, t) for t, b in per_tier.items()]
-        network = np.maximum.reduce(np.broadcast_arrays(engine, *links))
+        sms = 0.0 if op.comm_units is None else ratio(op.sm_work_s, op.comm_units)  # its own SMs' work
+        network = np.maximum.reduce(np.broadcast_arrays(engine, sms, *links))
         net_bytes = sum(np.asarray(b, dtype=float) for b in per_tier.values())
         if op.sync_group is not None:
             latency = latency + sync_rounds(op.sync_group) * sync_round_s(hw, op.tier)

@@ -1,7 +1,9 @@
 """Expert-parallel dispatch / combine on their own: the operator micro-benchmarks of paper
 Table 7 and DeepEP (``tokens`` per rank, top-k routing over ``ep`` dies, all cores), timed by
 the same ops and placement as the MoE layers (docs/model.md §4.2): ``dispatch_us`` over the
-system's decode route (low-latency kernels), ``dispatch_normal_us`` over its prefill route."""
+system's decode route (low-latency kernels), ``dispatch_normal_us`` over its prefill route.
+``comm_sms``: the SMs the kernels run on, where the route has an SM cost per (token, rank)
+(0: not SM-limited)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def collective(hw, m, g) -> dict:
     out = {}
     for phase, suffix in (("decode", ""), ("prefill", "_normal")):
         route = route_of(hw, phase)
-        _, dispatch, _, combine = moe_ops(m, T, g["ep"], pl, route)
+        _, dispatch, _, combine = moe_ops(m, T, g["ep"], pl, route, comm_units=g["comm_sms"])
         td, tc = op_time(dispatch, hw), op_time(combine, hw)
         out[f"dispatch{suffix}_us"] = td.time_s * 1e6
         out[f"combine{suffix}_us"] = tc.time_s * 1e6

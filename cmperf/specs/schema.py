@@ -208,6 +208,7 @@ class Route(Strict):
     tiers: list[str] = Field(min_length=1)  # innermost first
     message: MessageFormat
     transfers: Literal["per_token", "chunked"] = "per_token"
+    sm_pair_s: Optional[NonNegative] = None  # SM-seconds per (token, rank of the group); absent: not SM-limited
     source: str = Field(min_length=3)
 
 
