@@ -328,6 +328,18 @@ def test_sm_count_is_inert_without_an_sm_cost(specs_h800):
     assert np.ptp(t["dispatch_normal_us"].to_numpy()) == 0 and np.ptp(t["combine_us"].to_numpy()) == 0
 
 
+def test_a_negative_sm_count_is_one_line(cli, tmp_path):
+    """A collective row with comm_sms below 0: one line naming the field, exit 2."""
+    row = {"id": "X", "kind": "evidence", "where": "test", "phase": "collective", "metric": "dispatch_normal_us",
+           "paper": 100.0, "tolerance": 0.15, "description": "a negative SM count",
+           "scenario": {"tokens": 4096, "ep": 8, "comm_sms": -4}}
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump({"name": "bad", "source": "test", "hardware": "gb200-nvl72", "model": "deepseek-v3",
+                                 "rows": [row]}))
+    code, _, err = cli("validate", f)
+    one_line_error(code, err, "comm_sms", "-4")
+
+
 # --------------------------------------------------------------------------- (b) GEMM kernel, by hand
 @pytest.fixture(scope="module")
 def specs_h800():
