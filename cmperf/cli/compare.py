@@ -31,7 +31,7 @@ def _per_system(items: Optional[List[str]], flag: str, split_value: bool) -> dic
             raise CmperfError(f"{flag} {item}: expected [SYSTEM:]key=value")
         key, value = rest.split("=", 1)
         if split_value:
-            out.setdefault(target, {})[key.strip()] = parse_value(value)
+            out.setdefault(target, {})[key.strip()] = parse_value(value, f"{flag} {key.strip()}")
         else:
             out.setdefault(target, []).append(rest)
     return out

@@ -9,6 +9,7 @@ repository's ``hardware/`` and ``models/`` folders.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,16 +18,72 @@ from typing import Any, Iterable, Mapping
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import CmperfError, SpecError
+from ..errors import CmperfError, SpecError, short
 from .schema import SPEC_KINDS, ChipSpec, ModelSpec, SystemSpec, system_reference_problems
 
 SPEC_DIRS = {"chip": "hardware", "system": "hardware", "model": "models"}
 
 
+# Limits of what a spec, reference or set-up file may be (docs/specs.md, "Input checks"): the
+# shipped files are below 20 kB, 8 levels deep and 2,000 nodes; these caps are far above them
+# and far below what could exhaust memory or the stack.
+MAX_FILE_BYTES = 1_000_000
+MAX_DEPTH = 32
+MAX_NODES = 100_000  # nodes of the document with every alias expanded (a "billion laughs" fails fast)
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``1e12`` / ``376.0e12`` as floats (YAML 1.1 wants ``1.0e+12``)."""
+    """SafeLoader that also reads ``1e12`` / ``376.0e12`` as floats (YAML 1.1 wants ``1.0e+12``),
+    and refuses what no spec file needs: nesting deeper than MAX_DEPTH, more than MAX_NODES
+    nodes once aliases are expanded, a key given twice in one mapping, and ``.inf``/``.nan``."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+        self._sizes: dict[int, int] = {}
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if id(node) not in self._sizes:  # an alias returns a node already counted
+            children = node.value if isinstance(node, yaml.SequenceNode) else \
+                [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
+            size = 1 + sum(self._sizes.get(id(c), 1) for c in children)
+            if size > MAX_NODES:
+                raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values once its aliases are "
+                                                  f"expanded (an alias bomb?)", node.start_mark)
+            self._sizes[id(node)] = size
+        return node
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"key {short(key, 40)!r} given twice (first at line {seen[key]})", key_node.start_mark)
+                    seen[key] = key_node.start_mark.line + 1
+                except TypeError:
+                    continue  # an unhashable key: the base class names it
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_float(self, node):
+        value = super().construct_yaml_float(node)
+        if not math.isfinite(value):
+            raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a finite number", node.start_mark)
+        return value
 
 
+_Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(
@@ -73,6 +130,8 @@ def resolve(kind: str, name_or_path: str | Path, near: Path | None = None) -> Pa
     text = str(name_or_path)
     if _looks_like_path(text) or (kind == "model" and text.endswith(".json")):
         p = Path(text).expanduser()
+        if p.is_dir():
+            raise SpecError(f"{text}: is a directory, not a {kind} spec file (expected a YAML file)")
         if not p.is_file():
             expected = "a readable YAML file" + (" or Hugging Face config.json" if kind == "model" else "")
             raise SpecError(f"{text}: no such {kind} spec file (expected {expected})")
@@ -102,33 +161,70 @@ def hardware_kind(name_or_path: str | Path) -> str:
     return kind
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
+def read_text(path: Path, what: str = "file") -> str:
+    """A small UTF-8 text file, whole: a clear error for a directory, a FIFO or device, a file
+    above MAX_FILE_BYTES, and any encoding problem (binary, UTF-16, a Latin-1 byte)."""
+    path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"{path}: is a directory (expected a {what})")
+    if path.exists() and not path.is_file():
+        raise SpecError(f"{path}: not a regular file (expected a {what})")
     try:
-        text = path.read_text()
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise SpecError(f"{path}: {path.stat().st_size:,} bytes; a {what} may have at most {MAX_FILE_BYTES:,}")
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise SpecError(f"{path}: cannot read file ({e.strerror})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(f"{path}: more than {MAX_FILE_BYTES:,} bytes; a {what} may have at most {MAX_FILE_BYTES:,}")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data:
+        raise SpecError(f"{path}: not UTF-8 text (UTF-16 or binary: it holds NUL bytes); save it as UTF-8")
     try:
-        raw = yaml.load(text, Loader=_Loader)
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise SpecError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at line {line}); save it as UTF-8") from None
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text -> Python objects, with the limits of :class:`_Loader`."""
+    return yaml.load(text, Loader=_Loader)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    text = read_text(path, "YAML file")
+    try:
+        raw = parse_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"{path}: malformed YAML at {where}{problem}") from None
+        raise SpecError(f"{path}: malformed YAML at {where}{short(problem, 120)}") from None
+    except RecursionError:  # a guard: _Loader's depth cap stops nesting first
+        raise SpecError(f"{path}: malformed YAML: nested too deep (at most {MAX_DEPTH} levels)") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: expected a mapping of fields at the top level, got {type(raw).__name__}")
     return raw
 
 
 # --------------------------------------------------------------------------- overrides
-def parse_value(text: str) -> Any:
-    """A --set value: int, float (1e12 forms too), bool, or string."""
+def parse_value(text: str, where: str = "--set") -> Any:
+    """A --set value: int, float (1e12 forms too), bool, or string; never nan or inf."""
     t = text.strip()
     for conv in (int, float):
         try:
-            return conv(t)
+            value = conv(t)
         except ValueError:
-            pass
-    return yaml.load(t, Loader=_Loader)
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"{where}: expected a finite number, got {short(t, 40)}")
+        return value
+    try:
+        return parse_yaml(t)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{where}: cannot read the value {short(t, 40)} ({short(problem, 80)})") from None
 
 
 def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
@@ -277,7 +373,7 @@ def split_overrides(sets: Iterable[str]) -> dict[str, dict[str, Any]]:
         prefix, _, rest = key.strip().partition(".")
         if prefix not in out or not rest:
             raise SpecError(f"--set {item}: the path must start with chip., system. or model. (e.g. system.tiers.ub.bandwidth_Bps=270e9)")
-        out[prefix][rest] = parse_value(value)
+        out[prefix][rest] = parse_value(value, f"--set {short(key.strip(), 80)}")
     return out
 
 
