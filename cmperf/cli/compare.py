@@ -42,8 +42,9 @@ def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
     from ..report import check_format, check_parent_dir, human, print_csv, print_json, print_table, write_csv
 
     check_format(fmt)
-    if plot:
-        check_parent_dir(plot, "--plot")
+    for path, flag in ((plot, "--plot"), (out, "--out")):
+        if path is not None:
+            check_parent_dir(path, flag)
     systems = [s.strip() for s in hardware.split(",") if s.strip()] if hardware else None
     cmp = compare(phase, systems, load_setups(config or SETUPS_FILE), model,
                   _per_system(sets, "--set", False), _per_system(withs, "--with", True))

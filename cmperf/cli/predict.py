@@ -55,9 +55,11 @@ def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list
                  fmt: str, out: Optional[str]):
     from ..predict import load_specs, predict
     from ..bands import half_width
-    from ..report import check_format, human, print_csv, print_json, print_table, unit_of, warn, write_csv
+    from ..report import check_format, check_parent_dir, human, print_csv, print_json, print_table, unit_of, warn, write_csv
 
     check_format(fmt)
+    if out is not None:
+        check_parent_dir(out, "--out")
     specs = load_specs(hardware, model, sets)
     result = predict(phase, {k: v for k, v in values.items() if v is not None}, specs)
     table = result.table
@@ -67,8 +69,8 @@ def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list
             warn(f"does not fit: needs {human(need, 'B')} per die (weights {human(table['weights_per_die_bytes'].iat[i], 'B')}, "
                  f"KV {human(table['kv_cache_per_die_bytes'].iat[i], 'B')}, buffers {human(table['buffers_per_die_bytes'].iat[i], 'B')}) "
                  f"but a die has {human(have, 'B')}")
-    if out:
-        write_csv(table, out)
+    if out is not None:
+        write_csv(table, out, "--out")
     ops, sections = result.breakdown(0) if breakdown else (None, None)
     summary = DECODE_SUMMARY if phase == "decode" else PREFILL_SUMMARY
     if fmt == "json":

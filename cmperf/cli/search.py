@@ -177,7 +177,7 @@ def _check_dir(path: Optional[str], flag: str) -> None:
     """Fail before the search, not after it, when an output file cannot be written."""
     from ..report import check_parent_dir
 
-    if path:
+    if path is not None:
         check_parent_dir(path, flag)
 
 
