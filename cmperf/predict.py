@@ -132,7 +132,8 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         col = grid["expert_imbalance"]  # a numeric column cannot hold the word: skip the per-row str()
         grid["_default_imbalance"] = False if pd.api.types.is_numeric_dtype(col) else col.astype(str) == "default"
         grid["expert_imbalance"] = _numeric(grid["expert_imbalance"].replace("default", default), "--expert-imbalance")
-    valid, reason = validate(phase, grid, m0, hw0)
+    hw_rows, m_rows = specs.views({k: grid[k].to_numpy(dtype=float) for k in sweep_cols}) if sweep_cols else (hw0, m0)
+    valid, reason = validate(phase, grid, m_rows, hw_rows, given)  # each row with its own swept spec values
     invalid = grid.loc[~valid].drop(columns="_default_imbalance", errors="ignore").assign(reason=reason[~valid])
     if strict and not valid.all():
         raise ConfigError(str(reason[~valid][0]))

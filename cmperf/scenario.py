@@ -15,16 +15,90 @@ import numpy as np
 import pandas as pd
 
 from .defaults import PHASE_DEFAULTS
-from .errors import ConfigError
+from .errors import ConfigError, short
+
+
+# --------------------------------------------------------------------------- the input boundary
+# What a value the user gives may be, checked once where it enters (make_grid, grid_from_rows,
+# reference rows): the kind of number, finite, and the ranges that keep a default's "unset"
+# marker (ep 0 = all dies, kv_len nan = prompt + output/2, ...) out of the user's reach.
+# Ranges that involve other inputs or the specs are checked per row by validate().
+INTEGER_INPUTS = {"prompt_len", "output_len", "dies", "ep", "tp", "attn_tp", "microbatches", "mtp", "mtp_k",
+                  "redundant_experts", "shared_copies", "m", "n", "k", "groups", "s_q", "h_q", "seq_k"}
+WORDS = {"expert_imbalance": {"default": "default"}, "microbatches": {"auto": 0},
+         "mtp": {"on": 1, "off": 0, True: 1, False: 0}}
+AT_LEAST = {"ep": 1, "dies": 1, "tp": 1, "attn_tp": 1, "kv_len": 1, "shared_copies": 0, "redundant_experts": 0,
+            "prompt_len": 1, "output_len": 1, "mtp_k": 1, "batch": 1, "tokens_per_npu": 1, "tokens": 1}
+GIVEN_ALL = ("ep",)  # validate()'s default: name EP as a flag (callers pass what the user gave)
+MAX_INPUT = 1e9  # requests, tokens, lengths, dies: far above any deployment, far below float overflow
+
+
+def flag_name(key: str) -> str:
+    """The command-line flag of a scenario input (``kv_len`` -> ``--kv-len``)."""
+    return "--" + key.replace("_", "-")
+
+
+def check_inputs(phase: str, values: Mapping[str, Any], name=flag_name) -> dict[str, Any]:
+    """The given values (scalars or lists) of ``phase`` checked and normalised: known inputs,
+    numbers that are finite, whole where the input counts things, within the ranges of
+    AT_LEAST and MAX_INPUT; words (``default``, ``auto``, ``on``) where an input takes them.
+    ``name(key)`` is how an error names the input (a flag, or a reference file's field)."""
+    defaults = PHASE_DEFAULTS[phase]
+    unknown = [k for k in values if k not in defaults]
+    if unknown:
+        raise ConfigError(f"unknown {phase} input(s): {', '.join(short(k, 40) for k in sorted(map(str, unknown)))} "
+                          f"(expected: {', '.join(defaults)})")
+    out = {}
+    for key, given in values.items():
+        if given is None:
+            continue
+        many = isinstance(given, (list, tuple, np.ndarray, pd.Series))
+        items = list(given) if many else [given]
+        if many and not items:
+            raise ConfigError(f"{name(key)}: no values (expected at least one)")
+        checked = [_check_value(phase, key, x, name) for x in items]
+        out[key] = checked if many else checked[0]
+    return out
+
+
+def _check_value(phase: str, key: str, x: Any, name) -> Any:
+    words = WORDS.get(key, {})
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, bool) and True in words or isinstance(x, str) and x in words:
+        return words[x]
+    default = PHASE_DEFAULTS[phase][key].value
+    if isinstance(default, str):  # a name (the GEMM dtype)
+        if not isinstance(x, str):
+            raise ConfigError(f"{name(key)}: expected a name such as {default!r}, got {short(x, 40)}")
+        return x
+    named = [w for w in words if isinstance(w, str)]
+    expected = ("a whole number" if key in INTEGER_INPUTS else "a number") + (f" or {', '.join(named)}" if named else "")
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ConfigError(f"{name(key)}: expected {expected}, got {short(x, 40)}")
+    if not math.isfinite(x):
+        raise ConfigError(f"{name(key)}: expected {expected}, got {short(x, 40)} (not a finite number)")
+    if key in INTEGER_INPUTS:
+        if not float(x).is_integer():
+            raise ConfigError(f"{name(key)}: expected {expected}, got {short(x, 40)}")
+        x = int(x)
+    low = AT_LEAST.get(key)
+    if low is not None and x < low:
+        raise ConfigError(f"{name(key)} must be >= {low} (got {_shown(x)})")
+    if abs(x) > MAX_INPUT:
+        raise ConfigError(f"{name(key)} must be at most {MAX_INPUT:g} (got {_shown(x)})")
+    return x
+
+
+def _shown(x) -> str:
+    """A number as the user would type it (8, not 8.0), bounded in length."""
+    return short(int(x) if isinstance(x, float) and x.is_integer() and abs(x) < 1e15 else x, 40)
 
 
 def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Cartesian product of the given values (scalars or lists) with defaults elsewhere."""
     defaults = PHASE_DEFAULTS[phase]
-    values = dict(values or {})
-    unknown = set(values) - set(defaults)
-    if unknown:
-        raise ConfigError(f"unknown {phase} input(s): {', '.join(sorted(unknown))} (expected: {', '.join(defaults)})")
+    values = check_inputs(phase, dict(values or {}))
     cols: dict[str, list] = {}
     for k, d in defaults.items():
         v = values.get(k, d.value)
@@ -51,10 +125,7 @@ def _product(cols: dict[str, list]) -> pd.DataFrame:
 def grid_from_rows(phase: str, rows: list[Mapping[str, Any]]) -> pd.DataFrame:
     """One configuration per mapping (missing keys take the defaults), no cartesian product."""
     defaults = PHASE_DEFAULTS[phase]
-    for r in rows:
-        unknown = set(r) - set(defaults)
-        if unknown:
-            raise ConfigError(f"unknown {phase} input(s): {', '.join(sorted(unknown))} (expected: {', '.join(defaults)})")
+    rows = [check_inputs(phase, r) for r in rows]
     df = pd.DataFrame([{k: r.get(k, d.value) for k, d in defaults.items()} for r in rows], columns=list(defaults))
     return resolve_defaults(phase, df)
 
@@ -71,12 +142,15 @@ def resolve_defaults(phase: str, df: pd.DataFrame) -> pd.DataFrame:
     if phase == "decode":
         df["kv_len"] = np.where(np.isnan(df["kv_len"].astype(float)), df["prompt_len"] + df["output_len"] / 2, df["kv_len"])
     else:
-        df["shared_copies"] = np.where(df["shared_copies"] <= 0, df["ep"], df["shared_copies"])
+        df["shared_copies"] = np.where(df["shared_copies"] < 0, df["ep"], df["shared_copies"])  # -1: unset
     return df
 
 
-def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorised checks; returns (valid mask, reason per row: '' when valid)."""
+def validate(phase: str, df: pd.DataFrame, m, hw, given: set | frozenset = frozenset(GIVEN_ALL)) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised checks; returns (valid mask, reason per row: '' when valid). ``m`` and ``hw``
+    are numeric views whose swept fields are arrays over the rows of ``df`` (a row is checked
+    with its own spec values). ``given``: the inputs the user set; a message names a default
+    by what it defaults to (EP = --dies), not by a flag the user never typed."""
     reason = np.full(len(df), "", dtype=object)
 
     def check(bad, msg):
@@ -84,26 +158,36 @@ def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarra
         if bad.any():
             reason[bad] = [msg(i) for i in np.flatnonzero(bad)]
 
+    def at(x, i):  # row i of a value that may be an array over the rows (a swept spec field), as typed
+        v = np.broadcast_to(np.asarray(x), (len(df),))[i]
+        v = v.item() if isinstance(v, np.generic) else v
+        return short(int(v) if isinstance(v, float) and v.is_integer() else v)
+
     g = df
     mo = m.moe
     if phase == "gemm":
         for c in ("m", "n", "k", "groups"):
-            check(g[c] <= 0, lambda i, c=c: f"gemm {c} must be > 0 (got {g[c].iat[i]})")
+            check(g[c] <= 0, lambda i, c=c: f"gemm {c} must be > 0 (got {short(g[c].iat[i])})")
         peaks = set(hw.chip.spec.die.peak_flops_per_s.dtypes())
         check(~g["dtype"].astype(str).isin(peaks),
-              lambda i: f"gemm dtype {g['dtype'].iat[i]!r}: chip {hw.chip.name} runs {', '.join(sorted(peaks))}")
+              lambda i: f"gemm dtype {short(g['dtype'].iat[i])!r}: chip {hw.chip.name} runs {', '.join(sorted(peaks))}")
         return reason == "", reason
     if phase == "attention":
         for c in ("batch", "s_q", "h_q", "seq_k"):
-            check(g[c] <= 0, lambda i, c=c: f"attention {c} must be > 0 (got {g[c].iat[i]})")
+            check(g[c] <= 0, lambda i, c=c: f"attention {c} must be > 0 (got {short(g[c].iat[i])})")
         check(np.mod(m.attention.num_heads, g["h_q"]) != 0,
-              lambda i: f"attention h_q {g['h_q'].iat[i]} must divide the model's {m.attention.num_heads} heads")
+              lambda i: f"attention h_q {g['h_q'].iat[i]} must divide the model's {at(m.attention.num_heads, i)} heads")
         return reason == "", reason
+    ep_given = "ep" in given or phase == "collective"
+    ep_fix = "pick an EP" if ep_given else "give an --ep"
+
+    def ep_at(i):  # the EP of row i as the user set it: the flag, or the default it took
+        return f"--ep {g['ep'].iat[i]}" if ep_given else f"EP {g['ep'].iat[i]} (= --dies; --ep not given)"
     dies_per_pkg = hw.chip.dies_per_package
     system_dies = hw.system.nodes * hw.system.node.chips * dies_per_pkg
     check(g["dies"] <= 0, lambda i: f"--dies must be positive (got {g['dies'].iat[i]})")
     check(g["dies"] > system_dies,
-          lambda i: f"--dies {g['dies'].iat[i]} exceeds the {system_dies} dies of {hw.system.name}")
+          lambda i: f"--dies {g['dies'].iat[i]} exceeds the {at(system_dies, i)} dies of {hw.system.name}")
     check(g["ep"] > g["dies"], lambda i: f"--ep {g['ep'].iat[i]} exceeds --dies {g['dies'].iat[i]}")
     check(np.mod(g["dies"], g["ep"]) != 0,
           lambda i: f"--ep {g['ep'].iat[i]} does not divide --dies {g['dies'].iat[i]} (the instance must hold whole EP groups)")
@@ -113,49 +197,61 @@ def validate(phase: str, df: pd.DataFrame, m, hw) -> tuple[np.ndarray, np.ndarra
         if domain is not None:
             reach = domain * dies_per_pkg
             check(g["ep"] > reach,
-                  lambda i, reach=reach, outer=outer: f"--ep {g['ep'].iat[i]} exceeds the {reach} dies one '{outer}' domain connects "
-                                                      f"(expert parallelism runs over {outer})")
+                  lambda i, reach=reach, outer=outer: f"{ep_at(i)} exceeds the {at(reach, i)} dies one '{outer}' "
+                                                      f"domain connects (expert parallelism runs over {outer})")
     check(g["redundant_experts"] < 0, lambda i: f"--redundant-experts must be >= 0 (got {g['redundant_experts'].iat[i]})")
     if mo is None and phase == "collective":
         check(np.ones(len(g), dtype=bool), lambda i: f"model {m.name} has no MoE layers: no dispatch/combine to time")
     if mo is not None:
-        if mo.shared_experts > 0 and phase != "collective":  # Table 7's benchmark routes top-k only
-            check(g["shared_copies"] < 1,
+        shared = np.asarray(mo.shared_experts)
+        if phase != "collective":  # Table 7's benchmark routes top-k only
+            check((shared > 0) & (g["shared_copies"] < 1),
                   lambda i: f"--shared-copies must be >= 1: the model has a shared expert that some die must hold (got {g['shared_copies'].iat[i]})")
-        if mo.shared_experts == 0:
-            check(g["shared_copies"] != 0,
-                  lambda i: f"--shared-copies must be 0: model {m.name} has no shared expert (got {g['shared_copies'].iat[i]})")
+        check((shared == 0) & (g["shared_copies"] != 0),
+              lambda i: f"--shared-copies must be 0: model {m.name} has no shared expert (got {g['shared_copies'].iat[i]})")
         inst = mo.routed_experts + g["redundant_experts"] + g["shared_copies"]
         check(np.mod(inst, g["ep"]) != 0,
-              lambda i: (f"--ep {g['ep'].iat[i]} does not divide the {inst.iat[i]} expert instances "
-                         f"({mo.routed_experts} routed + {g['redundant_experts'].iat[i]} redundant + {g['shared_copies'].iat[i]} shared copies); "
-                         f"change --redundant-experts/--shared-copies or pick an EP that divides {inst.iat[i]}"))
-    check(g["expert_imbalance"] < 1, lambda i: f"--expert-imbalance must be >= 1 (1 = perfect balance; got {g['expert_imbalance'].iat[i]})")
+              lambda i: (f"{ep_at(i)} does not divide the {at(inst, i)} expert instances "
+                         f"({at(mo.routed_experts, i)} routed + {g['redundant_experts'].iat[i]} redundant + {g['shared_copies'].iat[i]} shared copies): "
+                         f"a die holds whole experts; change --redundant-experts/--shared-copies or {ep_fix} that divides {at(inst, i)}"))
+    check(g["expert_imbalance"] < 1, lambda i: f"--expert-imbalance must be >= 1 (1 = perfect balance; got {short(g['expert_imbalance'].iat[i])})")
+    check(g["expert_imbalance"] > g["ep"],
+          lambda i: f"--expert-imbalance {at(g['expert_imbalance'], i)} exceeds {ep_at(i)}: "
+                    f"max/mean load over {g['ep'].iat[i]} dies is at most {g['ep'].iat[i]} (one die takes every token)")
     if phase == "collective":
-        check(g["tokens"] <= 0, lambda i: f"tokens must be > 0 (got {g['tokens'].iat[i]})")
+        check(g["tokens"] <= 0, lambda i: f"tokens must be > 0 (got {short(g['tokens'].iat[i])})")
         return reason == "", reason
     check(~g["microbatches"].isin([0, 1, 2]), lambda i: f"--microbatches must be 1, 2 or auto (got {g['microbatches'].iat[i]})")
     check(g["prompt_len"] < 1, lambda i: f"--prompt-len must be >= 1 (got {g['prompt_len'].iat[i]})")
     check(~g["mtp"].isin([0, 1]), lambda i: "--mtp must be on or off")
     if phase == "decode":
-        check(g["batch"] <= 0, lambda i: f"--batch must be > 0 requests per NPU (got {g['batch'].iat[i]})")
+        check(g["batch"] < 1, lambda i: f"--batch must be >= 1 request per NPU (got {short(g['batch'].iat[i])})")
         check(g["output_len"] < 1, lambda i: f"--output-len must be >= 1 (got {g['output_len'].iat[i]})")
-        check(g["kv_len"] < 1, lambda i: f"--kv-len must be >= 1 (got {g['kv_len'].iat[i]})")
+        check(g["kv_len"] < 1, lambda i: f"--kv-len must be >= 1 (got {short(g['kv_len'].iat[i])})")
         check((g["mtp_acceptance"] < 0) | (g["mtp_acceptance"] > 1),
-              lambda i: f"--mtp-acceptance must be within [0, 1] (got {g['mtp_acceptance'].iat[i]})")
+              lambda i: f"--mtp-acceptance must be within [0, 1] (got {short(g['mtp_acceptance'].iat[i])})")
         check((g["mtp"] == 1) & (g["mtp_k"] < 1), lambda i: f"--mtp-k must be >= 1 (got {g['mtp_k'].iat[i]})")
         check((g["mtp"] == 1) & (m.mtp.modules < 1), lambda i: "MTP requested but the model has no MTP module")
-        check((g["attention_share"] <= 0) | (g["attention_share"] >= 1),
-              lambda i: f"--attention-share must be within (0, 1) (got {g['attention_share'].iat[i]})")
+        share = g["attention_share"].to_numpy(dtype=float)
+        check((share <= 0) | (share >= 1),
+              lambda i: f"--attention-share must be within (0, 1) (got {short(share[i])})")
+        units = np.minimum(hw.chip.die.matrix_units, hw.chip.die.vector_units)
+        check(~np.isnan(share) & ((share * units < 1 - 1e-9) | ((1 - share) * units < 1 - 1e-9)),
+              lambda i: f"--attention-share {short(share[i])} leaves a stream less than one core "
+                        f"(a die has {at(hw.chip.die.matrix_units, i)} matrix and {at(hw.chip.die.vector_units, i)} vector units; "
+                        f"each stream needs at least one of each)")
         check(g["tp"] < 1, lambda i: f"--tp must be >= 1 (got {g['tp'].iat[i]})")
         check(np.mod(m.attention.num_heads, g["tp"]) != 0,
-              lambda i: f"--tp {g['tp'].iat[i]} does not divide the {m.attention.num_heads} attention heads")
+              lambda i: f"--tp {g['tp'].iat[i]} does not divide the {at(m.attention.num_heads, i)} attention heads")
         check(np.mod(g["dies"], g["tp"]) != 0, lambda i: f"--tp {g['tp'].iat[i]} does not divide --dies {g['dies'].iat[i]}")
     else:
-        check(g["tokens_per_npu"] <= 0, lambda i: f"--tokens-per-npu must be > 0 (got {g['tokens_per_npu'].iat[i]})")
+        check(g["tokens_per_npu"] <= 0, lambda i: f"--tokens-per-npu must be > 0 (got {short(g['tokens_per_npu'].iat[i])})")
+        check(g["tokens_per_npu"] < g["prompt_len"],
+              lambda i: f"--tokens-per-npu {at(g['tokens_per_npu'], i)} is less than one prompt (--prompt-len "
+                        f"{g['prompt_len'].iat[i]}): an NPU prefills whole prompts")
         check(g["attn_tp"] < 1, lambda i: f"--attn-tp must be >= 1 (got {g['attn_tp'].iat[i]})")
         check(np.mod(g["dies"], g["attn_tp"]) != 0,
               lambda i: f"--attn-tp {g['attn_tp'].iat[i]} does not divide --dies {g['dies'].iat[i]}")
         check(np.mod(m.attention.num_heads, g["attn_tp"]) != 0,
-              lambda i: f"--attn-tp {g['attn_tp'].iat[i]} does not divide the {m.attention.num_heads} attention heads")
+              lambda i: f"--attn-tp {g['attn_tp'].iat[i]} does not divide the {at(m.attention.num_heads, i)} attention heads")
     return reason == "", reason

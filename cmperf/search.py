@@ -23,6 +23,7 @@ import pandas as pd
 from .errors import ConfigError
 from .predict import Specs, load_specs, predict
 from .defaults import PHASE_DEFAULTS
+from .scenario import check_inputs
 
 SEARCH_PHASES = ("decode", "prefill")
 LATENCY = {"decode": "tpot_ms", "prefill": "ttft_ms"}
@@ -141,22 +142,19 @@ def grid_axes(phase: str, values: Mapping[str, Any], sweeps: Mapping[str, list] 
     only the first ``mtp_k`` / ``mtp_acceptance`` (they do not matter there), so that no
     configuration is evaluated twice."""
     defaults = PHASE_DEFAULTS[phase]
-    unknown = set(values) - set(defaults)
-    if unknown:
-        raise ConfigError(f"unknown {phase} input(s): {', '.join(sorted(unknown))} (expected: {', '.join(defaults)})")
+    values = check_inputs(phase, values)  # every value of every axis, before any row is evaluated
     axes: dict[str, list] = {}
-    for k, d in defaults.items():
+    for k in defaults:  # an input not given keeps its default (not an axis: predict fills it in)
         v = values.get(k)
-        v = d.value if v is None else v
+        if v is None:
+            continue
         v = list(v) if isinstance(v, (list, tuple, np.ndarray, pd.Series)) else [v]
-        if not v:
-            raise ConfigError(f"{k}: no values to search")
         axes[k] = list(dict.fromkeys(v))  # a repeated value would only repeat rows
     tail = [(k, list(v)) for k, v in (sweeps or {}).items()]
     blocks = [axes]
-    if phase == "decode" and 0 in axes["mtp"] and len(axes["mtp"]) > 1:
+    if phase == "decode" and 0 in axes.get("mtp", []) and len(axes["mtp"]) > 1:
         on = {**axes, "mtp": [x for x in axes["mtp"] if x != 0]}
-        off = {**axes, "mtp": [0], "mtp_k": axes["mtp_k"][:1], "mtp_acceptance": axes["mtp_acceptance"][:1]}
+        off = {**axes, "mtp": [0], **{k: axes[k][:1] for k in ("mtp_k", "mtp_acceptance") if k in axes}}
         blocks = [on, off]
     return [list(b.items()) + tail for b in blocks]
 
@@ -407,8 +405,13 @@ def read_results(path: str, slo_ms: float | None = None, top: int | None = None)
 
 def inputs_of(phase: str, row: Mapping[str, Any], sweeps: Iterable[str] = ()) -> tuple[dict, dict]:
     """The scenario inputs and swept spec values of one result row (to re-run it alone)."""
-    values = {k: _scalar(row[k]) for k in PHASE_DEFAULTS[phase] if k in row}
+    values = {k: _scalar(row[k]) for k in PHASE_DEFAULTS[phase] if k in row and not _unset(row[k])}
     return values, {k: [float(row[k])] for k in sweeps}
+
+
+def _unset(x) -> bool:
+    """An input left at its 'unset' default reads back as NaN (attention_share): not a value."""
+    return isinstance(x, (float, np.floating)) and math.isnan(x)
 
 
 def _scalar(x):
