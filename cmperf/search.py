@@ -111,8 +111,11 @@ def parse_sweeps(items: Iterable[str]) -> dict[str, list[float]]:
 
 
 def check_sweeps(sweeps: Mapping[str, list], hardware: str, model: str, sets: Iterable[str] = ()) -> None:
-    """Every swept path must be a numeric spec field, and its smallest and largest values must
-    pass the spec schema: apply them as ``--set`` overrides and let the loader say what is wrong."""
+    """Every swept path must be a numeric spec field, and every one of its values must pass the
+    spec schema (a whole number of cores, a fraction within (0, 1], ...): apply each as a
+    ``--set`` override and let the loader say what is wrong. Each value is checked with the
+    other swept fields at their file values; a check that involves the scenario (whole experts
+    per die) is made per row by the grid's validation."""
     from .errors import SpecError
     from .specs.loader import load_hardware, load_model, split_overrides
 
@@ -124,7 +127,7 @@ def check_sweeps(sweeps: Mapping[str, list], hardware: str, model: str, sets: It
         if not path.startswith(("chip.", "system.", "model.")):
             raise ConfigError(f"--sweep {path}: the path must start with chip., system. or model. "
                               f"(e.g. system.tiers.ub.bandwidth_Bps=100e9,200e9)")
-        for v in sorted({min(values), max(values)}):
+        for v in sorted(set(values)):
             overrides = split_overrides([*sets, f"{path}={v!r}"])
             try:
                 if path.startswith("model."):

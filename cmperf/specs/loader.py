@@ -9,6 +9,7 @@ repository's ``hardware/`` and ``models/`` folders.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass
@@ -115,10 +116,10 @@ def list_builtin(kind: str) -> list[tuple[str, Path]]:
 
 def _peek_kind(path: Path) -> str | None:
     try:
-        raw = yaml.load(path.read_text(), Loader=_Loader)
-    except (OSError, yaml.YAMLError):
+        raw = read_yaml(path)
+    except CmperfError:
         return None
-    return raw.get("kind") if isinstance(raw, dict) else None
+    return raw.get("kind")
 
 
 def _looks_like_path(text: str) -> bool:
@@ -192,7 +193,25 @@ def parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
+_parsed: dict[tuple, dict] = {}  # (path, mtime, size) -> mapping: a file re-read (a sweep's values) is parsed once
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML file's top-level mapping (a fresh copy: callers may edit it)."""
+    try:
+        st = Path(path).stat()
+        key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key in _parsed:
+        return copy.deepcopy(_parsed[key])
+    raw = _read_yaml(path)
+    if key is not None and len(_parsed) < 64:
+        _parsed[key] = copy.deepcopy(raw)
+    return raw
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
     text = read_text(path, "YAML file")
     try:
         raw = parse_yaml(text)
