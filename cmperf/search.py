@@ -14,13 +14,14 @@ of one. The SLO filter, the top-N and the Pareto frontier are array operations o
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
-from .errors import ConfigError
+from .errors import ConfigError, short
 from .predict import Specs, load_specs, predict
 from .defaults import PHASE_DEFAULTS
 from .scenario import check_inputs
@@ -38,9 +39,12 @@ MAX_CONFIGS = 2_000_000
 
 
 # --------------------------------------------------------------------------- parsing
-def parse_list(text: str | int | float, flag: str, integer: bool = False, words: Mapping[str, Any] | None = None) -> list:
+def parse_list(text: str | int | float, flag: str, integer: bool = False, words: Mapping[str, Any] | None = None,
+               allowed: Iterable[float] | None = None) -> list:
     """``"8,16,32"``, ``"8:256:8"`` (start:stop:step, stop included; step 1 if omitted) or a mix
-    (``"1,2,4:64:4"``) -> a list of numbers. ``words`` maps names (``auto``, ``on``) to values."""
+    (``"1,2,4:64:4"``) -> a list of numbers. ``words`` maps names (``auto``, ``on``) to values;
+    ``allowed``, when given, lists the only numbers that may be typed (``--microbatches``: 1 or
+    2; ``auto`` is the word, not the 0 that stands for it inside)."""
     words = words or {}
     if not isinstance(text, str):
         return [text]
@@ -54,6 +58,9 @@ def parse_list(text: str | int | float, flag: str, integer: bool = False, words:
             out.extend(_parse_range(item, flag, integer))
         else:
             out.append(_number(item, flag, integer, words))
+        if allowed is not None and item not in words and any(x not in allowed for x in out):
+            choices = ", ".join([*map(str, allowed), *words])
+            raise ConfigError(f"{flag} {short(item, 40)}: expected {choices}")
     if not integer and all(isinstance(x, float) and x.is_integer() and abs(x) < 2**53 for x in out):
         out = [int(x) for x in out]  # batch 8 stays 8 (not 8.0) in tables and JSON
     return out
@@ -382,6 +389,8 @@ def rank(grid: Grid, slo_ms: float, top: int) -> SearchResult:
 def read_results(path: str, slo_ms: float | None = None, top: int | None = None) -> SearchResult:
     """A search saved with ``--out`` (one row per configuration), re-ranked under ``slo_ms``
     (default: the SLO it was searched with) and ``top`` (default: as many as it ranked)."""
+    if Path(path).exists() and not Path(path).is_file():
+        raise ConfigError(f"{short(str(path))}: not a regular file (expected a CSV written by cmperf search --out)")
     try:
         t = pd.read_csv(path)
     except FileNotFoundError:
@@ -395,15 +404,58 @@ def read_results(path: str, slo_ms: float | None = None, top: int | None = None)
     phase = str(t["phase"].iat[0])
     if phase not in SEARCH_PHASES or LATENCY[phase] not in t.columns:
         raise ConfigError(f"{path}: phase '{phase}' is not a searchable phase ({', '.join(SEARCH_PHASES)})")
+    t = check_results(t, phase, path)
     slo = float(t["slo_ms"].iat[0]) if slo_ms is None else slo_ms
     if not (math.isfinite(slo) and slo > 0):
-        raise ConfigError(f"{SLO_FLAG[phase]} {slo}: the SLO must be a positive number of milliseconds")
-    n = int(t["rank"].max()) if top is None and t["rank"].notna().any() else (top or 10)
+        raise ConfigError(f"{SLO_FLAG[phase]} {short(slo)}: the SLO must be a positive number of milliseconds")
+    n = top if top is not None else int(t["rank"].max()) if t["rank"].notna().any() else 10
     if n < 1:
         raise ConfigError(f"--top {n}: expected a positive integer")
     sweeps = {c: sorted(t[c].unique().tolist()) for c in t.columns if c.startswith(("chip.", "system.", "model."))}
     grid = Grid(phase, t.assign(fits=t["fits"].astype(bool)), pd.DataFrame(columns=["reason"]), sweeps)
     return rank(grid, slo, n)
+
+
+def check_results(t: pd.DataFrame, phase: str, path: str) -> pd.DataFrame:
+    """A search CSV's cells checked before they are ranked: one phase; ``fits``/``meets_slo``/
+    ``on_pareto`` true or false; latency and SLO positive, throughput and memory non-negative,
+    every input and swept spec value a finite number (``attention_share`` may be empty: unset),
+    ``rank`` empty or a whole number >= 1. The first bad cell is named by line and column."""
+    def bad(rows, col, expected):
+        i = int(np.flatnonzero(np.asarray(rows))[0])
+        raise ConfigError(f"{short(str(path))}: line {i + 2}, column '{short(col, 40)}': expected {expected}, "
+                          f"found {short(t[col].iat[i], 40)!r}")
+
+    phases = t["phase"].astype(str)
+    if (phases != phase).any():
+        bad(phases != phase, "phase", f"'{phase}' on every line (one search per file)")
+    for col in ("fits", "meets_slo", "on_pareto"):
+        if col in t.columns and t[col].dtype != bool:
+            text = t[col].astype(str).str.strip().str.lower()
+            if (~text.isin(["true", "false", "1", "0"])).any():
+                bad(~text.isin(["true", "false", "1", "0"]), col, "True or False")
+            t = t.assign(**{col: text.isin(["true", "1"])})
+    positive = [LATENCY[phase], "slo_ms"]
+    non_negative = [THROUGHPUT, "memory_per_die_bytes", "hbm_per_die_bytes"]
+    inputs = [c for c in PHASE_DEFAULTS[phase] if c in t.columns and c != "attention_share"]
+    swept = [c for c in t.columns if c.startswith(("chip.", "system.", "model."))]
+    for col in [c for c in (*positive, *non_negative, *inputs, *swept) if c in t.columns]:
+        x = pd.to_numeric(t[col], errors="coerce").to_numpy(dtype=float)
+        if col == "expert_imbalance":  # may read 'default' where a default balance was searched
+            x = np.where(t[col].astype(str) == "default", 1.0, x)
+        low = 0.0 if col in non_negative or col in inputs or col in swept else None
+        problem = ~np.isfinite(x) | ((x <= 0) if low is None else (x < low))
+        if problem.any():
+            bad(problem, col, "a finite number" + (" > 0" if low is None else " >= 0"))
+    if "attention_share" in t.columns:
+        x = pd.to_numeric(t["attention_share"], errors="coerce").to_numpy(dtype=float)
+        if (t["attention_share"].notna() & ~((x > 0) & (x < 1))).any():
+            bad(t["attention_share"].notna() & ~((x > 0) & (x < 1)), "attention_share", "empty or a number within (0, 1)")
+    r = pd.to_numeric(t["rank"], errors="coerce")
+    wrong = (t["rank"].notna() & r.isna()) | (r.notna() & ((r < 1) | (r % 1 != 0)))
+    if wrong.any():
+        bad(wrong, "rank", "empty or a whole number >= 1")
+    return t
 
 
 def inputs_of(phase: str, row: Mapping[str, Any], sweeps: Iterable[str] = ()) -> tuple[dict, dict]:
