@@ -70,17 +70,17 @@ def _check_value(phase: str, key: str, x: Any, name) -> Any:
     default = PHASE_DEFAULTS[phase][key].value
     if isinstance(default, str):  # a name (the GEMM dtype)
         if not isinstance(x, str):
-            raise ConfigError(f"{name(key)}: expected a name such as {default!r}, got {short(x, 40)}")
+            raise ConfigError(f"{name(key)}: expected a name such as {default!r}, got {_shown(x)}")
         return x
     named = [w for w in words if isinstance(w, str)]
     expected = ("a whole number" if key in INTEGER_INPUTS else "a number") + (f" or {', '.join(named)}" if named else "")
     if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise ConfigError(f"{name(key)}: expected {expected}, got {short(x, 40)}")
+        raise ConfigError(f"{name(key)}: expected {expected}, got {_shown(x)}")
     if not math.isfinite(x):
-        raise ConfigError(f"{name(key)}: expected {expected}, got {short(x, 40)} (not a finite number)")
+        raise ConfigError(f"{name(key)}: expected {expected}, got {_shown(x)} (not a finite number)")
     if key in INTEGER_INPUTS:
         if not float(x).is_integer():
-            raise ConfigError(f"{name(key)}: expected {expected}, got {short(x, 40)}")
+            raise ConfigError(f"{name(key)}: expected {expected}, got {_shown(x)}")
         x = int(x)
     low = AT_LEAST.get(key)
     if low is not None and x < low:
@@ -91,7 +91,9 @@ def _check_value(phase: str, key: str, x: Any, name) -> Any:
 
 
 def _shown(x) -> str:
-    """A number as the user would type it (8, not 8.0), bounded in length."""
+    """A value as the user would type it (8, not 8.0; a word in quotes), bounded in length."""
+    if isinstance(x, str):
+        return repr(short(x, 40))
     return short(int(x) if isinstance(x, float) and x.is_integer() and abs(x) < 1e15 else x, 40)
 
 
