@@ -146,9 +146,10 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         default = m.serving.default_expert_imbalance if specs.model.serving is not None else 1.0
         cols["expert_imbalance"] = np.where(cols.pop("_default_imbalance"), default, cols["expert_imbalance"]).astype(float)
         g = g.drop(columns="_default_imbalance").assign(expert_imbalance=cols["expert_imbalance"])
-    out = RUN[phase](hw, m, cols)
-    mem = (decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
-           if phase == "prefill" else {})
+    with np.errstate(all="ignore"):  # an overflow is found in the outputs below and named, not printed
+        out = RUN[phase](hw, m, cols)
+        mem = (decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
+               if phase == "prefill" else {})
     table = g.copy()
     n = len(g)
     for k, v in {**out, **mem}.items():
@@ -156,7 +157,43 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
             table[k] = np.broadcast_to(np.asarray(v), (n,))
     table.insert(0, "phase", phase)
     add_bands(table, phase)
+    bad = output_problems(table, list(grid.columns))
+    if (bad != "").any():
+        if strict:
+            raise ConfigError(str(bad[bad != ""][0]))
+        invalid = pd.concat([invalid, g.loc[bad != ""].assign(reason=bad[bad != ""])], ignore_index=True)
+        table = table.loc[bad == ""].reset_index(drop=True)
     return Prediction(phase, table, invalid, out["_schedules"])
+
+
+# Outputs that are empty by design: a second stream's time when one microbatch runs.
+EMPTY_BY_DESIGN = {"stream_a_us", "stream_b_us"}
+# Outputs that must be positive (time, rate) or non-negative (bytes); others may be negative
+# (a microbatch gain) but never infinite or, outside EMPTY_BY_DESIGN, empty.
+POSITIVE = ("tpot_ms", "ttft_ms", "iteration_ms", "forward_ms", "layer_us", "throughput_per_npu", "tokens_per_s_per_user")
+NON_NEGATIVE = ("_ms", "_us", "_s", "_bytes", "_GBps", "_TFLOPS", "tokens_per_s_per_tflops")
+
+
+def output_problems(table: pd.DataFrame, inputs: list[str]) -> np.ndarray:
+    """Per row, '' or why its prediction cannot be shown: an output that is infinite, empty
+    (NaN) or of the wrong sign, which only a spec value or input far outside the model's range
+    produces (a bandwidth or peak of 1e-300 overflows a time to inf). The safety net behind the
+    input checks: no NaN, inf or negative time ever reaches a table."""
+    reason = np.full(len(table), "", dtype=object)
+    for c in table.columns:
+        if c in inputs or c in EMPTY_BY_DESIGN or c.endswith(("_lo", "_hi")) or not pd.api.types.is_numeric_dtype(table[c]) \
+                or pd.api.types.is_bool_dtype(table[c]):
+            continue
+        x = table[c].to_numpy(dtype=float)
+        wrong = ~np.isfinite(x)
+        if c in POSITIVE:
+            wrong |= x <= 0
+        elif c.endswith(NON_NEGATIVE):
+            wrong |= x < 0
+        for i in np.flatnonzero(wrong & (reason == "")):
+            reason[i] = (f"the predicted {c} is {x[i]:g}: an input or spec value lies outside the model's range "
+                         f"(e.g. a bandwidth, peak or efficiency near zero)")
+    return reason
 
 
 def precision_problems(chip, m) -> list[str]:
