@@ -366,9 +366,22 @@ def load(kind: str, name_or_path: str | Path, overrides: Mapping[str, Any] | Non
          label: str | None = None, near: Path | None = None) -> tuple[BaseModel, Path]:
     path = resolve(kind, name_or_path, near)
     raw = read_hf_model(path) if kind == "model" and path.suffix.lower() == ".json" else read_yaml(path)
-    for key, value in (overrides or {}).items():
+    if not overrides:
+        return validate(kind, raw, path, overrides, label or kind), path
+    base = copy.deepcopy(raw)
+    for key, value in overrides.items():
         apply_override(raw, key, value, label or kind)
-    return validate(kind, raw, path, overrides, label or kind), path
+    try:
+        return validate(kind, raw, path, overrides, label or kind), path
+    except SpecError as e:
+        try:
+            validate(kind, base, path)
+        except SpecError:
+            raise e from None  # the file has problems of its own: named with the file
+        # the file alone is valid: the --set flags made it invalid, so they, not the file, are named
+        flags = ", ".join(f"--set {label or kind}.{k}={short(v, 40)}" for k, v in overrides.items())
+        message = str(e).removeprefix(f"{path}: ")
+        raise SpecError(message if message.startswith("--set") else f"{flags}: {message}") from None
 
 
 # --------------------------------------------------------------------------- bundles
