@@ -106,7 +106,13 @@ def check_parent_dir(path: str | Path, flag: str = "") -> None:
     text = str(path)
     if not text.strip():
         raise ConfigError(f"{label}'{short(text, 20)}': expected the path of a file to write")
-    p = Path(text)
+    try:
+        _check_output(Path(text), text, label)
+    except OSError as e:  # a name too long, a loop of links: the system's own words
+        raise ConfigError(f"{label}{short(text)}: cannot write there ({e.strerror or e})") from None
+
+
+def _check_output(p: Path, text: str, label: str) -> None:
     if text.endswith(("/", os.sep)) or p.is_dir():
         raise ConfigError(f"{label}{short(text)}: is a directory (expected the path of a file to write)")
     if p.exists() and not p.is_file():

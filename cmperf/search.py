@@ -51,7 +51,7 @@ def parse_list(text: str | int | float, flag: str, integer: bool = False, words:
     out: list = []
     for item in (s.strip() for s in text.split(",")):
         if not item:
-            raise ConfigError(f"{flag} {text}: empty item (expected comma-separated values or start:stop:step)")
+            raise ConfigError(f"{flag} {short(text)}: empty item (expected comma-separated values or start:stop:step)")
         if item in words:
             out.append(words[item])
         elif ":" in item:
@@ -68,15 +68,17 @@ def parse_list(text: str | int | float, flag: str, integer: bool = False, words:
 
 def _number(item: str, flag: str, integer: bool, words: Mapping[str, Any] | None = None):
     try:
+        if not item.isascii():  # float() reads other scripts' digits ('٣' = 3)
+            raise ValueError(item)
         x = float(item)
     except ValueError:
         names = f" or one of: {', '.join(words)}" if words else ""
-        raise ConfigError(f"{flag} {item}: expected {'an integer' if integer else 'a number'}{names}") from None
+        raise ConfigError(f"{flag} {short(item)}: expected {'an integer' if integer else 'a number'}{names}") from None
     if not math.isfinite(x):
-        raise ConfigError(f"{flag} {item}: expected a finite number")
+        raise ConfigError(f"{flag} {short(item)}: expected a finite number")
     if integer:
         if not x.is_integer():
-            raise ConfigError(f"{flag} {item}: expected an integer")
+            raise ConfigError(f"{flag} {short(item)}: expected an integer")
         return int(x)
     return x
 
@@ -84,16 +86,16 @@ def _number(item: str, flag: str, integer: bool, words: Mapping[str, Any] | None
 def _parse_range(item: str, flag: str, integer: bool) -> list:
     parts = item.split(":")
     if len(parts) not in (2, 3):
-        raise ConfigError(f"{flag} {item}: a range is start:stop or start:stop:step (e.g. 8:256:8)")
+        raise ConfigError(f"{flag} {short(item)}: a range is start:stop or start:stop:step (e.g. 8:256:8)")
     start, stop = (_number(p, flag, integer) for p in parts[:2])
     step = _number(parts[2], flag, integer) if len(parts) == 3 else 1
     if step <= 0:
-        raise ConfigError(f"{flag} {item}: the step must be > 0")
+        raise ConfigError(f"{flag} {short(item)}: the step must be > 0")
     if stop < start:
-        raise ConfigError(f"{flag} {item}: stop {parts[1]} is below start {parts[0]}")
+        raise ConfigError(f"{flag} {short(item)}: stop {short(parts[1], 30)} is below start {short(parts[0], 30)}")
     count = int(math.floor((stop - start) / step + 1e-9)) + 1
     if count > MAX_CONFIGS:
-        raise ConfigError(f"{flag} {item}: {count:,} values; at most {MAX_CONFIGS:,} configurations can be searched")
+        raise ConfigError(f"{flag} {short(item)}: {count:,} values; at most {MAX_CONFIGS:,} configurations can be searched")
     values = start + step * np.arange(count)
     return [int(v) for v in values] if integer else [float(v) for v in values]
 
@@ -106,13 +108,13 @@ def parse_sweeps(items: Iterable[str]) -> dict[str, list[float]]:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key or not text.strip():
-            raise ConfigError(f"--sweep {item}: expected KEY.PATH=V1,V2,... or KEY.PATH=START:STOP:STEP "
+            raise ConfigError(f"--sweep {short(item)}: expected KEY.PATH=V1,V2,... or KEY.PATH=START:STOP:STEP "
                               f"(e.g. system.tiers.ub.bandwidth_Bps=100e9,135e9,200e9)")
         if key.endswith(".value"):  # a sourced pair is addressed by its own path
             key = key[: -len(".value")]
         if key in out:
-            raise ConfigError(f"--sweep {key}: given twice (put all its values in one --sweep)")
-        values = [float(v) for v in parse_list(text, f"--sweep {key}")]  # spec fields are floats
+            raise ConfigError(f"--sweep {short(key)}: given twice (put all its values in one --sweep)")
+        values = [float(v) for v in parse_list(text, f"--sweep {short(key)}")]  # spec fields are floats
         out[key] = list(dict.fromkeys(values))
     return out
 
@@ -130,9 +132,9 @@ def check_sweeps(sweeps: Mapping[str, list], hardware: str, model: str, sets: It
     fixed = {s.partition("=")[0].strip() for s in sets}
     for path, values in sweeps.items():
         if path in fixed:
-            raise ConfigError(f"--sweep {path}: the same field is fixed by --set; give it one or the other")
+            raise ConfigError(f"--sweep {short(path)}: the same field is fixed by --set; give it one or the other")
         if not path.startswith(("chip.", "system.", "model.")):
-            raise ConfigError(f"--sweep {path}: the path must start with chip., system. or model. "
+            raise ConfigError(f"--sweep {short(path)}: the path must start with chip., system. or model. "
                               f"(e.g. system.tiers.ub.bandwidth_Bps=100e9,200e9)")
         for v in sorted(set(values)):
             overrides = split_overrides([*sets, f"{path}={v!r}"])

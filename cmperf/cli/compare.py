@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import CmperfError
+from ..errors import CmperfError, short
 from .options import FormatOpt
 
 compare_app = typer.Typer(no_args_is_help=True, help="One workload on several systems side by side. "
@@ -28,7 +28,7 @@ def _per_system(items: Optional[List[str]], flag: str, split_value: bool) -> dic
     for item in items or []:
         target, sep, rest = item.partition(":") if ":" in item.split("=", 1)[0] else ("*", "", item)
         if "=" not in rest:
-            raise CmperfError(f"{flag} {item}: expected [SYSTEM:]key=value")
+            raise CmperfError(f"{flag} {short(item)}: expected [SYSTEM:]key=value")
         key, value = rest.split("=", 1)
         if split_value:
             out.setdefault(target, {})[key.strip()] = parse_value(value, f"{flag} {key.strip()}")

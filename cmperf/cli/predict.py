@@ -26,6 +26,8 @@ def _imbalance(v: Optional[str]):
     if v is None or v == "default":
         return v
     try:
+        if not v.isascii():  # float() reads other scripts' digits ('٣' = 3): not what anyone types
+            raise ValueError(v)
         return float(v)
     except ValueError:
         raise CmperfError(f"--expert-imbalance {v}: expected a number >= 1 or 'default'") from None

@@ -128,14 +128,20 @@ def _looks_like_path(text: str) -> bool:
 
 def resolve(kind: str, name_or_path: str | Path, near: Path | None = None) -> Path:
     """The file for a spec name or path; a clear error when there is none."""
-    text = str(name_or_path)
+    try:
+        return _resolve(kind, str(name_or_path), near)
+    except OSError as e:  # a name too long for the file system, a loop of links
+        raise SpecError(f"{short(str(name_or_path))}: cannot read a {kind} spec there ({e.strerror or e})") from None
+
+
+def _resolve(kind: str, text: str, near: Path | None) -> Path:
     if _looks_like_path(text) or (kind == "model" and text.endswith(".json")):
         p = Path(text).expanduser()
         if p.is_dir():
-            raise SpecError(f"{text}: is a directory, not a {kind} spec file (expected a YAML file)")
+            raise SpecError(f"{short(text)}: is a directory, not a {kind} spec file (expected a YAML file)")
         if not p.is_file():
             expected = "a readable YAML file" + (" or Hugging Face config.json" if kind == "model" else "")
-            raise SpecError(f"{text}: no such {kind} spec file (expected {expected})")
+            raise SpecError(f"{short(text)}: no such {kind} spec file (expected {expected})")
         return p
     if near is not None and (near / f"{text}.yaml").is_file():
         return near / f"{text}.yaml"
@@ -143,7 +149,7 @@ def resolve(kind: str, name_or_path: str | Path, near: Path | None = None) -> Pa
         if (d / f"{text}.yaml").is_file() and _peek_kind(d / f"{text}.yaml") == kind:
             return d / f"{text}.yaml"
     names = ", ".join(n for n, _ in list_builtin(kind)) or "none"
-    raise SpecError(f"unknown {kind} spec '{text}' (expected one of: {names}, or a path to a YAML file)")
+    raise SpecError(f"unknown {kind} spec '{short(text)}' (expected one of: {names}, or a path to a YAML file)")
 
 
 def hardware_kind(name_or_path: str | Path) -> str:
@@ -152,9 +158,13 @@ def hardware_kind(name_or_path: str | Path) -> str:
     for kind in ("system", "chip"):
         if text in dict(list_builtin(kind)):
             return kind
-    if not _looks_like_path(text):
+    try:
+        looks = _looks_like_path(text)
+    except OSError as e:
+        raise SpecError(f"{short(text)}: cannot read a hardware spec there ({e.strerror or e})") from None
+    if not looks:
         names = ", ".join(n for k in ("chip", "system") for n, _ in list_builtin(k))
-        raise SpecError(f"unknown hardware spec '{text}' (expected one of: {names}, or a path to a YAML file)")
+        raise SpecError(f"unknown hardware spec '{short(text)}' (expected one of: {names}, or a path to a YAML file)")
     path = resolve("system", text)
     kind = read_yaml(path).get("kind")
     if kind not in ("chip", "system"):
@@ -231,7 +241,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def parse_value(text: str, where: str = "--set") -> Any:
     """A --set value: int, float (1e12 forms too), bool, or string; never nan or inf."""
     t = text.strip()
-    for conv in (int, float):
+    for conv in (int, float) if t.isascii() else ():  # int() reads other scripts' digits ('٣' = 3)
         try:
             value = conv(t)
         except ValueError:
@@ -263,12 +273,12 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
         if not isinstance(node, dict) or k not in node:
             where = ".".join(keys[:i]) or "(top level)"
             options = ", ".join(sorted(node)) if isinstance(node, dict) else "none (not a mapping)"
-            raise SpecError(f"--set {label}.{path}: no field '{k}' under {where} (expected one of: {options})")
+            raise SpecError(f"--set {label}.{short(path)}: no field {short(k, 40)!r} under {short(where)} (expected one of: {options})")
         if i == len(keys) - 1:
             if isinstance(node[k], dict) and "value" in node[k]:
                 node[k] = {**node[k], "value": value, "source": f"--set override of {label}.{path}"}
             elif isinstance(node[k], dict):
-                raise SpecError(f"--set {label}.{path}: '{k}' is a section, not a number (its fields: {', '.join(sorted(node[k]))})")
+                raise SpecError(f"--set {label}.{short(path)}: '{k}' is a section, not a number (its fields: {', '.join(sorted(node[k]))})")
             else:
                 node[k] = value
         node = node[k]
@@ -311,7 +321,7 @@ def _format_validation(path: Path, err: ValidationError, overrides: Mapping[str,
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
         key = loc.removesuffix(".value")
-        where = f"--set {label}.{key}={overrides[key]}" if overrides and key in overrides else f"field '{loc}'"
+        where = f"--set {label}.{key}={short(overrides[key], 40)}" if overrides and key in overrides else f"field '{loc}'"
         kind = e["type"]
         if kind == "extra_forbidden":
             msg = "unknown field (not in the schema; check the spelling)"
@@ -400,11 +410,11 @@ def split_overrides(sets: Iterable[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {"chip": {}, "system": {}, "model": {}}
     for item in sets:
         if "=" not in item:
-            raise SpecError(f"--set {item}: expected KEY.PATH=VALUE, e.g. chip.die.hbm_bandwidth_Bps=3.2e12")
+            raise SpecError(f"--set {short(item)}: expected KEY.PATH=VALUE, e.g. chip.die.hbm_bandwidth_Bps=3.2e12")
         key, value = item.split("=", 1)
         prefix, _, rest = key.strip().partition(".")
         if prefix not in out or not rest:
-            raise SpecError(f"--set {item}: the path must start with chip., system. or model. (e.g. system.tiers.ub.bandwidth_Bps=270e9)")
+            raise SpecError(f"--set {short(item)}: the path must start with chip., system. or model. (e.g. system.tiers.ub.bandwidth_Bps=270e9)")
         out[prefix][rest] = parse_value(value, f"--set {short(key.strip(), 80)}")
     return out
 

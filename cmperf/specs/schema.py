@@ -261,7 +261,8 @@ def system_reference_problems(raw) -> list[str]:
 
     def domain(t):
         d = t.get("domain_chips") if isinstance(t, dict) else None
-        return d.get("value") if isinstance(d, dict) else None
+        v = d.get("value") if isinstance(d, dict) else None
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None  # other values: a field error
 
     refs = [("kv_transfer_tier", raw.get("kv_transfer_tier"))]
     routes = raw.get("expert_parallel") if isinstance(raw.get("expert_parallel"), dict) else {}
