@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .bands import add_bands
-from .errors import CmperfError, ConfigError, SpecError
+from .errors import CmperfError, ConfigError, SpecError, short
 from .schedule.collective import collective
 from .schedule.decode import decode
 from .schedule.kernels import attention, gemm
@@ -257,5 +257,5 @@ def _with_sweeps(base: pd.DataFrame, sweep_cols, zipped: bool = False) -> pd.Dat
 def _numeric(col: pd.Series, flag: str) -> pd.Series:
     out = pd.to_numeric(col, errors="coerce")
     if out.isna().any():
-        raise ConfigError(f"{flag}: expected a number or 'default' (got {col[out.isna()].iat[0]!r})")
+        raise ConfigError(f"{flag}: expected a number or 'default' (got {short(col[out.isna()].iat[0], 40)!r})")
     return out

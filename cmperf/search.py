@@ -137,7 +137,8 @@ def check_sweeps(sweeps: Mapping[str, list], hardware: str, model: str, sets: It
             raise ConfigError(f"--sweep {short(path)}: the path must start with chip., system. or model. "
                               f"(e.g. system.tiers.ub.bandwidth_Bps=100e9,200e9)")
         for v in sorted(set(values)):
-            overrides = split_overrides([*sets, f"{path}={v!r}"])
+            typed = int(v) if float(v).is_integer() and abs(v) < 2**53 else v  # as a user would type it: 24, not 24.0
+            overrides = split_overrides([*sets, f"{path}={typed!r}"])
             try:
                 if path.startswith("model."):
                     load_model(model, overrides)
@@ -409,7 +410,8 @@ def read_results(path: str, slo_ms: float | None = None, top: int | None = None)
     t = check_results(t, phase, path)
     slo = float(t["slo_ms"].iat[0]) if slo_ms is None else slo_ms
     if not (math.isfinite(slo) and slo > 0):
-        raise ConfigError(f"{SLO_FLAG[phase]} {short(slo)}: the SLO must be a positive number of milliseconds")
+        where = "--slo" if slo_ms is not None else f"{short(str(path))}: slo_ms"
+        raise ConfigError(f"{where} {short(slo)}: the SLO must be a positive number of milliseconds")
     n = top if top is not None else int(t["rank"].max()) if t["rank"].notna().any() else 10
     if n < 1:
         raise ConfigError(f"--top {n}: expected a positive integer")

@@ -313,7 +313,7 @@ REF = ("name: t\nsource: test\nrows:\n  - {id: A, description: d, where: w, phas
     ("{id: A, description: d, where: w, phase: decode, metric: tpot_ms, paper: 20, tolerance: .inf, scenario: {}}",
      [".inf is not a finite number"]),
     ("{id: A, description: d, where: w, phase: decode, metric: tpot_ms, paper: 20, tolerance: 'inf', scenario: {}}",
-     ["tolerance", "finite"]),
+     ["tolerance", "a valid number"]),  # a quoted number is text, not a number
     ("{id: A, description: d, where: w, phase: decode, metric: tpot_ms, paper: 20, tolerance: 0.5, scenario: {dies: 7}}",
      ["row A", "EP 7 (= scenario.dies"]),
 ])

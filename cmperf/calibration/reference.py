@@ -35,7 +35,7 @@ KINDS = ("evidence", "derived", "spec")
 
 
 class RefRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     id: str
     description: str
     where: str
@@ -67,7 +67,7 @@ class FitParam(BaseModel):
     """A spec field the file's evidence rows calibrate: its search range (log-spaced for
     positive rates and times, linear for fractions) and what it means."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     path: str
     lo: float = Field(allow_inf_nan=False)
     hi: float = Field(allow_inf_nan=False)
@@ -84,7 +84,7 @@ class FitParam(BaseModel):
 class Measured(BaseModel):
     """A spec field read from one row alone (not evidence: that row cannot fail)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     path: str
     row: str
     lo: float = Field(allow_inf_nan=False)
@@ -93,7 +93,7 @@ class Measured(BaseModel):
 
 
 class RefFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     name: str
     source: str
     hardware: str = "cloudmatrix384"

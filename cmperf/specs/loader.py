@@ -168,7 +168,7 @@ def hardware_kind(name_or_path: str | Path) -> str:
     path = resolve("system", text)
     kind = read_yaml(path).get("kind")
     if kind not in ("chip", "system"):
-        raise SpecError(f"{path}: field 'kind': expected 'chip' or 'system', got {kind!r}")
+        raise SpecError(f"{path}: field 'kind': expected 'chip' or 'system', got {short(kind, 40)!r}")
     return kind
 
 
@@ -345,7 +345,7 @@ def validate(kind: str, raw: Mapping, path: Path, overrides: Mapping[str, Any] |
     schema = SPEC_KINDS[kind]
     found = raw.get("kind")
     if found != kind:
-        raise SpecError(f"{path}: field 'kind': expected '{kind}', got {found!r}")
+        raise SpecError(f"{path}: field 'kind': expected '{kind}', got {short(found, 40)!r}")
     try:
         return schema.model_validate(raw)
     except ValidationError as e:

@@ -18,7 +18,8 @@ Confidence = Literal["high", "medium", "low"]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a number is a YAML number (not '12' or true), a count a whole one (24, not 24.0)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Sourced(Strict):
