@@ -83,12 +83,14 @@ def test_dies_alone_does_not_blame_an_ep_never_given(cli):
 def test_search_sweep_cannot_bypass_the_row_checks(cli):
     # 128 routed experts at EP320: 128 + 32 + 32 = 192 instances do not divide over 320 dies
     line = error_line(cli("search", "decode", "--tpot-slo", "50", "--batch", "8",
-                               "--sweep", "model.moe.routed_experts=128"), "192 expert instances")
+                          "--sweep", "model.moe.routed_experts=128"), "192 expert instances")
     assert "configurations of the grid are invalid" in line
     error_line(cli("search", "decode", "--tpot-slo", "50", "--batch", "8",
-                        "--sweep", "chip.die.matrix_units=20,24.5,26"), "--sweep chip.die.matrix_units=24.5", "integer")
+                   "--sweep", "chip.die.matrix_units=20,24.5,26"), "--sweep chip.die.matrix_units=24.5", "integer")
     error_line(cli("search", "decode", "--tpot-slo", "50", "--batch", "8",
-                        "--sweep", "system.expert_parallel.decode.message.header_B=0,0.5"), "header_B", "integer")
+                   "--sweep", "system.expert_parallel.decode.message.header_B=0,0.5"), "header_B", "integer")
+    error_line(cli("search", "decode", "--tpot-slo", "50", "--batch", "8",  # fractional bytes
+                   "--sweep", "chip.die.hbm_capacity_B=64e9,64.5e9,1e-300"), "hbm_capacity_B=1e-300", "whole number")
 
 
 def test_search_swept_rows_are_checked_with_their_own_values(cli):
