@@ -56,9 +56,25 @@ def check_inputs(phase: str, values: Mapping[str, Any], name=flag_name) -> dict[
         items = list(given) if many else [given]
         if many and not items:
             raise ConfigError(f"{name(key)}: no values (expected at least one)")
+        if len(items) > 64 and _all_fine(key, items):  # a long numeric axis of a search: checked as an array
+            out[key] = items
+            continue
         checked = [_check_value(phase, key, x, name) for x in items]
         out[key] = checked if many else checked[0]
     return out
+
+
+def _all_fine(key: str, items: list) -> bool:
+    """Whether every item is a number that _check_value would pass unchanged (vectorised);
+    False sends the items through _check_value one by one, which names the first bad one."""
+    arr = np.asarray(items)
+    if arr.dtype.kind not in "iuf":
+        return False
+    x = arr.astype(float)
+    ok = np.isfinite(x) & (np.abs(x) <= MAX_INPUT) & (x >= AT_LEAST.get(key, -np.inf))
+    if key in INTEGER_INPUTS:
+        ok &= arr.dtype.kind in "iu"
+    return bool(ok.all())
 
 
 def _check_value(phase: str, key: str, x: Any, name) -> Any:
