@@ -438,3 +438,23 @@ def test_process_usage_error_and_billion_laughs(tmp_path):
     r = _cmperf("model", "show", p, timeout=20)
     one_line_error(r.returncode, r.stderr, str(p), "aliases")
     assert time.perf_counter() - t0 < 10
+
+
+# --------------------------------------------------------------------------- Hugging Face config.json
+HF = json.dumps({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                 "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "torch_dtype": "bfloat16"})
+
+
+@pytest.mark.parametrize("text,needle", [
+    (HF.replace('"llama"', '["llama"]'), "model_type"), (HF.replace('"bfloat16"', '{"a": 1}'), None),
+    (HF.replace("4096", "1e400"), "not a finite number"), (HF.replace("4096", "NaN"), "not a finite number"),
+    (HF.replace('"vocab_size"', '"hidden_size"'), "given twice"), (HF[:-1] + ', "x": ' + "[" * 5000 + "]" * 5000 + "}", "deeper than 32"),
+    (HF.replace("4096", '"4096"'), "hidden_size"), (HF[:40], "malformed JSON")])
+def test_bad_hugging_face_configs(cli, tmp_path, text, needle):
+    p = tmp_path / "config.json"
+    p.write_text(text)
+    code, out, err = cli("model", "show", p, "-f", "json")
+    if needle is None:  # an unknown dtype is served as bf16, with a warning
+        assert code == 0 and "torch_dtype" in err and bad_output(out) == ""
+    else:
+        one_line_error(code, err, str(p), needle)
