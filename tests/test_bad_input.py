@@ -226,10 +226,12 @@ def test_any_spec_field_replaced_by_anything(cli, tmp_path_factory, kind, pick, 
     assert verdict in CLEAN, (verdict, lines[line], err[-500:], out[:300])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.one_of(st.binary(max_size=300), st.text(max_size=300).map(str.encode),
                  st.lists(st.sampled_from(["a:", " b:", "- ", "[", "]", "{", "}", "&x ", "*x", "<<: *x", "\n", ".inf", "!!",
-                                           "'", '"', "? ", "---", "...", "%YAML 1.1\n", "\t", ",", "|", ">"]),
+                                           "'", '"', "? ", "---", "...", "%YAML 1.1\n", "\t", ",", "|", ">", "!!int ",
+                                           "!!float ", "!!bool ", "!!timestamp ", "!!binary ", "!!set ", "9" * 5000,
+                                           "maybe", "1.5", "x"]),
                           max_size=60).map(lambda parts: "".join(parts).encode())))
 def test_yaml_reader_never_raises_anything_but_a_spec_error(tmp_path_factory, data):
     from cmperf.specs.loader import read_yaml

@@ -77,14 +77,26 @@ class _Loader(yaml.SafeLoader):
                     continue  # an unhashable key: the base class names it
         return super().construct_mapping(node, deep)
 
+    def construct_yaml_int(self, node):
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # `!!int 1.5`, or more digits than Python converts (4,300)
+            raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a readable integer",
+                                                    node.start_mark) from None
+
     def construct_yaml_float(self, node):
-        value = super().construct_yaml_float(node)
+        try:
+            value = super().construct_yaml_float(node)
+        except ValueError:  # `!!float abc`
+            raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a readable number",
+                                                    node.start_mark) from None
         if not math.isfinite(value):
             raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a finite number", node.start_mark)
         return value
 
 
 _Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(
@@ -199,8 +211,13 @@ def read_text(path: Path, what: str = "file") -> str:
 
 
 def parse_yaml(text: str) -> Any:
-    """YAML text -> Python objects, with the limits of :class:`_Loader`."""
-    return yaml.load(text, Loader=_Loader)
+    """YAML text -> Python objects, with the limits of :class:`_Loader`. PyYAML's own
+    constructors fail on some misused tags (``!!timestamp x``, ``!!bool maybe``) with plain
+    Python exceptions: they become a YAMLError too."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError) as e:
+        raise yaml.YAMLError(f"a value cannot be read ({type(e).__name__}: {short(str(e), 60)}); check its tag (!!...)") from None
 
 
 _parsed: dict[tuple, dict] = {}  # (path, mtime, size) -> mapping: a file re-read (a sweep's values) is parsed once
