@@ -2,8 +2,11 @@
 
 A grid is a pandas DataFrame with one row per configuration and one column per input; a
 single prediction is a grid of one row. Defaults (cmperf/defaults.py) are the paper's
-deployment. Validation is vectorised: every row gets ``valid`` and, when it is not, the
-first ``reason``.
+deployment. Validation has two steps (docs/specs.md, "Input checks"): every value a user
+gives is checked once where it enters (:func:`check_inputs`: a finite number of the right
+kind, never an internal "unset" marker), then every row is checked against the others and
+the specs, vectorised (:func:`validate`): a row that is not physically possible gets
+``valid`` False and the first ``reason``.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ def _all_fine(key: str, items: list) -> bool:
 
 
 def _check_value(phase: str, key: str, x: Any, name) -> Any:
+    """One given value of ``key``, normalised (a word to its number, 8.0 to 8 for a count), or
+    a ConfigError naming the input, what it expects and what it found."""
     words = WORDS.get(key, {})
     if isinstance(x, np.generic):
         x = x.item()

@@ -214,7 +214,8 @@ def test_duplicate_bandwidth_is_not_last_wins(cli, tmp_path):
 @FAST
 @given(kind=st.sampled_from(["chip", "system", "model"]), pick=st.integers(0, 10_000),
        value=st.sampled_from([".inf", "-.inf", ".nan", "-1", "0", "1e-300", "1e300", "'12'", "[1, 2]", "{value: 1}", "null",
-                              "true", "1.5", "'x' * 3", "&a 1", "*nope", "!!binary aGk=", "!!python/object:os.system x"]))
+                              "true", "1.5", "'x' * 3", "&a 1", "*nope", "!!binary aGk=", "!!python/object:os.system x",
+                              "!!int 1.5", "!!timestamp x", "!!bool maybe", "9" * 5000]))
 def test_any_spec_field_replaced_by_anything(cli, tmp_path_factory, kind, pick, value):
     text = SRC[kind].read_text()
     leaves = _leaves(text)
