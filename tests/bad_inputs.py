@@ -136,6 +136,8 @@ def spec_file_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         case("nested 5,000 deep (block)", (text + "\n" + "".join(" " * i + f"k{i}:\n" for i in range(400)) + " " * 400 + "v\n").encode())
         laughs = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10))
         case("billion laughs", (text + "\nl0: &l0 lol\n" + laughs).encode())
+        bomb = "l0: &l0 lol\n" + laughs  # the same, expanded into a field that echoes its input when wrong
+        case("billion laughs in a field", (bomb + re.sub(r"(?m)^description: .*$", "description: *l9", text, count=1)).encode())
         case("empty", b"")
         case("a list", b"- 1\n- 2\n")
         case("3 MB", (text + "\n# " + "x" * 3_000_000 + "\n").encode())

@@ -7,6 +7,7 @@ benchmarks/bad_input_campaign.py."""
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -190,9 +191,12 @@ def test_unreadable_spec_files(cli, tmp_path, kind, name, make, needle):
 
 
 @pytest.mark.parametrize("kind", ["chip", "system", "model"])
-def test_billion_laughs_fails_fast(cli, tmp_path, kind):
+@pytest.mark.parametrize("where", ["extra keys", "a field"])
+def test_billion_laughs_fails_fast(cli, tmp_path, kind, where):
     laughs = "l0: &l0 lol\n" + "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10))
-    argv, path = _spec_in(tmp_path, kind, (SRC[kind].read_text() + "\n" + laughs).encode())
+    text = SRC[kind].read_text()
+    text = text + "\n" + laughs if where == "extra keys" else laughs + re.sub(r"(?m)^description: .*$", "description: *l9", text, count=1)
+    argv, path = _spec_in(tmp_path, kind, text.encode())
     t0 = time.perf_counter()
     line = error_line(cli(*argv), str(path), "aliases are expanded")
     assert time.perf_counter() - t0 < 2 and len(line) < 400
