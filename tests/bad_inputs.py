@@ -138,6 +138,7 @@ def spec_file_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         case("billion laughs", (text + "\nl0: &l0 lol\n" + laughs).encode())
         bomb = "l0: &l0 lol\n" + laughs  # the same, expanded into a field that echoes its input when wrong
         case("billion laughs in a field", (bomb + re.sub(r"(?m)^description: .*$", "description: *l9", text, count=1)).encode())
+        case("billion laughs as the kind", (bomb + re.sub(r"(?m)^kind: .*$", "kind: *l9", text, count=1)).encode())
         case("empty", b"")
         case("a list", b"- 1\n- 2\n")
         case("3 MB", (text + "\n# " + "x" * 3_000_000 + "\n").encode())

@@ -191,11 +191,11 @@ def test_unreadable_spec_files(cli, tmp_path, kind, name, make, needle):
 
 
 @pytest.mark.parametrize("kind", ["chip", "system", "model"])
-@pytest.mark.parametrize("where", ["extra keys", "a field"])
+@pytest.mark.parametrize("where", ["extra keys", "description", "kind"])
 def test_billion_laughs_fails_fast(cli, tmp_path, kind, where):
     laughs = "l0: &l0 lol\n" + "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10))
     text = SRC[kind].read_text()
-    text = text + "\n" + laughs if where == "extra keys" else laughs + re.sub(r"(?m)^description: .*$", "description: *l9", text, count=1)
+    text = text + "\n" + laughs if where == "extra keys" else laughs + re.sub(rf"(?m)^{where}: .*$", f"{where}: *l9", text, count=1)
     argv, path = _spec_in(tmp_path, kind, text.encode())
     t0 = time.perf_counter()
     line = error_line(cli(*argv), str(path), "aliases are expanded")
