@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import stat
 from pathlib import Path
 
 from cmperf.specs.loader import resolve
@@ -244,6 +245,19 @@ def csv_cases(tmp: Path, good: Path) -> list[tuple[str, list[str], str]]:
 
 
 # --------------------------------------------------------------------------- output paths
+def private_device(tmp: Path) -> Path | None:
+    """A character device of our own (a copy of /dev/null's node) to point --out at: never the
+    system's /dev/null, which a cmperf that renames over its output would replace by a file.
+    None where device nodes cannot be made (not root)."""
+    node = tmp / "null-device"
+    if not node.exists():
+        try:
+            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except (PermissionError, AttributeError, OSError):
+            return None
+    return node
+
+
 def output_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
     fifo = tmp / "fifo.csv"
     if not fifo.exists():
@@ -251,8 +265,11 @@ def output_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
     afile = tmp / "a-file"
     afile.write_text("x")
     paths = {"empty": "", "a directory": str(tmp), "a directory with slash": f"{tmp}/", "missing parent": str(tmp / "no" / "x.csv"),
-             "parent is a file": str(afile / "x.csv"), "FIFO": str(fifo), "device": "/dev/null",
+             "parent is a file": str(afile / "x.csv"), "FIFO": str(fifo),
              "unwritable (sysfs)": "/sys/x.csv", "unwritable (procfs)": "/proc/x.csv", "name too long": str(tmp / ("x" * 300))}
+    device = private_device(tmp)
+    if device is not None:
+        paths["device"] = str(device)
     out = []
     for name, path in paths.items():
         out.append((f"predict --out {name}", ["predict", "decode", "--out", path, "-f", "json"], "error"))

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from bad_inputs import CHIP, MODEL, SYSTEM, WEIRD_NUMBERS, _leaves, bad_output, flag_cases, judge
+from bad_inputs import CHIP, MODEL, SYSTEM, WEIRD_NUMBERS, _leaves, bad_output, flag_cases, judge, private_device
 from cmperf.errors import SpecError
 from helpers import one_line_error
 
@@ -381,8 +381,10 @@ def _out_paths(tmp_path):
     return {"empty": ("", "expected the path"), "directory": (str(tmp_path), "is a directory"),
             "directory/": (f"{tmp_path}/", "is a directory"), "missing parent": (str(tmp_path / "no" / "x.csv"), "does not exist"),
             "parent is a file": (str(tmp_path / "a-file" / "x.csv"), "is not a directory"),
-            "FIFO": (str(fifo), "not a regular file"), "device": ("/dev/null", "not a regular file"),
-            "unwritable": ("/sys/x.csv", "cannot write"), "name too long": (str(tmp_path / ("x" * 300)), "cannot write")}
+            "FIFO": (str(fifo), "not a regular file"),
+            "unwritable": ("/sys/x.csv", "cannot write"), "name too long": (str(tmp_path / ("x" * 300)), "cannot write"),
+            # a device of our own: a regression must not replace the system's /dev/null by a file
+            **({"device": (str(private_device(tmp_path)), "not a regular file")} if private_device(tmp_path) else {})}
 
 
 # A directory that looks writable to root (os.access) fails only when written: the error then
@@ -408,6 +410,8 @@ def test_output_paths(cli, tmp_path, command, flag):
         assert "Traceback" not in line
         assert sorted(p.name for p in tmp_path.iterdir()) == before, name  # nothing partial, no temporary file
         assert stat.S_ISFIFO(os.stat(tmp_path / "fifo.csv").st_mode)  # the FIFO was not replaced
+        if (tmp_path / "null-device").exists():
+            assert stat.S_ISCHR(os.stat(tmp_path / "null-device").st_mode)  # nor the device
 
 
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
