@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError, SpecError
 from .predict import load_specs, predict
+from .scenario import check_inputs
 
 SETUPS_FILE = Path(__file__).resolve().parent / "reference" / "setups.yaml"
 LATENCY = {"decode": "tpot_ms", "prefill": "ttft_ms"}
@@ -82,6 +83,9 @@ def compare(phase: str, systems: list[str] | None = None, setups: Setups | None 
         su = su or SystemSetup(model=model)
         spec_sets = [*su.sets, *sets.get("*", []), *sets.get(name, [])]
         specs = load_specs(name, model or su.model, spec_sets)
+        check_inputs(phase, getattr(su, phase), name=lambda k, n=name: f"set-ups {setups.name}: systems.{n}.{phase}.{k}")
+        for target in ("*", name):  # each --with value, named as the user wrote it
+            check_inputs(phase, values.get(target, {}), name=lambda k, t=target: f"--with {'' if t == '*' else t + ':'}{k}")
         inputs = {**getattr(su, phase), **values.get("*", {}), **values.get(name, {})}
         r = predict(phase, inputs, specs)
         row = r.table.iloc[0]

@@ -49,7 +49,7 @@ PREFILL_DEFAULTS: dict[str, Default] = {
     "mtp": Default(1, "paper §5.1: MTP module runs in prefill to seed the first draft", "run the MTP module", "on"),
     "expert_imbalance": Default(1.0, "paper Table 3 P1: perfect balance", "max/mean tokens on a die's routed experts, or 'default'"),
     "redundant_experts": Default(32, "paper §4.3: 1 redundant expert per die (32)", "extra copies of hot routed experts"),
-    "shared_copies": Default(0, "paper §4.3: 1 shared-expert copy per die (0 = one per die)", "copies of the shared expert", "one per die"),
+    "shared_copies": Default(-1, "paper §4.3: 1 shared-expert copy per die (unset = one per die)", "copies of the shared expert", "one per die"),
 }
 
 COLLECTIVE_DEFAULTS: dict[str, Default] = {

@@ -16,3 +16,13 @@ class SpecError(CmperfError):
 
 class ConfigError(CmperfError):
     """A flag value or parallel configuration is invalid or impossible."""
+
+
+def short(value, limit: int = 80) -> str:
+    """``value`` as an error message may echo it: numpy scalars as plain numbers (``nan``, not
+    ``np.float64(nan)``), strings as written, on one line, at most ``limit`` characters."""
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():
+        value = value.item()  # a numpy scalar
+    text = value if isinstance(value, str) else repr(value)
+    text = " ".join(text.split()) if any(c in text for c in "\r\n\t\v\f") else text
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -23,7 +23,7 @@ import numpy as np
 from .bands import add_bands
 from .defaults import PHASE_DEFAULTS
 from .columns import Columns, infer, product
-from .errors import CmperfError, ConfigError, SpecError
+from .errors import CmperfError, ConfigError, SpecError, short
 from .schedule.afd import afd
 from .schedule.collective import collective
 from .schedule.decode import decode
@@ -158,7 +158,8 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         is_default = np.zeros(len(grid), dtype=bool) if col.dtype != object else col.astype(str) == "default"
         grid["_default_imbalance"] = is_default
         grid["expert_imbalance"] = _numeric(np.where(is_default, default, col), "--expert-imbalance")
-    valid, reason = validate(phase, grid, m0, hw0)
+    hw_rows, m_rows = specs.views({k: grid[k].to_numpy(dtype=float) for k in sweep_cols}) if sweep_cols else (hw0, m0)
+    valid, reason = validate(phase, grid, m_rows, hw_rows, given)  # each row with its own swept spec values
     invalid = grid.take(~valid).drop(["_default_imbalance"])
     invalid["reason"] = reason[~valid]
     if strict and not valid.all():
@@ -173,9 +174,10 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         cols["expert_imbalance"] = np.where(cols.pop("_default_imbalance"), default, cols["expert_imbalance"]).astype(float)
         g = g.drop(["_default_imbalance"])
         g["expert_imbalance"] = cols["expert_imbalance"]
-    out = RUN[phase](hw, m, cols)
-    mem = (decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
-           if phase == "prefill" else afd_memory(hw, m, cols) if phase == "afd" else {})
+    with np.errstate(all="ignore"):  # an overflow is found in the outputs below and named, not printed
+        out = RUN[phase](hw, m, cols)
+        mem = (decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
+               if phase == "prefill" else afd_memory(hw, m, cols) if phase == "afd" else {})
     table = g.copy()
     n = len(g)
     for k, v in {**out, **mem}.items():
@@ -183,6 +185,14 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
             table[k] = np.broadcast_to(np.asarray(v), (n,))
     table.insert(0, "phase", phase)
     add_bands(table, phase)
+    bad = output_problems(table, list(grid.columns))
+    if (bad != "").any():
+        if strict:
+            raise ConfigError(str(bad[bad != ""][0]))
+        dropped = g.take(bad != "")
+        dropped["reason"] = bad[bad != ""]
+        invalid = Columns.from_records(invalid.records() + dropped.records(), invalid.columns)
+        table = table.take(bad == "")
     return Prediction(phase, table, invalid, out["_schedules"])
 
 
@@ -290,6 +300,35 @@ def unused_fields(specs: Specs, fields: Iterable[str]) -> list[str] | None:
     return [f for f in at if f in unused] if judged else None
 
 
+# Outputs that are empty by design: a second stream's time when one microbatch runs.
+EMPTY_BY_DESIGN = {"stream_a_us", "stream_b_us"}
+# Outputs that must be positive (time, rate) or non-negative (bytes); others may be negative
+# (a microbatch gain) but never infinite or, outside EMPTY_BY_DESIGN, empty.
+POSITIVE = ("tpot_ms", "ttft_ms", "iteration_ms", "forward_ms", "layer_us", "throughput_per_npu", "tokens_per_s_per_user")
+NON_NEGATIVE = ("_ms", "_us", "_s", "_bytes", "_GBps", "_TFLOPS", "tokens_per_s_per_tflops")
+
+
+def output_problems(table: Columns, inputs: list[str]) -> np.ndarray:
+    """Per row, '' or why its prediction cannot be shown: an output that is infinite, empty
+    (NaN) or of the wrong sign, which only a spec value or input far outside the model's range
+    produces (a bandwidth or peak of 1e-300 overflows a time to inf). The safety net behind the
+    input checks: no NaN, inf or negative time ever reaches a table."""
+    reason = np.full(len(table), "", dtype=object)
+    for c in table.columns:
+        if c in inputs or c in EMPTY_BY_DESIGN or c.endswith(("_lo", "_hi")) or table[c].dtype.kind not in "iuf":
+            continue
+        x = table[c].to_numpy(dtype=float)
+        wrong = ~np.isfinite(x)
+        if c in POSITIVE:
+            wrong |= x <= 0
+        elif c.endswith(NON_NEGATIVE):
+            wrong |= x < 0
+        for i in np.flatnonzero(wrong & (reason == "")):
+            reason[i] = (f"the predicted {c} is {x[i]:g}: an input or spec value lies outside the model's range "
+                         f"(e.g. a bandwidth, peak or efficiency near zero)")
+    return reason
+
+
 def precision_problems(chip, m) -> list[str]:
     """Every dtype the model computes in must be one the chip's matrix units run: a model in
     FP8 on a chip without FP8 (Ascend) is an error, not a silent fallback."""
@@ -359,5 +398,5 @@ def _numeric(col: np.ndarray, flag: str) -> np.ndarray:
         try:
             out[i] = float(v)
         except (TypeError, ValueError):
-            raise ConfigError(f"{flag}: expected a number or 'default' (got {v!r})") from None
+            raise ConfigError(f"{flag}: expected a number or 'default' (got {short(v, 40)!r})") from None
     return infer(out.tolist())

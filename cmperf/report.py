@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, short
 
 FORMATS = ("table", "json", "csv")
 
@@ -190,30 +190,70 @@ def check_format(fmt: str) -> str:
 
 
 def check_parent_dir(path: str | Path, flag: str = "") -> None:
-    """An output file's directory must exist (we never create directories)."""
-    path = Path(path)
-    if not path.resolve().parent.is_dir():
-        raise ConfigError(f"{flag + ' ' if flag else ''}{path}: directory {path.parent} does not exist")
-
-
-def write_atomic(path: str | Path, write: Any) -> None:
-    """Write a file whole or not at all: ``write(tmp_path)`` then rename over ``path``."""
-    path = Path(path)
-    check_parent_dir(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    os.close(fd)
+    """An output file must be writable where it is named, before any work is done: a path (not
+    empty), not a directory, not a FIFO or device (a file is written whole by renaming a
+    temporary file over it), in a directory that exists and can be written (we never create
+    directories)."""
+    label = f"{flag} " if flag else ""
+    text = str(path)
+    if not text.strip():
+        raise ConfigError(f"{label}'{short(text, 20)}': expected the path of a file to write")
     try:
+        _check_output(Path(text), text, label)
+    except OSError as e:  # a name too long, a loop of links: the system's own words
+        raise ConfigError(f"{label}{short(text)}: cannot write there ({e.strerror or e})") from None
+
+
+def _check_output(p: Path, text: str, label: str) -> None:
+    if text.endswith(("/", os.sep)) or p.is_dir():
+        raise ConfigError(f"{label}{short(text)}: is a directory (expected the path of a file to write)")
+    if p.exists() and not p.is_file():
+        raise ConfigError(f"{label}{short(text)}: not a regular file (a FIFO, socket or device); "
+                          f"cmperf writes whole files only")
+    parent = p.resolve().parent
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise ConfigError(f"{label}{short(text)}: directory {short(str(p.parent))} {what}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{label}{short(text)}: directory {short(str(parent))} is not writable")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ConfigError(f"{label}{short(text)}: the file is not writable")
+
+
+def write_atomic(path: str | Path, write: Any, flag: str = "") -> None:
+    """Write a file whole or not at all: ``write(tmp_path)`` then rename over ``path``. The file
+    gets the mode a plain ``open()`` would give it: an existing file keeps its own, a new one
+    0666 less the umask (mkstemp alone would leave 0600)."""
+    check_parent_dir(path, flag)
+    target = Path(path).resolve() if Path(path).is_symlink() else Path(path)  # write through a link, not over it
+    if target.exists():
+        mode = target.stat().st_mode & 0o7777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        os.close(fd)
         write(tmp)
-        os.replace(tmp, path)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise ConfigError(f"{flag + ' ' if flag else ''}{short(str(path))}: cannot write the file ({e.strerror or e})") from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def write_csv(df: Any, path: str | Path, prov: Mapping[str, Any] | None = None) -> None:
-    """``csv_text`` of the table(s) to ``path``, whole or not at all."""
+def write_csv(df: Any, path: str | Path, prov: Mapping[str, Any] | None = None, flag: str = "") -> None:
+    """``csv_text`` of the table(s) to ``path``, whole or not at all (``flag`` names the
+    option in an error)."""
     text = csv_text(df, prov)
-    write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"), flag)
 
 
 def warn(message: str) -> None:

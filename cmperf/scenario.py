@@ -2,8 +2,11 @@
 
 A grid is a table of numpy columns (:class:`cmperf.columns.Columns`) with one row per
 configuration and one column per input; a single prediction is a grid of one row. Defaults
-(cmperf/defaults.py) are the paper's deployment. Validation is vectorised: every row gets
-``valid`` and, when it is not, the first ``reason``.
+(cmperf/defaults.py) are the paper's deployment. Validation has two steps (docs/specs.md,
+"Input checks"): every value a user gives is checked once where it enters
+(:func:`check_inputs`: a finite number of the right kind, never an internal "unset" marker),
+then every row is checked against the others and the specs, vectorised (:func:`validate`): a
+row that is not physically possible gets ``valid`` False and the first ``reason``.
 """
 
 from __future__ import annotations
@@ -15,16 +18,112 @@ import numpy as np
 
 from .columns import Columns, product
 from .defaults import PHASE_DEFAULTS
-from .errors import ConfigError
+from .errors import ConfigError, short
+
+
+# --------------------------------------------------------------------------- the input boundary
+# What a value the user gives may be, checked once where it enters (make_grid, grid_from_rows,
+# reference rows): the kind of number, finite, and the ranges that keep a default's "unset"
+# marker (ep 0 = all dies, kv_len nan = prompt + output/2, ...) out of the user's reach.
+# Ranges that involve other inputs or the specs are checked per row by validate().
+INTEGER_INPUTS = {"prompt_len", "output_len", "dies", "ep", "tp", "attn_tp", "microbatches", "mtp", "mtp_k",
+                  "redundant_experts", "shared_copies", "m", "n", "k", "groups", "s_q", "h_q", "seq_k", "cached_len",
+                  "attention_dies", "expert_dies", "comm_sms"}
+WORDS = {"expert_imbalance": {"default": "default"}, "microbatches": {"auto": 0},
+         "mtp": {"on": 1, "off": 0, True: 1, False: 0}}
+AT_LEAST = {"ep": 1, "dies": 1, "tp": 1, "attn_tp": 1, "kv_len": 1, "shared_copies": 0, "redundant_experts": 0,
+            "cached_len": 0, "attention_dies": 1, "expert_dies": 1, "comm_sms": 0,
+            "prompt_len": 1, "output_len": 1, "mtp_k": 1, "batch": 1, "tokens_per_npu": 1, "tokens": 1}
+GIVEN_ALL = ("ep",)  # validate()'s default: name EP as a flag (callers pass what the user gave)
+MAX_INPUT = 1e9  # requests, tokens, lengths, dies: far above any deployment, far below float overflow
+
+
+def flag_name(key: str) -> str:
+    """The command-line flag of a scenario input (``kv_len`` -> ``--kv-len``)."""
+    return "--" + key.replace("_", "-")
+
+
+def check_inputs(phase: str, values: Mapping[str, Any], name=flag_name) -> dict[str, Any]:
+    """The given values (scalars or lists) of ``phase`` checked and normalised: known inputs,
+    numbers that are finite, whole where the input counts things, within the ranges of
+    AT_LEAST and MAX_INPUT; words (``default``, ``auto``, ``on``) where an input takes them.
+    ``name(key)`` is how an error names the input (a flag, or a reference file's field)."""
+    defaults = PHASE_DEFAULTS[phase]
+    unknown = [k for k in values if k not in defaults]
+    if unknown:
+        raise ConfigError(f"unknown {phase} input(s): {', '.join(short(k, 40) for k in sorted(map(str, unknown)))} "
+                          f"(expected: {', '.join(defaults)})")
+    out = {}
+    for key, given in values.items():
+        if given is None:
+            continue
+        many = np.ndim(given) > 0 and not isinstance(given, str)  # a list, tuple, array or Series
+        items = list(given) if many else [given]
+        if many and not items:
+            raise ConfigError(f"{name(key)}: no values (expected at least one)")
+        if len(items) > 64 and _all_fine(key, items):  # a long numeric axis of a search: checked as an array
+            out[key] = items
+            continue
+        checked = [_check_value(phase, key, x, name) for x in items]
+        out[key] = checked if many else checked[0]
+    return out
+
+
+def _all_fine(key: str, items: list) -> bool:
+    """Whether every item is a number that _check_value would pass unchanged (vectorised);
+    False sends the items through _check_value one by one, which names the first bad one."""
+    arr = np.asarray(items)
+    if arr.dtype.kind not in "iuf":
+        return False
+    x = arr.astype(float)
+    ok = np.isfinite(x) & (np.abs(x) <= MAX_INPUT) & (x >= AT_LEAST.get(key, -np.inf))
+    if key in INTEGER_INPUTS:
+        ok &= arr.dtype.kind in "iu"
+    return bool(ok.all())
+
+
+def _check_value(phase: str, key: str, x: Any, name) -> Any:
+    """One given value of ``key``, normalised (a word to its number, 8.0 to 8 for a count), or
+    a ConfigError naming the input, what it expects and what it found."""
+    words = WORDS.get(key, {})
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, bool) and True in words or isinstance(x, str) and x in words:
+        return words[x]
+    default = PHASE_DEFAULTS[phase][key].value
+    if isinstance(default, str):  # a name (the GEMM dtype)
+        if not isinstance(x, str):
+            raise ConfigError(f"{name(key)}: expected a name such as {default!r}, got {_shown(x)}")
+        return x
+    named = [w for w in words if isinstance(w, str)]
+    expected = ("a whole number" if key in INTEGER_INPUTS else "a number") + (f" or {', '.join(named)}" if named else "")
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ConfigError(f"{name(key)}: expected {expected}, got {_shown(x)}")
+    if not math.isfinite(x):
+        raise ConfigError(f"{name(key)}: expected {expected}, got {_shown(x)} (not a finite number)")
+    if key in INTEGER_INPUTS:
+        if not float(x).is_integer():
+            raise ConfigError(f"{name(key)}: expected {expected}, got {_shown(x)}")
+        x = int(x)
+    low = AT_LEAST.get(key)
+    if low is not None and x < low:
+        raise ConfigError(f"{name(key)} must be >= {low} (got {_shown(x)})")
+    if abs(x) > MAX_INPUT:
+        raise ConfigError(f"{name(key)} must be at most {MAX_INPUT:g} (got {_shown(x)})")
+    return x
+
+
+def _shown(x) -> str:
+    """A value as the user would type it (8, not 8.0; a word in quotes), bounded in length."""
+    if isinstance(x, str):
+        return repr(short(x, 40))
+    return short(int(x) if isinstance(x, float) and x.is_integer() and abs(x) < 1e15 else x, 40)
 
 
 def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> Columns:
     """Cartesian product of the given values (scalars or lists) with defaults elsewhere."""
     defaults = PHASE_DEFAULTS[phase]
-    values = dict(values or {})
-    unknown = set(values) - set(defaults)
-    if unknown:
-        raise ConfigError(f"unknown {phase} input(s): {', '.join(sorted(unknown))} (expected: {', '.join(defaults)})")
+    values = check_inputs(phase, dict(values or {}))
     cols: dict[str, list] = {}
     for k, d in defaults.items():
         v = values.get(k, d.value)
@@ -37,10 +136,7 @@ def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> Columns:
 def grid_from_rows(phase: str, rows: list[Mapping[str, Any]]) -> Columns:
     """One configuration per mapping (missing keys take the defaults), no cartesian product."""
     defaults = PHASE_DEFAULTS[phase]
-    for r in rows:
-        unknown = set(r) - set(defaults)
-        if unknown:
-            raise ConfigError(f"unknown {phase} input(s): {', '.join(sorted(unknown))} (expected: {', '.join(defaults)})")
+    rows = [check_inputs(phase, r) for r in rows]
     df = Columns.from_records([{k: r.get(k, d.value) for k, d in defaults.items()} for r in rows], defaults)
     return resolve_defaults(phase, df)
 
@@ -60,12 +156,15 @@ def resolve_defaults(phase: str, df: Columns) -> Columns:
     if phase in ("decode", "afd"):
         df["kv_len"] = np.where(np.isnan(df["kv_len"].astype(float)), df["prompt_len"] + df["output_len"] / 2, df["kv_len"])
     else:
-        df["shared_copies"] = np.where(df["shared_copies"] <= 0, df["ep"], df["shared_copies"])
+        df["shared_copies"] = np.where(df["shared_copies"] < 0, df["ep"], df["shared_copies"])  # -1: unset
     return df
 
 
-def validate(phase: str, df: Columns, m, hw) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorised checks; returns (valid mask, reason per row: '' when valid)."""
+def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(GIVEN_ALL)) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised checks; returns (valid mask, reason per row: '' when valid). ``m`` and ``hw``
+    are numeric views whose swept fields are arrays over the rows of ``df`` (a row is checked
+    with its own spec values). ``given``: the inputs the user set; a message names a default
+    by what it defaults to (EP = --dies), not by a flag the user never typed."""
     reason = np.full(len(df), "", dtype=object)
 
     def check(bad, msg):
@@ -73,31 +172,41 @@ def validate(phase: str, df: Columns, m, hw) -> tuple[np.ndarray, np.ndarray]:
         if bad.any():
             reason[bad] = [msg(i) for i in np.flatnonzero(bad)]
 
+    def at(x, i):  # row i of a value that may be an array over the rows (a swept spec field), as typed
+        v = np.broadcast_to(np.asarray(x), (len(df),))[i]
+        v = v.item() if isinstance(v, np.generic) else v
+        return short(int(v) if isinstance(v, float) and v.is_integer() else v)
+
     g = df
     mo = m.moe
     if phase == "gemm":
         for c in ("m", "n", "k", "groups"):
-            check(g[c] <= 0, lambda i, c=c: f"gemm {c} must be > 0 (got {g[c].iat[i]})")
+            check(g[c] <= 0, lambda i, c=c: f"gemm {c} must be > 0 (got {short(g[c].iat[i])})")
         check(~g["layout"].astype(str).isin(["contiguous", "masked"]),
-              lambda i: f"gemm layout {g['layout'].iat[i]!r}: expected contiguous or masked")
+              lambda i: f"gemm layout {short(g['layout'].iat[i])!r}: expected contiguous or masked")
         peaks = set(hw.chip.spec.die.peak_flops_per_s.dtypes())
         check(~g["dtype"].astype(str).isin(peaks),
-              lambda i: f"gemm dtype {g['dtype'].iat[i]!r}: chip {hw.chip.name} runs {', '.join(sorted(peaks))}")
+              lambda i: f"gemm dtype {short(g['dtype'].iat[i])!r}: chip {hw.chip.name} runs {', '.join(sorted(peaks))}")
         return reason == "", reason
     if phase == "attention":
         for c in ("batch", "s_q", "h_q", "seq_k"):
-            check(g[c] <= 0, lambda i, c=c: f"attention {c} must be > 0 (got {g[c].iat[i]})")
+            check(g[c] <= 0, lambda i, c=c: f"attention {c} must be > 0 (got {short(g[c].iat[i])})")
         check(np.mod(m.attention.num_heads, g["h_q"]) != 0,
-              lambda i: f"attention h_q {g['h_q'].iat[i]} must divide the model's {m.attention.num_heads} heads")
+              lambda i: f"attention h_q {g['h_q'].iat[i]} must divide the model's {at(m.attention.num_heads, i)} heads")
         return reason == "", reason
+    ep_given = "ep" in given or phase == "collective"
+    ep_fix = "pick an EP" if ep_given else "give an --ep"
+
+    def ep_at(i):  # the EP of row i as the user set it: the flag, or the default it took
+        return f"--ep {g['ep'].iat[i]}" if ep_given else f"EP {g['ep'].iat[i]} (= --dies; --ep not given)"
     dies_per_pkg = hw.chip.dies_per_package
     system_dies = hw.system.nodes * hw.system.node.chips * dies_per_pkg
     if phase == "afd":
-        _validate_afd(g, m, hw, check, system_dies)
+        _validate_afd(g, m, hw, check, system_dies, at)
         return reason == "", reason
     check(g["dies"] <= 0, lambda i: f"--dies must be positive (got {g['dies'].iat[i]})")
     check(g["dies"] > system_dies,
-          lambda i: f"--dies {g['dies'].iat[i]} exceeds the {system_dies} dies of {hw.system.name}")
+          lambda i: f"--dies {g['dies'].iat[i]} exceeds the {at(system_dies, i)} dies of {hw.system.name}")
     check(g["ep"] > g["dies"], lambda i: f"--ep {g['ep'].iat[i]} exceeds --dies {g['dies'].iat[i]}")
     check(np.mod(g["dies"], g["ep"]) != 0,
           lambda i: f"--ep {g['ep'].iat[i]} does not divide --dies {g['dies'].iat[i]} (the instance must hold whole EP groups)")
@@ -107,72 +216,88 @@ def validate(phase: str, df: Columns, m, hw) -> tuple[np.ndarray, np.ndarray]:
         if domain is not None:
             reach = domain * dies_per_pkg
             check(g["ep"] > reach,
-                  lambda i, reach=reach, outer=outer: f"--ep {g['ep'].iat[i]} exceeds the {reach} dies one '{outer}' domain connects "
-                                                      f"(expert parallelism runs over {outer})")
+                  lambda i, reach=reach, outer=outer: f"{ep_at(i)} exceeds the {at(reach, i)} dies one '{outer}' "
+                                                      f"domain connects (expert parallelism runs over {outer})")
     if mo is None and phase == "collective":
         check(np.ones(len(g), dtype=bool), lambda i: f"model {m.name} has no MoE layers: no dispatch/combine to time")
-    _check_experts(g, g["ep"], "--ep", m, check, shared_needed=phase != "collective")  # Table 7's benchmark routes top-k only
+    _check_experts(g, g["ep"], ep_at, ep_fix, m, check, at, shared_needed=phase != "collective")  # Table 7 routes top-k only
     if phase == "collective":
-        check(g["tokens"] <= 0, lambda i: f"tokens must be > 0 (got {g['tokens'].iat[i]})")
-        check(g["comm_sms"] < 0, lambda i: f"comm_sms must be >= 0 (got {g['comm_sms'].iat[i]})")
+        check(g["tokens"] <= 0, lambda i: f"tokens must be > 0 (got {short(g['tokens'].iat[i])})")
+        check(g["comm_sms"] < 0, lambda i: f"comm_sms must be >= 0 (got {short(g['comm_sms'].iat[i])})")
         return reason == "", reason
     check(~g["microbatches"].isin([0, 1, 2]), lambda i: f"--microbatches must be 1, 2 or auto (got {g['microbatches'].iat[i]})")
     check(g["prompt_len"] < 1, lambda i: f"--prompt-len must be >= 1 (got {g['prompt_len'].iat[i]})")
     check(~g["mtp"].isin([0, 1]), lambda i: "--mtp must be on or off")
     if phase == "decode":
         _check_decode_tokens(g, m, check)
-        check((g["attention_share"] <= 0) | (g["attention_share"] >= 1),
-              lambda i: f"--attention-share must be within (0, 1) (got {g['attention_share'].iat[i]})")
+        share = g["attention_share"].to_numpy(dtype=float)
+        check((share <= 0) | (share >= 1),
+              lambda i: f"--attention-share must be within (0, 1) (got {short(share[i])})")
+        units = np.minimum(hw.chip.die.matrix_units, hw.chip.die.vector_units)
+        check(~np.isnan(share) & ((share * units < 1 - 1e-9) | ((1 - share) * units < 1 - 1e-9)),
+              lambda i: f"--attention-share {short(share[i])} leaves a stream less than one core "
+                        f"(a die has {at(hw.chip.die.matrix_units, i)} matrix and {at(hw.chip.die.vector_units, i)} vector units; "
+                        f"each stream needs at least one of each)")
         check(g["tp"] < 1, lambda i: f"--tp must be >= 1 (got {g['tp'].iat[i]})")
         check(np.mod(m.attention.num_heads, g["tp"]) != 0,
-              lambda i: f"--tp {g['tp'].iat[i]} does not divide the {m.attention.num_heads} attention heads")
+              lambda i: f"--tp {g['tp'].iat[i]} does not divide the {at(m.attention.num_heads, i)} attention heads")
         check(np.mod(g["dies"], g["tp"]) != 0, lambda i: f"--tp {g['tp'].iat[i]} does not divide --dies {g['dies'].iat[i]}")
     else:
-        check(g["tokens_per_npu"] <= 0, lambda i: f"--tokens-per-npu must be > 0 (got {g['tokens_per_npu'].iat[i]})")
+        check(g["tokens_per_npu"] <= 0, lambda i: f"--tokens-per-npu must be > 0 (got {short(g['tokens_per_npu'].iat[i])})")
         check((g["cached_len"] < 0) | (g["cached_len"] >= g["prompt_len"]),
               lambda i: f"--cached-len must be >= 0 and below --prompt-len {g['prompt_len'].iat[i]} (got {g['cached_len'].iat[i]})")
         check((g["cached_len"] > 0) & (hw.system.memory_pool is None),
               lambda i: f"--cached-len {g['cached_len'].iat[i]}: system {hw.system.name} has no memory pool (`memory_pool`) to cache KV in")
+        # a prompt's tokens may be split over its attention TP group (the SP half of SP-TP-SP), no further
+        group_tokens = g["tokens_per_npu"] / hw.chip.dies_per_package * g["attn_tp"]
+        check(group_tokens < g["prompt_len"] - g["cached_len"],
+              lambda i: f"--tokens-per-npu {at(g['tokens_per_npu'], i)} puts less than one prompt's computed tokens "
+                        f"(--prompt-len {g['prompt_len'].iat[i]} - --cached-len {g['cached_len'].iat[i]}) on an attention TP "
+                        f"group of --attn-tp {g['attn_tp'].iat[i]} dies: a prompt is split over its TP group at most")
         check(g["attn_tp"] < 1, lambda i: f"--attn-tp must be >= 1 (got {g['attn_tp'].iat[i]})")
         check(np.mod(g["dies"], g["attn_tp"]) != 0,
               lambda i: f"--attn-tp {g['attn_tp'].iat[i]} does not divide --dies {g['dies'].iat[i]}")
         check(np.mod(m.attention.num_heads, g["attn_tp"]) != 0,
-              lambda i: f"--attn-tp {g['attn_tp'].iat[i]} does not divide the {m.attention.num_heads} attention heads")
+              lambda i: f"--attn-tp {g['attn_tp'].iat[i]} does not divide the {at(m.attention.num_heads, i)} attention heads")
     return reason == "", reason
 
 
-def _check_experts(g, ep, flag: str, m, check, shared_needed: bool = True) -> None:
+def _check_experts(g, ep, ep_at, ep_fix: str, m, check, at, shared_needed: bool = True) -> None:
     """The expert instances (routed + redundant + shared copies) split evenly over the
-    ``ep`` dies that hold them; a shared expert needs a copy somewhere."""
+    ``ep`` dies that hold them (``ep_at(i)`` names row i's EP as the user set it); a shared
+    expert needs a copy somewhere; the busiest die's load is at most the EP degree."""
     mo = m.moe
     check(g["redundant_experts"] < 0, lambda i: f"--redundant-experts must be >= 0 (got {g['redundant_experts'].iat[i]})")
     if mo is not None:
-        if mo.shared_experts > 0 and shared_needed:
-            check(g["shared_copies"] < 1,
+        shared = np.asarray(mo.shared_experts)
+        if shared_needed:
+            check((shared > 0) & (g["shared_copies"] < 1),
                   lambda i: f"--shared-copies must be >= 1: the model has a shared expert that some die must hold (got {g['shared_copies'].iat[i]})")
-        if mo.shared_experts == 0:
-            check(g["shared_copies"] != 0,
-                  lambda i: f"--shared-copies must be 0: model {m.name} has no shared expert (got {g['shared_copies'].iat[i]})")
+        check((shared == 0) & (g["shared_copies"] != 0),
+              lambda i: f"--shared-copies must be 0: model {m.name} has no shared expert (got {g['shared_copies'].iat[i]})")
         inst = mo.routed_experts + g["redundant_experts"] + g["shared_copies"]
         check(np.mod(inst, ep) != 0,
-              lambda i: (f"{flag} {ep.iat[i]} does not divide the {inst.iat[i]} expert instances "
-                         f"({mo.routed_experts} routed + {g['redundant_experts'].iat[i]} redundant + {g['shared_copies'].iat[i]} shared copies); "
-                         f"change --redundant-experts/--shared-copies or pick {'an EP' if flag == '--ep' else flag} that divides {inst.iat[i]}"))
-    check(g["expert_imbalance"] < 1, lambda i: f"--expert-imbalance must be >= 1 (1 = perfect balance; got {g['expert_imbalance'].iat[i]})")
+              lambda i: (f"{ep_at(i)} does not divide the {at(inst, i)} expert instances "
+                         f"({at(mo.routed_experts, i)} routed + {g['redundant_experts'].iat[i]} redundant + {g['shared_copies'].iat[i]} shared copies): "
+                         f"a die holds whole experts; change --redundant-experts/--shared-copies or {ep_fix} that divides {at(inst, i)}"))
+    check(g["expert_imbalance"] < 1, lambda i: f"--expert-imbalance must be >= 1 (1 = perfect balance; got {short(g['expert_imbalance'].iat[i])})")
+    check(g["expert_imbalance"] > ep,
+          lambda i: f"--expert-imbalance {at(g['expert_imbalance'], i)} exceeds {ep_at(i)}: "
+                    f"max/mean load over {ep.iat[i]} dies is at most {ep.iat[i]} (one die takes every token)")
 
 
 def _check_decode_tokens(g, m, check) -> None:
     """Batch, lengths and MTP of a decode step (EP decode and AFD)."""
-    check(g["batch"] <= 0, lambda i: f"--batch must be > 0 requests per NPU (got {g['batch'].iat[i]})")
+    check(g["batch"] < 1, lambda i: f"--batch must be >= 1 request per NPU (got {short(g['batch'].iat[i])})")
     check(g["output_len"] < 1, lambda i: f"--output-len must be >= 1 (got {g['output_len'].iat[i]})")
-    check(g["kv_len"] < 1, lambda i: f"--kv-len must be >= 1 (got {g['kv_len'].iat[i]})")
+    check(g["kv_len"] < 1, lambda i: f"--kv-len must be >= 1 (got {short(g['kv_len'].iat[i])})")
     check((g["mtp_acceptance"] < 0) | (g["mtp_acceptance"] > 1),
-          lambda i: f"--mtp-acceptance must be within [0, 1] (got {g['mtp_acceptance'].iat[i]})")
+          lambda i: f"--mtp-acceptance must be within [0, 1] (got {short(g['mtp_acceptance'].iat[i])})")
     check((g["mtp"] == 1) & (g["mtp_k"] < 1), lambda i: f"--mtp-k must be >= 1 (got {g['mtp_k'].iat[i]})")
     check((g["mtp"] == 1) & (m.mtp.modules < 1), lambda i: "MTP requested but the model has no MTP module")
 
 
-def _validate_afd(g, m, hw, check, system_dies) -> None:
+def _validate_afd(g, m, hw, check, system_dies, at) -> None:
     """AFD (docs/model.md §5.4): two positive, disjoint pools of dies within the system; every
     attention die reaches every expert die over the decode EP route, so both pools sit in one
     domain of its outer tier; the expert dies split the expert instances evenly (EP = expert
@@ -190,7 +315,7 @@ def _validate_afd(g, m, hw, check, system_dies) -> None:
         reach = domain * hw.chip.dies_per_package
         check(A + E > reach, lambda i: (f"--attention-dies {A.iat[i]} + --expert-dies {E.iat[i]} exceed the {reach} dies one "
                                         f"'{outer}' domain connects (the attention-expert transfers run over {outer})"))
-    _check_experts(g, E, "--expert-dies", m, check)
+    _check_experts(g, E, lambda i: f"--expert-dies {E.iat[i]}", "pick --expert-dies", m, check, at)
     check(~g["microbatches"].isin([0, 1, 2, 3, 4]), lambda i: f"--microbatches must be 1, 2, 3, 4 or auto (got {g['microbatches'].iat[i]})")
     check(g["prompt_len"] < 1, lambda i: f"--prompt-len must be >= 1 (got {g['prompt_len'].iat[i]})")
     check(~g["mtp"].isin([0, 1]), lambda i: "--mtp must be on or off")

@@ -14,15 +14,17 @@ of one. The SLO filter, the top-N and the Pareto frontier are array operations o
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
-from .errors import ConfigError
+from .errors import ConfigError, short
 from .predict import Specs, inert_fields, load_specs, predict
 from .defaults import PHASE_DEFAULTS
+from .scenario import check_inputs
 
 SEARCH_PHASES = ("decode", "prefill")
 LATENCY = {"decode": "tpot_ms", "prefill": "ttft_ms"}
@@ -37,22 +39,28 @@ MAX_CONFIGS = 2_000_000
 
 
 # --------------------------------------------------------------------------- parsing
-def parse_list(text: str | int | float, flag: str, integer: bool = False, words: Mapping[str, Any] | None = None) -> list:
+def parse_list(text: str | int | float, flag: str, integer: bool = False, words: Mapping[str, Any] | None = None,
+               allowed: Iterable[float] | None = None) -> list:
     """``"8,16,32"``, ``"8:256:8"`` (start:stop:step, stop included; step 1 if omitted) or a mix
-    (``"1,2,4:64:4"``) -> a list of numbers. ``words`` maps names (``auto``, ``on``) to values."""
+    (``"1,2,4:64:4"``) -> a list of numbers. ``words`` maps names (``auto``, ``on``) to values;
+    ``allowed``, when given, lists the only numbers that may be typed (``--microbatches``: 1 or
+    2; ``auto`` is the word, not the 0 that stands for it inside)."""
     words = words or {}
     if not isinstance(text, str):
         return [text]
     out: list = []
     for item in (s.strip() for s in text.split(",")):
         if not item:
-            raise ConfigError(f"{flag} {text}: empty item (expected comma-separated values or start:stop:step)")
+            raise ConfigError(f"{flag} {short(text)}: empty item (expected comma-separated values or start:stop:step)")
         if item in words:
             out.append(words[item])
         elif ":" in item:
             out.extend(_parse_range(item, flag, integer))
         else:
             out.append(_number(item, flag, integer, words))
+        if allowed is not None and item not in words and any(x not in allowed for x in out):
+            choices = ", ".join([*map(str, allowed), *words])
+            raise ConfigError(f"{flag} {short(item, 40)}: expected {choices}")
     if not integer and all(isinstance(x, float) and x.is_integer() and abs(x) < 2**53 for x in out):
         out = [int(x) for x in out]  # batch 8 stays 8 (not 8.0) in tables and JSON
     return out
@@ -60,15 +68,17 @@ def parse_list(text: str | int | float, flag: str, integer: bool = False, words:
 
 def _number(item: str, flag: str, integer: bool, words: Mapping[str, Any] | None = None):
     try:
+        if not item.isascii():  # float() reads other scripts' digits ('٣' = 3)
+            raise ValueError(item)
         x = float(item)
     except ValueError:
         names = f" or one of: {', '.join(words)}" if words else ""
-        raise ConfigError(f"{flag} {item}: expected {'an integer' if integer else 'a number'}{names}") from None
+        raise ConfigError(f"{flag} {short(item)}: expected {'an integer' if integer else 'a number'}{names}") from None
     if not math.isfinite(x):
-        raise ConfigError(f"{flag} {item}: expected a finite number")
+        raise ConfigError(f"{flag} {short(item)}: expected a finite number")
     if integer:
         if not x.is_integer():
-            raise ConfigError(f"{flag} {item}: expected an integer")
+            raise ConfigError(f"{flag} {short(item)}: expected an integer")
         return int(x)
     return x
 
@@ -76,16 +86,16 @@ def _number(item: str, flag: str, integer: bool, words: Mapping[str, Any] | None
 def _parse_range(item: str, flag: str, integer: bool) -> list:
     parts = item.split(":")
     if len(parts) not in (2, 3):
-        raise ConfigError(f"{flag} {item}: a range is start:stop or start:stop:step (e.g. 8:256:8)")
+        raise ConfigError(f"{flag} {short(item)}: a range is start:stop or start:stop:step (e.g. 8:256:8)")
     start, stop = (_number(p, flag, integer) for p in parts[:2])
     step = _number(parts[2], flag, integer) if len(parts) == 3 else 1
     if step <= 0:
-        raise ConfigError(f"{flag} {item}: the step must be > 0")
+        raise ConfigError(f"{flag} {short(item)}: the step must be > 0")
     if stop < start:
-        raise ConfigError(f"{flag} {item}: stop {parts[1]} is below start {parts[0]}")
+        raise ConfigError(f"{flag} {short(item)}: stop {short(parts[1], 30)} is below start {short(parts[0], 30)}")
     count = int(math.floor((stop - start) / step + 1e-9)) + 1
     if count > MAX_CONFIGS:
-        raise ConfigError(f"{flag} {item}: {count:,} values; at most {MAX_CONFIGS:,} configurations can be searched")
+        raise ConfigError(f"{flag} {short(item)}: {count:,} values; at most {MAX_CONFIGS:,} configurations can be searched")
     values = start + step * np.arange(count)
     return [int(v) for v in values] if integer else [float(v) for v in values]
 
@@ -98,20 +108,23 @@ def parse_sweeps(items: Iterable[str]) -> dict[str, list[float]]:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key or not text.strip():
-            raise ConfigError(f"--sweep {item}: expected KEY.PATH=V1,V2,... or KEY.PATH=START:STOP:STEP "
+            raise ConfigError(f"--sweep {short(item)}: expected KEY.PATH=V1,V2,... or KEY.PATH=START:STOP:STEP "
                               f"(e.g. system.tiers.ub.bandwidth_Bps=100e9,135e9,200e9)")
         if key.endswith(".value"):  # a sourced pair is addressed by its own path
             key = key[: -len(".value")]
         if key in out:
-            raise ConfigError(f"--sweep {key}: given twice (put all its values in one --sweep)")
-        values = [float(v) for v in parse_list(text, f"--sweep {key}")]  # spec fields are floats
+            raise ConfigError(f"--sweep {short(key)}: given twice (put all its values in one --sweep)")
+        values = [float(v) for v in parse_list(text, f"--sweep {short(key)}")]  # spec fields are floats
         out[key] = list(dict.fromkeys(values))
     return out
 
 
 def check_sweeps(sweeps: Mapping[str, list], hardware: str, model: str, sets: Iterable[str] = ()) -> None:
-    """Every swept path must be a numeric spec field, and its smallest and largest values must
-    pass the spec schema: apply them as ``--set`` overrides and let the loader say what is wrong."""
+    """Every swept path must be a numeric spec field, and every one of its values must pass the
+    spec schema (a whole number of cores, a fraction within (0, 1], ...): apply each as a
+    ``--set`` override and let the loader say what is wrong. Each value is checked with the
+    other swept fields at their file values; a check that involves the scenario (whole experts
+    per die) is made per row by the grid's validation."""
     from .errors import SpecError
     from .specs.loader import load_hardware, load_model, split_overrides
 
@@ -119,12 +132,13 @@ def check_sweeps(sweeps: Mapping[str, list], hardware: str, model: str, sets: It
     fixed = {s.partition("=")[0].strip() for s in sets}
     for path, values in sweeps.items():
         if path in fixed:
-            raise ConfigError(f"--sweep {path}: the same field is fixed by --set; give it one or the other")
+            raise ConfigError(f"--sweep {short(path)}: the same field is fixed by --set; give it one or the other")
         if not path.startswith(("chip.", "system.", "model.")):
-            raise ConfigError(f"--sweep {path}: the path must start with chip., system. or model. "
+            raise ConfigError(f"--sweep {short(path)}: the path must start with chip., system. or model. "
                               f"(e.g. system.tiers.ub.bandwidth_Bps=100e9,200e9)")
-        for v in sorted({min(values), max(values)}):
-            overrides = split_overrides([*sets, f"{path}={v!r}"])
+        for v in sorted(set(values)):
+            typed = int(v) if float(v).is_integer() and abs(v) < 2**53 else v  # as a user would type it: 24, not 24.0
+            overrides = split_overrides([*sets, f"{path}={typed!r}"])
             try:
                 if path.startswith("model."):
                     load_model(model, overrides)
@@ -141,22 +155,19 @@ def grid_axes(phase: str, values: Mapping[str, Any], sweeps: Mapping[str, list] 
     only the first ``mtp_k`` / ``mtp_acceptance`` (they do not matter there), so that no
     configuration is evaluated twice."""
     defaults = PHASE_DEFAULTS[phase]
-    unknown = set(values) - set(defaults)
-    if unknown:
-        raise ConfigError(f"unknown {phase} input(s): {', '.join(sorted(unknown))} (expected: {', '.join(defaults)})")
+    values = check_inputs(phase, values)  # every value of every axis, before any row is evaluated
     axes: dict[str, list] = {}
-    for k, d in defaults.items():
+    for k in defaults:  # an input not given keeps its default (not an axis: predict fills it in)
         v = values.get(k)
-        v = d.value if v is None else v
+        if v is None:
+            continue
         v = list(v) if isinstance(v, (list, tuple, np.ndarray, pd.Series)) else [v]
-        if not v:
-            raise ConfigError(f"{k}: no values to search")
         axes[k] = list(dict.fromkeys(v))  # a repeated value would only repeat rows
     tail = [(k, list(v)) for k, v in (sweeps or {}).items()]
     blocks = [axes]
-    if phase == "decode" and 0 in axes["mtp"] and len(axes["mtp"]) > 1:
+    if phase == "decode" and 0 in axes.get("mtp", []) and len(axes["mtp"]) > 1:
         on = {**axes, "mtp": [x for x in axes["mtp"] if x != 0]}
-        off = {**axes, "mtp": [0], "mtp_k": axes["mtp_k"][:1], "mtp_acceptance": axes["mtp_acceptance"][:1]}
+        off = {**axes, "mtp": [0], **{k: axes[k][:1] for k in ("mtp_k", "mtp_acceptance") if k in axes}}
         blocks = [on, off]
     return [list(b.items()) + tail for b in blocks]
 
@@ -376,6 +387,8 @@ def read_results(path: str, slo_ms: float | None = None, top: int | None = None)
     (default: the SLO it was searched with) and ``top`` (default: as many as it ranked)."""
     from .report import read_provenance
 
+    if Path(path).exists() and not Path(path).is_file():
+        raise ConfigError(f"{short(str(path))}: not a regular file (expected a CSV written by cmperf search --out)")
     try:
         t = pd.read_csv(path, skiprows=read_provenance(path)[1])  # after the '# key: value' lines
     except FileNotFoundError:
@@ -389,10 +402,12 @@ def read_results(path: str, slo_ms: float | None = None, top: int | None = None)
     phase = str(t["phase"].iat[0])
     if phase not in SEARCH_PHASES or LATENCY[phase] not in t.columns:
         raise ConfigError(f"{path}: phase '{phase}' is not a searchable phase ({', '.join(SEARCH_PHASES)})")
+    t = check_results(t, phase, path)
     slo = float(t["slo_ms"].iat[0]) if slo_ms is None else slo_ms
     if not (math.isfinite(slo) and slo > 0):
-        raise ConfigError(f"{SLO_FLAG[phase]} {slo}: the SLO must be a positive number of milliseconds")
-    n = int(t["rank"].max()) if top is None and t["rank"].notna().any() else (top or 10)
+        where = "--slo" if slo_ms is not None else f"{short(str(path))}: slo_ms"
+        raise ConfigError(f"{where} {short(slo)}: the SLO must be a positive number of milliseconds")
+    n = top if top is not None else int(t["rank"].max()) if t["rank"].notna().any() else 10
     if n < 1:
         raise ConfigError(f"--top {n}: expected a positive integer")
     sweeps = {c: sorted(t[c].unique().tolist()) for c in t.columns if c.startswith(("chip.", "system.", "model."))}
@@ -400,10 +415,57 @@ def read_results(path: str, slo_ms: float | None = None, top: int | None = None)
     return rank(grid, slo, n)
 
 
+def check_results(t: pd.DataFrame, phase: str, path: str) -> pd.DataFrame:
+    """A search CSV's cells checked before they are ranked: one phase; ``fits``/``meets_slo``/
+    ``on_pareto`` true or false; latency and SLO positive, throughput and memory non-negative,
+    every input and swept spec value a finite number (``attention_share`` may be empty: unset),
+    ``rank`` empty or a whole number >= 1. The first bad cell is named by line and column."""
+    def bad(rows, col, expected):
+        i = int(np.flatnonzero(np.asarray(rows))[0])
+        raise ConfigError(f"{short(str(path))}: line {i + 2}, column '{short(col, 40)}': expected {expected}, "
+                          f"found {short(t[col].iat[i], 40)!r}")
+
+    phases = t["phase"].astype(str)
+    if (phases != phase).any():
+        bad(phases != phase, "phase", f"'{phase}' on every line (one search per file)")
+    for col in ("fits", "meets_slo", "on_pareto"):
+        if col in t.columns and t[col].dtype != bool:
+            text = t[col].astype(str).str.strip().str.lower()
+            if (~text.isin(["true", "false", "1", "0"])).any():
+                bad(~text.isin(["true", "false", "1", "0"]), col, "True or False")
+            t = t.assign(**{col: text.isin(["true", "1"])})
+    positive = [LATENCY[phase], "slo_ms"]
+    non_negative = [THROUGHPUT, "memory_per_die_bytes", "hbm_per_die_bytes"]
+    inputs = [c for c in PHASE_DEFAULTS[phase] if c in t.columns and c != "attention_share"]
+    swept = [c for c in t.columns if c.startswith(("chip.", "system.", "model."))]
+    for col in [c for c in (*positive, *non_negative, *inputs, *swept) if c in t.columns]:
+        x = pd.to_numeric(t[col], errors="coerce").to_numpy(dtype=float)
+        if col == "expert_imbalance":  # may read 'default' where a default balance was searched
+            x = np.where(t[col].astype(str) == "default", 1.0, x)
+        low = 0.0 if col in non_negative or col in inputs or col in swept else None
+        problem = ~np.isfinite(x) | ((x <= 0) if low is None else (x < low))
+        if problem.any():
+            bad(problem, col, "a finite number" + (" > 0" if low is None else " >= 0"))
+    if "attention_share" in t.columns:
+        x = pd.to_numeric(t["attention_share"], errors="coerce").to_numpy(dtype=float)
+        if (t["attention_share"].notna() & ~((x > 0) & (x < 1))).any():
+            bad(t["attention_share"].notna() & ~((x > 0) & (x < 1)), "attention_share", "empty or a number within (0, 1)")
+    r = pd.to_numeric(t["rank"], errors="coerce")
+    wrong = (t["rank"].notna() & r.isna()) | (r.notna() & ((r < 1) | (r % 1 != 0)))
+    if wrong.any():
+        bad(wrong, "rank", "empty or a whole number >= 1")
+    return t
+
+
 def inputs_of(phase: str, row: Mapping[str, Any], sweeps: Iterable[str] = ()) -> tuple[dict, dict]:
     """The scenario inputs and swept spec values of one result row (to re-run it alone)."""
-    values = {k: _scalar(row[k]) for k in PHASE_DEFAULTS[phase] if k in row}
+    values = {k: _scalar(row[k]) for k in PHASE_DEFAULTS[phase] if k in row and not _unset(row[k])}
     return values, {k: [float(row[k])] for k in sweeps}
+
+
+def _unset(x) -> bool:
+    """An input left at its 'unset' default reads back as NaN (attention_share): not a value."""
+    return isinstance(x, (float, np.floating)) and math.isnan(x)
 
 
 def _scalar(x):

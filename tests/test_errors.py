@@ -111,7 +111,7 @@ def test_ep_not_dividing_experts(cli):
 
 
 def test_batch_zero(cli):
-    assert_error(cli("predict", "decode", "--batch", "0"), "--batch must be > 0")
+    assert_error(cli("predict", "decode", "--batch", "0"), "--batch must be >= 1 (got 0)")
 
 
 @pytest.mark.parametrize("value", ["1.5", "-0.1"])

@@ -3,7 +3,7 @@ context never speeds decode. Hypothesis draws scenarios; each check is one vecto
 
 import numpy as np
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from cmperf.predict import predict
 
@@ -44,6 +44,8 @@ def test_more_resource_never_slows_decode(specs, scenario, resource, factor):
 @settings(max_examples=25, deadline=None)
 @given(prefill_scenarios, st.sampled_from(RESOURCES), st.floats(1.0, 4.0))
 def test_more_resource_never_slows_prefill(specs, scenario, resource, factor):
+    # a prompt's tokens split over its attention TP group at most (2 dies per 910C)
+    assume(scenario["tokens_per_npu"] / 2 * scenario["attn_tp"] >= scenario["prompt_len"])
     v = _base(specs, resource)
     t = predict("prefill", scenario, specs, sweeps={resource: [v, v * factor]}).table
     assert t["throughput_per_npu"].iat[1] >= t["throughput_per_npu"].iat[0] * (1 - 1e-12)

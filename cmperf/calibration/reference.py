@@ -19,7 +19,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import SpecError
+from ..errors import CmperfError, SpecError, short
 from ..specs.loader import read_yaml
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "reference"
@@ -35,7 +35,7 @@ KINDS = ("evidence", "derived", "spec")
 
 
 class RefRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     id: str
     description: str
     where: str
@@ -44,7 +44,7 @@ class RefRow(BaseModel):
     derived_from: Optional[str] = None
     phase: Literal["decode", "prefill", "collective", "gemm", "attention", "spec"]
     metric: str
-    paper: float
+    paper: float = Field(allow_inf_nan=False)
     tolerance: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)  # relative
     tolerance_abs: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)  # in the metric's unit
     scenario: dict[str, Any] = Field(default_factory=dict)
@@ -67,7 +67,7 @@ class FitParam(BaseModel):
     """A spec field the file's evidence rows calibrate: its search range (log-spaced for
     positive rates and times, linear for fractions) and what it means."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     path: str
     lo: float = Field(allow_inf_nan=False)
     hi: float = Field(allow_inf_nan=False)
@@ -84,16 +84,16 @@ class FitParam(BaseModel):
 class Measured(BaseModel):
     """A spec field read from one row alone (not evidence: that row cannot fail)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     path: str
     row: str
-    lo: float
-    hi: float
+    lo: float = Field(allow_inf_nan=False)
+    hi: float = Field(allow_inf_nan=False)
     meaning: str
 
 
 class RefFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     name: str
     source: str
     hardware: str = "cloudmatrix384"
@@ -102,6 +102,26 @@ class RefFile(BaseModel):
     fit: list[FitParam] = Field(default_factory=list)
     measured: list[Measured] = Field(default_factory=list)
     rows: list[RefRow] = Field(min_length=1)
+
+
+def check_scenario(row: RefRow, path: Path) -> None:
+    """A row's scenario holds one value per input, each checked like a flag of ``predict``
+    (cmperf/scenario.py), the error naming the file, the row and the field; a spec row reads a
+    spec field and takes no scenario."""
+    from ..scenario import check_inputs
+
+    where = f"{short(str(path))}: row {short(row.id, 40)}"
+    if row.phase == "spec":
+        if row.scenario:
+            raise SpecError(f"{where}: a spec row reads a spec field and takes no scenario (found {short(row.scenario)})")
+        return
+    for key, value in row.scenario.items():
+        if isinstance(value, (list, tuple, dict)):
+            raise SpecError(f"{where}: scenario.{short(key, 40)}: expected one value, found {short(value)}")
+    try:
+        check_inputs(row.phase, row.scenario, name=lambda k: f"scenario.{k}")
+    except CmperfError as e:
+        raise SpecError(f"{where}: {e}") from None
 
 
 def load_reference(path: str | Path = BUILTIN_REFERENCE) -> RefFile:
@@ -120,6 +140,7 @@ def load_reference(path: str | Path = BUILTIN_REFERENCE) -> RefFile:
     if dup:
         raise SpecError(f"{p}: duplicate row id(s): {', '.join(dup)}")
     for r in ref.rows:
+        check_scenario(r, p)
         if r.derived_from is not None and r.derived_from not in ids:
             raise SpecError(f"{p}: row {r.id}: derived_from '{r.derived_from}' names no row of the file")
     for mea in ref.measured:

@@ -6,13 +6,14 @@ phase, for one set of spec values or many (sensitivity, the fit, cross-validatio
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
-from ..errors import SpecError
+from ..errors import SpecError, short
 from ..predict import PHASES, Specs, load_specs, predict
 from ..specs.schema import Count, Sourced
 from .reference import RefFile
@@ -33,7 +34,11 @@ def spec_value(specs: Specs, path: str, sweeps: Mapping[str, Any] | None = None)
         for k in rest:
             node = getattr(node, k)
     except AttributeError:
-        raise SpecError(f"metric '{path}': no such spec field") from None
+        raise SpecError(f"metric '{short(path)}': no such spec field") from None
+    if isinstance(node, (bool, str)) or node is None or not isinstance(node, (int, float, np.ndarray, np.number)):
+        what = f"a section (its fields: {', '.join(node.keys())})" if hasattr(node, "keys") else \
+            f"a {type(node).__name__} field" if node is not None else "an empty optional field"
+        raise SpecError(f"metric '{short(path)}': {what}, not a number")
     return float(np.asarray(node).ravel()[0])
 
 
@@ -54,8 +59,14 @@ def predictions(ref: RefFile, specs: Specs, sweeps: Mapping[str, Iterable[float]
         idx = [i for i, r in enumerate(ref.rows) if r.phase == phase]
         if not idx:
             continue
-        table = predict(phase, rows=[ref.rows[i].scenario for i in idx], specs=specs, sweeps=sweeps or None,
-                        zip_sweeps=zipped).table
+        result = predict(phase, rows=[ref.rows[i].scenario for i in idx], specs=specs, sweeps=sweeps or None,
+                         zip_sweeps=zipped, strict=False)
+        if len(result.invalid):
+            first = int(result.invalid.index[0]) // n  # rows are repeated n times, row slowest
+            reason = re.sub(r"--([a-z][a-z-]*)", lambda mt: "scenario." + mt.group(1).replace("-", "_"),
+                            str(result.invalid["reason"].iat[0]))
+            raise SpecError(f"reference row {ref.rows[idx[first]].id}: {reason}")
+        table = result.table
         for j, i in enumerate(idx):
             r = ref.rows[i]
             if r.metric not in table.columns:
@@ -65,7 +76,10 @@ def predictions(ref: RefFile, specs: Specs, sweeps: Mapping[str, Iterable[float]
         if r.phase != "spec":
             continue
         if r.metric not in sweeps:  # a spec field is one number; swept only if its own path is swept
-            out[i] = spec_value(specs, r.metric)
+            try:
+                out[i] = spec_value(specs, r.metric)
+            except SpecError as e:
+                raise SpecError(f"reference row {r.id}: {e}") from None
         elif zipped:
             out[i] = sweeps[r.metric]
         else:

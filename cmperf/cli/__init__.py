@@ -91,12 +91,54 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 
-def main() -> None:
-    """Entry point: typer handles usage errors itself (message + exit 2); our own input
-    errors arrive here as CmperfError."""
-    try:
-        app()
-    except CmperfError as e:
-        sys.stderr.write(f"cmperf: error: {e}\n")
-        sys.exit(e.exit_code)
+MAX_MESSAGE = 2000  # an error line longer than this is cut: no message echoes unbounded input
 
+
+def main() -> None:
+    """Entry point. Every bad input ends in one line ``cmperf: error: ...`` on stderr and exit
+    code 2: our own input errors (CmperfError) and click's usage errors (a flag's type, a
+    missing argument, an unknown command) alike. ``--help``, ``--version`` and a command given
+    without arguments print their help as usual."""
+    import importlib
+
+    click = importlib.import_module(typer.BadParameter.__module__)  # click's exceptions (typer may vendor click)
+    help_error = getattr(click, "NoArgsIsHelpError", ())
+    try:
+        code = app(standalone_mode=False)
+    except help_error as e:
+        e.show()  # the command's help, as typer shows it for a bare `cmperf predict`
+        code = e.exit_code
+    except click.BadParameter as e:
+        _error(e.format_message() + _found(e), 2)
+    except click.UsageError as e:
+        _error(e.format_message(), 2)
+    except click.ClickException as e:
+        _error(e.format_message(), 2)
+    except (getattr(click, "Abort", typer.Abort), typer.Abort):
+        sys.stderr.write("cmperf: aborted\n")
+        code = 1
+    except CmperfError as e:
+        _error(str(e), e.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _found(e) -> str:
+    """`` (got VALUE)``: what the user typed for the option a click BadParameter names."""
+    from ..errors import short
+
+    opts = getattr(e.param, "opts", None) or []
+    args = sys.argv[1:]
+    for i, a in enumerate(args):
+        for o in opts:
+            if a == o and i + 1 < len(args):
+                return f" (got {short(args[i + 1], 40)!r})"
+            if a.startswith(o + "="):
+                return f" (got {short(a[len(o) + 1:], 40)!r})"
+    return ""
+
+
+def _error(message: str, code: int) -> None:
+    from ..errors import short
+
+    sys.stderr.write(f"cmperf: error: {short(message, MAX_MESSAGE)}\n")
+    sys.exit(code)

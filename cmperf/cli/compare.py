@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import CmperfError
+from ..errors import CmperfError, short
 from .options import FormatOpt
 
 compare_app = typer.Typer(no_args_is_help=True, help="One workload on several systems side by side. "
@@ -28,10 +28,10 @@ def _per_system(items: Optional[List[str]], flag: str, split_value: bool) -> dic
     for item in items or []:
         target, sep, rest = item.partition(":") if ":" in item.split("=", 1)[0] else ("*", "", item)
         if "=" not in rest:
-            raise CmperfError(f"{flag} {item}: expected [SYSTEM:]key=value")
+            raise CmperfError(f"{flag} {short(item)}: expected [SYSTEM:]key=value")
         key, value = rest.split("=", 1)
         if split_value:
-            out.setdefault(target, {})[key.strip()] = parse_value(value)
+            out.setdefault(target, {})[key.strip()] = parse_value(value, f"{flag} {key.strip()}")
         else:
             out.setdefault(target, []).append(rest)
     return out
@@ -42,8 +42,9 @@ def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
     from ..report import check_format, check_parent_dir, human, print_csv, print_json, print_table, provenance, write_csv
 
     check_format(fmt)
-    if plot:
-        check_parent_dir(plot, "--plot")
+    for path, flag in ((plot, "--plot"), (out, "--out")):
+        if path is not None:
+            check_parent_dir(path, flag)
     systems = [s.strip() for s in hardware.split(",") if s.strip()] if hardware else None
     cmp = compare(phase, systems, load_setups(config or SETUPS_FILE), model,
                   _per_system(sets, "--set", False), _per_system(withs, "--with", True))

@@ -33,12 +33,18 @@ def hw_show(name: str = typer.Argument("cloudmatrix384", help="chip or system: b
     a field that changes no output of DeepSeek-R1's default decode or prefill prediction on
     it is marked NOT USED. Example: cmperf hw show ascend-910c"""
     from ..facts import chip_facts, system_facts
+    from ..errors import SpecError
     from ..report import check_format, print_records
     from ..specs.loader import hardware_kind, load_chip, load_hardware, split_overrides
 
     check_format(fmt)
     overrides = split_overrides(sets or [])
     is_chip = hardware_kind(name) == "chip"
+    unused = [k for k in ("system", "model") if overrides[k]] if is_chip else [k for k in ("model",) if overrides[k]]
+    if unused:
+        key = next(iter(overrides[unused[0]]))
+        raise SpecError(f"--set {unused[0]}.{key}: hw show {name} shows a {'chip' if is_chip else 'system'}; "
+                        f"only {'--set chip.*' if is_chip else '--set chip.* and --set system.*'} apply to it")
     if is_chip:
         chip, _ = load_chip(name, overrides)
         records = chip_facts(chip)

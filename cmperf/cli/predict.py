@@ -26,6 +26,8 @@ def _imbalance(v: Optional[str]):
     if v is None or v == "default":
         return v
     try:
+        if not v.isascii():  # float() reads other scripts' digits ('٣' = 3): not what anyone types
+            raise ValueError(v)
         return float(v)
     except ValueError:
         raise CmperfError(f"--expert-imbalance {v}: expected a number >= 1 or 'default'") from None
@@ -78,10 +80,12 @@ def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list
     imported only to write CSV)."""
     from ..predict import inert_overrides, load_specs, predict
     from ..bands import half_width
-    from ..report import (check_format, human, json_records, print_csv, print_json, print_table, provenance, unit_of,
-                          warn, write_csv)
+    from ..report import (check_format, check_parent_dir, human, json_records, print_csv, print_json, print_table,
+                          provenance, unit_of, warn, write_csv)
 
     check_format(fmt)
+    if out is not None:
+        check_parent_dir(out, "--out")
     specs = load_specs(hardware, model, sets)
     given = {k: v for k, v in values.items() if v is not None}
     result = predict(phase, given, specs)
@@ -95,8 +99,8 @@ def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list
     prov = provenance(f"predict {phase}", hardware, model, sets)
     ops, sections = result.breakdown_records(0) if breakdown else (None, None)
     tables = {"summary": table.records(), "operators": ops, "sections": sections} if breakdown else table.records()
-    if out:
-        write_csv(table.records(), out, prov)
+    if out is not None:
+        write_csv(table.records(), out, prov, "--out")
     summary = SUMMARY[phase]
     if fmt == "json":
         obj = json_records(table.records())[0]

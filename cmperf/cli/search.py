@@ -73,7 +73,7 @@ def search_decode(
         "dies": parse_list(dies, "--dies", integer=True),
         "ep": None if ep is None else parse_list(ep, "--ep", integer=True),
         "tp": parse_list(tp, "--tp", integer=True),
-        "microbatches": parse_list(microbatches, "--microbatches", integer=True, words=MICROBATCHES),
+        "microbatches": parse_list(microbatches, "--microbatches", integer=True, words=MICROBATCHES, allowed=(1, 2)),
         "mtp": parse_list(mtp, "--mtp", integer=True, words=ONOFF),
         "mtp_k": parse_list(mtp_k, "--mtp-k", integer=True),
         "mtp_acceptance": parse_list(mtp_acceptance, "--mtp-acceptance"),
@@ -113,7 +113,7 @@ def search_prefill(
         "dies": parse_list(dies, "--dies", integer=True),
         "ep": None if ep is None else parse_list(ep, "--ep", integer=True),
         "attn_tp": parse_list(attn_tp, "--attn-tp", integer=True),
-        "microbatches": parse_list(microbatches, "--microbatches", integer=True, words=MICROBATCHES),
+        "microbatches": parse_list(microbatches, "--microbatches", integer=True, words=MICROBATCHES, allowed=(1, 2)),
         "mtp": parse_list(mtp, "--mtp", integer=True, words=ONOFF),
         "expert_imbalance": parse_list(expert_imbalance, "--expert-imbalance", words=IMBALANCE),
         "redundant_experts": None if redundant_experts is None else parse_list(redundant_experts, "--redundant-experts", integer=True),
@@ -186,7 +186,7 @@ def _check_dir(path: Optional[str], flag: str) -> None:
     """Fail before the search, not after it, when an output file cannot be written."""
     from ..report import check_parent_dir
 
-    if path:
+    if path is not None:
         check_parent_dir(path, flag)
 
 

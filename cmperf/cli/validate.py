@@ -47,10 +47,15 @@ def validate_cmd(
 
     check_format(fmt)
     reports = []
+    from ..errors import CmperfError, SpecError
+
     for f in files or [str(p) for p in builtin_references()]:
         ref = load_reference(f)
-        specs = specs_for(ref, sets or [])
-        res = evaluate(ref, specs)
+        try:  # the file's hardware, model and rows: an error names the file
+            specs = specs_for(ref, sets or [])
+            res = evaluate(ref, specs)
+        except CmperfError as e:
+            raise SpecError(str(e) if str(e).startswith(f"{f}:") else f"{f}: {e}") from None
         res.insert(0, "file", ref.name)
         report = {"ref": ref, "res": res, "fitted": fitted_parameters(specs),
                   "sens": sens(ref, specs) if sensitivity else None, "cv": None}

@@ -15,12 +15,13 @@ layers; Qwen3-MoE (``qwen3_moe``): GQA with per-head q/k norm, every layer MoE; 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
-from ..errors import SpecError
+from ..errors import SpecError, short
 
 # Config fields that do not change FLOPs, bytes or communication of serving, in any family.
 IGNORED: dict[str, str] = {
@@ -180,7 +181,7 @@ def _sliding_window(c: _Config) -> None:
 def _precision(c: _Config) -> dict:
     dtype_key = "torch_dtype" if c.has("torch_dtype") or not c.has("dtype") else "dtype"  # transformers >= 4.56: `dtype`
     name = c.get(dtype_key, "bfloat16")
-    base = _DTYPES.get(name)
+    base = _DTYPES.get(name) if isinstance(name, str) else None
     if base is None:
         c.report(dtype_key, f"{dtype_key} = {_short(name)}: no such cmperf dtype (bf16, fp16); served as bf16")
         base = "bf16"
@@ -340,7 +341,7 @@ def import_hf_config(raw: dict, name: str | None, source: str) -> tuple[dict, li
     model_type = raw.get("model_type")
     if model_type is None:
         raise SpecError(f"missing field 'model_type' (supported: {supported})")
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise SpecError(f"model_type {_short(model_type)} is not supported (supported: {supported})")
     c = _Config(raw, model_type)
     body = FAMILIES[model_type](c)
@@ -375,17 +376,53 @@ def source_of(path: Path) -> str:
 
 def read_hf_config(path: Path) -> dict:
     """A config.json as a mapping; one-line :class:`SpecError` naming the file otherwise."""
+    from .loader import MAX_DEPTH, read_text
+
+    text = read_text(Path(path), "JSON file")
+
+    def no_constant(word):
+        raise SpecError(f"{path}: malformed JSON: {word} is not a finite number")
+
+    def finite(text):
+        value = float(text)
+        if not math.isfinite(value):
+            raise SpecError(f"{path}: malformed JSON: {short(text, 40)} is not a finite number")
+        return value
+
+    def pairs(items):
+        keys = [k for k, _ in items]
+        dup = next((k for k in keys if keys.count(k) > 1), None)
+        if dup is not None:
+            raise SpecError(f"{path}: malformed JSON: key {short(dup, 40)!r} given twice in one object")
+        return dict(items)
+
+    depth = max(text.count("["), text.count("{"))
+    if depth > MAX_DEPTH and _nesting(text) > MAX_DEPTH:
+        raise SpecError(f"{path}: malformed JSON: nested deeper than {MAX_DEPTH} levels")
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read file ({e.strerror})") from None
-    try:
-        raw = json.loads(text)
+        raw = json.loads(text, parse_constant=no_constant, parse_float=finite, object_pairs_hook=pairs)
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: expected a JSON object of config fields at the top level, got {type(raw).__name__}")
     return raw
+
+
+def _nesting(text: str) -> int:
+    """How deep brackets nest in JSON text (outside strings), counted without recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (c == "\\", c != '"')
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
 
 
 def import_hf_file(path: str | Path, name: str | None = None) -> tuple[dict, list[str]]:

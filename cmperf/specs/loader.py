@@ -9,6 +9,8 @@ repository's ``hardware/`` and ``models/`` folders.
 
 from __future__ import annotations
 
+import copy
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,16 +19,84 @@ from typing import Any, Iterable, Mapping
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import CmperfError, SpecError
+from ..errors import CmperfError, SpecError, short
 from .schema import SPEC_KINDS, ChipSpec, ModelSpec, SystemSpec, system_reference_problems
 
 SPEC_DIRS = {"chip": "hardware", "system": "hardware", "model": "models"}
 
 
+# Limits of what a spec, reference or set-up file may be (docs/specs.md, "Input checks"): the
+# shipped files are below 20 kB, 8 levels deep and 2,000 nodes; these caps are far above them
+# and far below what could exhaust memory or the stack.
+MAX_FILE_BYTES = 1_000_000
+MAX_DEPTH = 32
+MAX_NODES = 100_000  # nodes of the document with every alias expanded (a "billion laughs" fails fast)
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``1e12`` / ``376.0e12`` as floats (YAML 1.1 wants ``1.0e+12``)."""
+    """SafeLoader that also reads ``1e12`` / ``376.0e12`` as floats (YAML 1.1 wants ``1.0e+12``),
+    and refuses what no spec file needs: nesting deeper than MAX_DEPTH, more than MAX_NODES
+    nodes once aliases are expanded, a key given twice in one mapping, and ``.inf``/``.nan``."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+        self._sizes: dict[int, int] = {}
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if id(node) not in self._sizes:  # an alias returns a node already counted
+            children = node.value if isinstance(node, yaml.SequenceNode) else \
+                [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
+            size = 1 + sum(self._sizes.get(id(c), 1) for c in children)
+            if size > MAX_NODES:
+                raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values once its aliases are "
+                                                  f"expanded (an alias bomb?)", node.start_mark)
+            self._sizes[id(node)] = size
+        return node
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"key {short(key, 40)!r} given twice (first at line {seen[key]})", key_node.start_mark)
+                    seen[key] = key_node.start_mark.line + 1
+                except TypeError:
+                    continue  # an unhashable key: the base class names it
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node):
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # `!!int 1.5`, or more digits than Python converts (4,300)
+            raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a readable integer",
+                                                    node.start_mark) from None
+
+    def construct_yaml_float(self, node):
+        try:
+            value = super().construct_yaml_float(node)
+        except ValueError:  # `!!float abc`
+            raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a readable number",
+                                                    node.start_mark) from None
+        if not math.isfinite(value):
+            raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a finite number", node.start_mark)
+        return value
 
 
+_Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(
@@ -64,15 +134,15 @@ def _peek_kind(path: Path) -> str | None:
     one (parsing the whole file only to look at one field doubled the YAML time of a
     prediction's start-up), else the parsed field."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
     line = _KIND_LINE.search(text)
     if line is not None:
         return line.group(1)
     try:
-        raw = yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError:
+        raw = read_yaml(path)
+    except CmperfError:
         return None
     return raw.get("kind") if isinstance(raw, dict) else None
 
@@ -83,12 +153,20 @@ def _looks_like_path(text: str) -> bool:
 
 def resolve(kind: str, name_or_path: str | Path, near: Path | None = None) -> Path:
     """The file for a spec name or path; a clear error when there is none."""
-    text = str(name_or_path)
+    try:
+        return _resolve(kind, str(name_or_path), near)
+    except OSError as e:  # a name too long for the file system, a loop of links
+        raise SpecError(f"{short(str(name_or_path))}: cannot read a {kind} spec there ({e.strerror or e})") from None
+
+
+def _resolve(kind: str, text: str, near: Path | None) -> Path:
     if _looks_like_path(text) or (kind == "model" and text.endswith(".json")):
         p = Path(text).expanduser()
+        if p.is_dir():
+            raise SpecError(f"{short(text)}: is a directory, not a {kind} spec file (expected a YAML file)")
         if not p.is_file():
             expected = "a readable YAML file" + (" or Hugging Face config.json" if kind == "model" else "")
-            raise SpecError(f"{text}: no such {kind} spec file (expected {expected})")
+            raise SpecError(f"{short(text)}: no such {kind} spec file (expected {expected})")
         return p
     if near is not None and (near / f"{text}.yaml").is_file():
         return near / f"{text}.yaml"
@@ -96,7 +174,7 @@ def resolve(kind: str, name_or_path: str | Path, near: Path | None = None) -> Pa
         if (d / f"{text}.yaml").is_file() and _peek_kind(d / f"{text}.yaml") == kind:
             return d / f"{text}.yaml"
     names = ", ".join(n for n, _ in list_builtin(kind)) or "none"
-    raise SpecError(f"unknown {kind} spec '{text}' (expected one of: {names}, or a path to a YAML file)")
+    raise SpecError(f"unknown {kind} spec '{short(text)}' (expected one of: {names}, or a path to a YAML file)")
 
 
 def hardware_kind(name_or_path: str | Path) -> str:
@@ -105,43 +183,107 @@ def hardware_kind(name_or_path: str | Path) -> str:
     for kind in ("system", "chip"):
         if text in dict(list_builtin(kind)):
             return kind
-    if not _looks_like_path(text):
+    try:
+        looks = _looks_like_path(text)
+    except OSError as e:
+        raise SpecError(f"{short(text)}: cannot read a hardware spec there ({e.strerror or e})") from None
+    if not looks:
         names = ", ".join(n for k in ("chip", "system") for n, _ in list_builtin(k))
-        raise SpecError(f"unknown hardware spec '{text}' (expected one of: {names}, or a path to a YAML file)")
+        raise SpecError(f"unknown hardware spec '{short(text)}' (expected one of: {names}, or a path to a YAML file)")
     path = resolve("system", text)
     kind = read_yaml(path).get("kind")
     if kind not in ("chip", "system"):
-        raise SpecError(f"{path}: field 'kind': expected 'chip' or 'system', got {kind!r}")
+        raise SpecError(f"{path}: field 'kind': expected 'chip' or 'system', got {short(kind, 40)!r}")
     return kind
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
+def read_text(path: Path, what: str = "file") -> str:
+    """A small UTF-8 text file, whole: a clear error for a directory, a FIFO or device, a file
+    above MAX_FILE_BYTES, and any encoding problem (binary, UTF-16, a Latin-1 byte)."""
+    path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"{path}: is a directory (expected a {what})")
+    if path.exists() and not path.is_file():
+        raise SpecError(f"{path}: not a regular file (expected a {what})")
     try:
-        text = path.read_text()
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise SpecError(f"{path}: {path.stat().st_size:,} bytes; a {what} may have at most {MAX_FILE_BYTES:,}")
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise SpecError(f"{path}: cannot read file ({e.strerror})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(f"{path}: more than {MAX_FILE_BYTES:,} bytes; a {what} may have at most {MAX_FILE_BYTES:,}")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data:
+        raise SpecError(f"{path}: not UTF-8 text (UTF-16 or binary: it holds NUL bytes); save it as UTF-8")
     try:
-        raw = yaml.load(text, Loader=_Loader)
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise SpecError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at line {line}); save it as UTF-8") from None
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text -> Python objects, with the limits of :class:`_Loader`. PyYAML's own
+    constructors fail on some misused tags (``!!timestamp x``, ``!!bool maybe``) with plain
+    Python exceptions: they become a YAMLError too."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError) as e:
+        raise yaml.YAMLError(f"a value cannot be read ({type(e).__name__}: {short(str(e), 60)}); check its tag (!!...)") from None
+
+
+_parsed: dict[tuple, dict] = {}  # (path, mtime, size) -> mapping: a file re-read (a sweep's values) is parsed once
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML file's top-level mapping (a fresh copy: callers may edit it)."""
+    try:
+        st = Path(path).stat()
+        key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key in _parsed:
+        return copy.deepcopy(_parsed[key])
+    raw = _read_yaml(path)
+    if key is not None and len(_parsed) < 64:
+        _parsed[key] = copy.deepcopy(raw)
+    return raw
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    text = read_text(path, "YAML file")
+    try:
+        raw = parse_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"{path}: malformed YAML at {where}{problem}") from None
+        raise SpecError(f"{path}: malformed YAML at {where}{short(problem, 120)}") from None
+    except RecursionError:  # a guard: _Loader's depth cap stops nesting first
+        raise SpecError(f"{path}: malformed YAML: nested too deep (at most {MAX_DEPTH} levels)") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: expected a mapping of fields at the top level, got {type(raw).__name__}")
     return raw
 
 
 # --------------------------------------------------------------------------- overrides
-def parse_value(text: str) -> Any:
-    """A --set value: int, float (1e12 forms too), bool, or string."""
+def parse_value(text: str, where: str = "--set") -> Any:
+    """A --set value: int, float (1e12 forms too), bool, or string; never nan or inf."""
     t = text.strip()
-    for conv in (int, float):
+    for conv in (int, float) if t.isascii() else ():  # int() reads other scripts' digits ('٣' = 3)
         try:
-            return conv(t)
+            value = conv(t)
         except ValueError:
-            pass
-    return yaml.load(t, Loader=_Loader)
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"{where}: expected a finite number, got {short(t, 40)}")
+        return value
+    try:
+        return parse_yaml(t)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{where}: cannot read the value {short(t, 40)} ({short(problem, 80)})") from None
 
 
 def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
@@ -161,12 +303,12 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
         if not isinstance(node, dict) or k not in node:
             where = ".".join(keys[:i]) or "(top level)"
             options = ", ".join(sorted(node)) if isinstance(node, dict) else "none (not a mapping)"
-            raise SpecError(f"--set {label}.{path}: no field '{k}' under {where} (expected one of: {options})")
+            raise SpecError(f"--set {label}.{short(path)}: no field {short(k, 40)!r} under {short(where)} (expected one of: {options})")
         if i == len(keys) - 1:
             if isinstance(node[k], dict) and "value" in node[k]:
                 node[k] = {**node[k], "value": value, "source": f"--set override of {label}.{path}"}
             elif isinstance(node[k], dict):
-                raise SpecError(f"--set {label}.{path}: '{k}' is a section, not a number (its fields: {', '.join(sorted(node[k]))})")
+                raise SpecError(f"--set {label}.{short(path)}: '{k}' is a section, not a number (its fields: {', '.join(sorted(node[k]))})")
             else:
                 node[k] = value
         node = node[k]
@@ -209,7 +351,7 @@ def _format_validation(path: Path, err: ValidationError, overrides: Mapping[str,
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
         key = loc.removesuffix(".value")
-        where = f"--set {label}.{key}={overrides[key]}" if overrides and key in overrides else f"field '{loc}'"
+        where = f"--set {label}.{key}={short(overrides[key], 40)}" if overrides and key in overrides else f"field '{loc}'"
         kind = e["type"]
         if kind == "extra_forbidden":
             msg = "unknown field (not in the schema; check the spelling)"
@@ -233,7 +375,7 @@ def validate(kind: str, raw: Mapping, path: Path, overrides: Mapping[str, Any] |
     schema = SPEC_KINDS[kind]
     found = raw.get("kind")
     if found != kind:
-        raise SpecError(f"{path}: field 'kind': expected '{kind}', got {found!r}")
+        raise SpecError(f"{path}: field 'kind': expected '{kind}', got {short(found, 40)!r}")
     try:
         return schema.model_validate(raw)
     except ValidationError as e:
@@ -264,9 +406,22 @@ def load(kind: str, name_or_path: str | Path, overrides: Mapping[str, Any] | Non
          label: str | None = None, near: Path | None = None) -> tuple[BaseModel, Path]:
     path = resolve(kind, name_or_path, near)
     raw = read_hf_model(path) if kind == "model" and path.suffix.lower() == ".json" else read_yaml(path)
-    for key, value in (overrides or {}).items():
+    if not overrides:
+        return validate(kind, raw, path, overrides, label or kind), path
+    base = copy.deepcopy(raw)
+    for key, value in overrides.items():
         apply_override(raw, key, value, label or kind)
-    return validate(kind, raw, path, overrides, label or kind), path
+    try:
+        return validate(kind, raw, path, overrides, label or kind), path
+    except SpecError as e:
+        try:
+            validate(kind, base, path)
+        except SpecError:
+            raise e from None  # the file has problems of its own: named with the file
+        # the file alone is valid: the --set flags made it invalid, so they, not the file, are named
+        flags = ", ".join(f"--set {label or kind}.{k}={short(v, 40)}" for k, v in overrides.items())
+        message = str(e).removeprefix(f"{path}: ")
+        raise SpecError(message if message.startswith("--set") else f"{flags}: {message}") from None
 
 
 # --------------------------------------------------------------------------- bundles
@@ -285,12 +440,12 @@ def split_overrides(sets: Iterable[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {"chip": {}, "system": {}, "model": {}}
     for item in sets:
         if "=" not in item:
-            raise SpecError(f"--set {item}: expected KEY.PATH=VALUE, e.g. chip.die.hbm_bandwidth_Bps=3.2e12")
+            raise SpecError(f"--set {short(item)}: expected KEY.PATH=VALUE, e.g. chip.die.hbm_bandwidth_Bps=3.2e12")
         key, value = item.split("=", 1)
         prefix, _, rest = key.strip().partition(".")
         if prefix not in out or not rest:
-            raise SpecError(f"--set {item}: the path must start with chip., system. or model. (e.g. system.tiers.ub.bandwidth_Bps=270e9)")
-        out[prefix][rest] = parse_value(value)
+            raise SpecError(f"--set {short(item)}: the path must start with chip., system. or model. (e.g. system.tiers.ub.bandwidth_Bps=270e9)")
+        out[prefix][rest] = parse_value(value, f"--set {short(key.strip(), 80)}")
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DTYPE_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp4": 0.5}
 Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
@@ -18,7 +18,8 @@ Confidence = Literal["high", "medium", "low"]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a number is a YAML number (not '12' or true), a count a whole one (24, not 24.0)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Sourced(Strict):
@@ -42,6 +43,22 @@ class Fraction(Sourced):
 
 class Count(Sourced):
     value: int = Field(gt=0)
+
+
+def _whole_bytes(v: float) -> float:
+    if not float(v).is_integer():
+        raise ValueError(f"a size in bytes is a whole number (got {v:g})")
+    return v
+
+
+class Bytes(Positive):
+    """A size in bytes: positive and whole (64.0e9, not 64.5 or 1e-300)."""
+
+    _whole = field_validator("value")(_whole_bytes)
+
+
+class NonNegativeBytes(NonNegative):
+    _whole = field_validator("value")(_whole_bytes)
 
 
 class SourcedChoice(Strict):
@@ -79,7 +96,7 @@ class Die(Strict):
     vector_units: Count  # Ascend: AI Vector cores; NVIDIA: SMs (CUDA cores)
     peak_flops_per_s: PeakFlops
     vector_ops_per_s: Positive
-    hbm_capacity_B: Positive
+    hbm_capacity_B: Bytes
     hbm_bandwidth_Bps: Positive
 
 
@@ -128,7 +145,7 @@ class Latency(Strict):
 
 
 class ChipMemory(Strict):
-    runtime_reserved_B: NonNegative
+    runtime_reserved_B: NonNegativeBytes
 
 
 class ChipSpec(Strict):
@@ -148,7 +165,7 @@ class ChipSpec(Strict):
 class Node(Strict):
     chips: Count
     cpus: Optional[Count] = None
-    host_memory_B: Optional[Positive] = None
+    host_memory_B: Optional[Bytes] = None
 
 
 class UBFabric(Strict):
@@ -308,7 +325,8 @@ def system_reference_problems(raw) -> list[str]:
 
     def domain(t):
         d = t.get("domain_chips") if isinstance(t, dict) else None
-        return d.get("value") if isinstance(d, dict) else None
+        v = d.get("value") if isinstance(d, dict) else None
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None  # other values: a field error
 
     refs = [("kv_transfer_tier", raw.get("kv_transfer_tier"))]
     if isinstance(raw.get("memory_pool"), dict):
