@@ -152,12 +152,15 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     tick = progress or (lambda done, total: None)
 
     # instance options, each a predict row
-    cached = {"cached_len": workload.prompt.mean - computed.mean} if computed.mean < workload.prompt.mean else {}
-    pre_rows = shapes.prefill_rows(m, shapes.within(shapes.PREFILL_DIES, limit_dies, dpp), computed.mean,
-                                   workload.prompt.mean, cached)
+    # the instance options are predict rows: whole-token lengths (the means of a distribution, rounded)
+    prompt_len = max(round(workload.prompt.mean), 1)
+    cached_len = min(round(workload.prompt.mean - computed.mean), prompt_len - 1)
+    cached = {"cached_len": cached_len} if cached_len > 0 else {}
+    pre_rows = shapes.prefill_rows(m, shapes.within(shapes.PREFILL_DIES, limit_dies, dpp), prompt_len - cached_len,
+                                   prompt_len, cached)
     pre = instances.run("prefill", pre_rows, specs)
     tick(1, steps)
-    dec_common = {"prompt_len": workload.prompt.mean, "output_len": workload.output.mean,
+    dec_common = {"prompt_len": prompt_len, "output_len": max(round(workload.output.mean), 1),
                   "kv_len": workload.decode_kv_len}
     dec = instances.run("decode", shapes.decode_rows(m, shapes.within(shapes.DECODE_DIES, limit_dies, dpp), dec_common),
                         specs)
@@ -167,7 +170,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     chunk = afd = pd.DataFrame()
     afd_curves = None
     if "colocated" in shape_names:
-        chunk = instances.run("prefill", shapes.chunk_rows(m, curves.dies.astype(int).tolist(), workload.prompt.mean, cached),
+        chunk = instances.run("prefill", shapes.chunk_rows(m, curves.dies.astype(int).tolist(), prompt_len, cached),
                               specs)
         tables.append(_colocated(dec, chunk, workload, computed, budget_dies, dpp))
         tick(3, steps)
@@ -419,7 +422,7 @@ def summary(p: Plan) -> dict:
     systems = st["npus"] / st["supernode_npus"]
     where = (f"one {st['supernode_npus']}-NPU system" if systems <= 1 else f"{math.ceil(systems)} systems of {st['supernode_npus']} NPUs")
     headline = (f"plan: {st['npus']} NPUs of {st['hardware']} ({where}), {st['model']}; prompts {w.prompt.text}, outputs "
-                f"{w.output.text} tokens, prefix hit {w.prefix_hit:.0%}; TTFT {w.slo.ttft_stat} <= {w.slo.ttft_s * 1e3:g} ms, "
+                f"{w.output.text} tokens, prefix hit {w.cached_tokens / w.prompt.mean:.0%} of prompt tokens; TTFT {w.slo.ttft_stat} <= {w.slo.ttft_s * 1e3:g} ms, "
                 f"TPOT <= {w.slo.tpot_s * 1e3:g} ms; at {rate}; KV transfer over {st['kv_tier']}")
     best = None
     bring_up: list = []
