@@ -57,7 +57,7 @@ def parse_list(text: str | int | float, flag: str, integer: bool = False, words:
         elif ":" in item:
             out.extend(_parse_range(item, flag, integer))
         else:
-            out.append(_number(item, flag, integer, words))
+            out.append(parse_number(item, flag, integer, words))
         if allowed is not None and item not in words and any(x not in allowed for x in out):
             choices = ", ".join([*map(str, allowed), *words])
             raise ConfigError(f"{flag} {short(item, 40)}: expected {choices}")
@@ -66,7 +66,8 @@ def parse_list(text: str | int | float, flag: str, integer: bool = False, words:
     return out
 
 
-def _number(item: str, flag: str, integer: bool, words: Mapping[str, Any] | None = None):
+def parse_number(item: str, flag: str, integer: bool = False, words: Mapping[str, Any] | None = None):
+    """One number a user typed (ASCII digits only), finite, whole when ``integer``; else one line naming ``flag``."""
     try:
         if not item.isascii():  # float() reads other scripts' digits ('٣' = 3)
             raise ValueError(item)
@@ -87,8 +88,8 @@ def _parse_range(item: str, flag: str, integer: bool) -> list:
     parts = item.split(":")
     if len(parts) not in (2, 3):
         raise ConfigError(f"{flag} {short(item)}: a range is start:stop or start:stop:step (e.g. 8:256:8)")
-    start, stop = (_number(p, flag, integer) for p in parts[:2])
-    step = _number(parts[2], flag, integer) if len(parts) == 3 else 1
+    start, stop = (parse_number(p, flag, integer) for p in parts[:2])
+    step = parse_number(parts[2], flag, integer) if len(parts) == 3 else 1
     if step <= 0:
         raise ConfigError(f"{flag} {short(item)}: the step must be > 0")
     if stop < start:

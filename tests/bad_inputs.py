@@ -48,6 +48,27 @@ def flag_cases() -> list[tuple[str, list[str], str]]:
                     v == "1e-300" and flag == "--mtp-acceptance")
                 out.append((f"predict {phase} {flag} {v!r}", ["predict", phase, flag, v, "-f", "json"],
                             "any" if legit else "error"))
+    afd = ["--batch", "--attention-dies", "--expert-dies", "--kv-len", "--microbatches", "--mtp-acceptance"]
+    for flag in afd:
+        for v in WEIRD_NUMBERS:
+            legit = (v == "0" and flag == "--mtp-acceptance") or (v == "1_000" and flag in ("--kv-len", "--batch")) or (
+                v == "1e-300" and flag == "--mtp-acceptance")
+            out.append((f"predict afd {flag} {v!r}", ["predict", "afd", flag, v, "-f", "json"], "any" if legit else "error"))
+    for v in WEIRD_NUMBERS:  # prefill's cached prefix: 0 and 1_000 tokens are legitimate
+        out.append((f"predict prefill --cached-len {v!r}", ["predict", "prefill", "--cached-len", v, "-f", "json"],
+                    "any" if v in ("0", "1_000") else "error"))
+    # the planner: every numeric flag with every weird number (a few are legitimate plans)
+    plan = ["--npus", "--supernode", "--rate", "--prompt-len", "--output-len", "--prefix-hit", "--block-tokens",
+            "--working-set-tokens", "--ttft-slo", "--tpot-slo", "--top"]
+    for flag in plan:
+        for v in WEIRD_NUMBERS:
+            legit = (v == "0" and flag in ("--prefix-hit", "--top")) or (v == "1_000" and flag in (
+                "--rate", "--prompt-len", "--output-len", "--working-set-tokens", "--ttft-slo", "--tpot-slo", "--top")) or (
+                v == "1e-300" and flag in ("--rate", "--working-set-tokens", "--ttft-slo", "--tpot-slo")) or (
+                v == "1e300" and flag == "--rate") or (  # a rate no deployment meets, an SLO none can: exit 1, said why
+                v == "1_000" and flag in ("--npus", "--block-tokens")) or (v == "1e-300" and flag == "--prefix-hit")
+            out.append((f"plan {flag} {v!r}", ["plan", "--shapes", "pd", "--npus", "64", flag, v, "-f", "json"]
+                        if flag != "--npus" else ["plan", "--shapes", "pd", flag, v, "-f", "json"], "any" if legit else "error"))
     slo = {"decode": "--tpot-slo", "prefill": "--ttft-slo"}
     for phase in ("decode", "prefill"):
         for v in ["nan", "inf", "-1", "0", "abc"]:
@@ -221,7 +242,11 @@ def csv_cases(tmp: Path, good: Path) -> list[tuple[str, list[str], str]]:
     """A search CSV (``good``, written by cmperf search --out) with one cell made bad."""
     import pandas as pd
 
-    t = pd.read_csv(good).astype(object)
+    from cmperf.report import read_provenance
+
+    skip = read_provenance(good)[1]  # the '# key: value' lines cmperf writes before the table
+    head = "".join(good.read_text().splitlines(keepends=True)[:skip])
+    t = pd.read_csv(good, skiprows=skip).astype(object)
     out = []
     edits = [(0, "tpot_ms", -1), (1, "tpot_ms", "fast"), (2, "tpot_ms", float("nan")), (0, "tpot_ms", float("inf")),
              (0, "throughput_per_npu", -5), (0, "throughput_per_npu", "x"), (0, "fits", "maybe"), (0, "batch", "nan"),
@@ -231,7 +256,7 @@ def csv_cases(tmp: Path, good: Path) -> list[tuple[str, list[str], str]]:
         bad = t.copy()
         bad.loc[row, col] = value
         p = tmp / f"bad-{len(out)}.csv"
-        bad.to_csv(p, index=False)
+        p.write_text(head + bad.to_csv(index=False))
         out.append((f"search CSV: line {row + 2} {col} = {value!r}", ["search", "report", str(p), "-f", "json"], "error"))
     for name, data in (("binary", os.urandom(1000)), ("UTF-16", good.read_text().encode("utf-16")), ("empty", b""),
                        ("header only", good.read_text().splitlines()[0].encode() + b"\n"),

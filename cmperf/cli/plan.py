@@ -12,6 +12,7 @@ import typer
 from ..errors import ConfigError
 from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt
 
+MAX_SLO_MS = 1e9  # eleven days: beyond it an SLO bounds nothing
 BEST_ROWS = [("shape", "shape", ""), ("split", "split", ""), ("npus_split", "NPUs used (prefill : decode)", ""),
              ("prefill_tokens_per_npu", "prefill tokens per NPU per pass (chunk, co-located)", ""),
              ("decode_batch_per_npu", "decode batch per NPU at this rate", ""),
@@ -74,8 +75,8 @@ def plan_cmd(
                  _workload(r, prompt_len, output_len, trace, h, ttft_slo, tpot_slo, ttft_stat))
                 for r in rates for h in hits]
     workload = variants[0][1]
-    if working_set is not None and not (math.isfinite(working_set) and working_set > 0):
-        raise ConfigError(f"--working-set-tokens {working_set}: expected a positive number of tokens")
+    if working_set is not None and not (math.isfinite(working_set) and 0 < working_set <= 1e18):
+        raise ConfigError(f"--working-set-tokens {working_set:g}: expected a positive number of tokens, at most 1e18")
     if top < 0:
         raise ConfigError(f"--top {top}: expected 0 or more")
     sets = list(sets or [])
@@ -119,27 +120,19 @@ def _list(text: str, flag: str) -> list[str]:
 def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, ttft_stat):
     from ..plan.workload import SLO, Workload, parse_lengths, read_trace
 
-    if rate == "max":
-        arrival = None
-    else:
-        try:
-            arrival = float(rate)
-        except ValueError:
-            raise ConfigError(f"--rate {rate[:40]}: expected requests/s (a number > 0) or max") from None
-        if not (math.isfinite(arrival) and arrival > 0):
-            raise ConfigError(f"--rate {rate[:40]}: expected requests/s (a number > 0) or max")
+    from ..search import parse_number
+
+    arrival = None if rate == "max" else parse_number(rate, "--rate", words={"max": None})
+    if arrival is not None and not arrival > 0:
+        raise ConfigError(f"--rate {rate[:40]}: expected requests/s (a number > 0) or max")
     for flag, v in (("--ttft-slo", ttft_slo), ("--tpot-slo", tpot_slo)):
-        if not (math.isfinite(v) and v > 0):
-            raise ConfigError(f"{flag} {v}: expected milliseconds > 0")
+        if not (math.isfinite(v) and 0 < v <= MAX_SLO_MS):
+            raise ConfigError(f"{flag} {v:g}: expected milliseconds > 0 and at most {MAX_SLO_MS:g}")
     if ttft_stat not in ("mean", "p90"):
         raise ConfigError(f"--ttft-stat {ttft_stat[:40]}: expected mean or p90")
-    try:
-        hit = float(prefix_hit)
-    except ValueError:
-        hit = float("nan")
-    if not (math.isfinite(hit) and 0 <= hit < 1):
-        raise ConfigError(f"--prefix-hit {prefix_hit[:40]}: expected a share in [0, 1)")
-    prefix_hit = hit
+    prefix_hit = parse_number(prefix_hit, "--prefix-hit")
+    if not 0 <= prefix_hit < 1:
+        raise ConfigError(f"--prefix-hit {prefix_hit:g}: expected a share in [0, 1)")
     cached = None
     if trace is not None:
         prompt, output, cached = read_trace(trace)
@@ -151,7 +144,7 @@ def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_sl
                     arrival_rate_per_s=arrival, cached_samples=cached)
 
 
-def _number(v: float) -> str:
+def _shown(v: float) -> str:
     """Four significant digits, thousands separated, never an exponent below 1e15."""
     return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:,.4g}"
 
@@ -190,7 +183,7 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
                 v = best.get(key)
                 if v is None or (isinstance(v, float) and v == 0 and key in ("ttft_kv_transfer_ms",)):
                     continue
-                rows.append((label, v if isinstance(v, str) else f"{_number(v)} {unit}".strip()))
+                rows.append((label, v if isinstance(v, str) else f"{_shown(v)} {unit}".strip()))
             print_table(pd.DataFrame(rows, columns=["quantity", "value"]), "best deployment")
             if len(runners):
                 print_table(runners[[c for c in SHOWN if c in runners.columns]].round(2), f"runners-up (best of each shape and size)")

@@ -35,6 +35,7 @@ from ..errors import ConfigError
 
 Z90 = 1.2815515655446004  # standard normal 90th percentile
 MAX_TRACE_ROWS = 1_000_000
+MAX_TOKENS = 1e9  # as the scenario inputs (cmperf/scenario.py MAX_INPUT)
 MAX_TRACE_BYTES = 64_000_000
 
 
@@ -88,11 +89,11 @@ def parse_lengths(text: str, flag: str) -> Lengths:
 
     def number(s: str) -> float:
         try:
-            x = float(s)
+            x = float(s) if s.isascii() else float("nan")  # float() reads other scripts' digits ('٣' = 3)
         except ValueError:
             raise ConfigError(f"{flag} {shown}: expected a token count, MEAN:P90 or exp:MEAN") from None
-        if not math.isfinite(x) or x < 1:
-            raise ConfigError(f"{flag} {shown}: token counts must be finite and >= 1")
+        if not math.isfinite(x) or not 1 <= x <= MAX_TOKENS:
+            raise ConfigError(f"{flag} {shown}: token counts must be finite, >= 1 and at most {MAX_TOKENS:g}")
         return x
 
     if t.startswith("exp:"):
