@@ -142,4 +142,29 @@ def system_facts(hw: Hardware) -> list[dict]:
                   "msg/s", "the communication engine both streams share"))
     out.append(_r("collectives", "spread of a die's load between barriers", co.step_time_cv.value, "", co.step_time_cv.source,
                   "system.collectives.step_time_cv"))
+    if hw.system.memory_pool is not None:
+        out += _pool_facts(hw, view)
     return out
+
+
+def _pool_facts(hw: Hardware, view: HardwareView) -> list[dict]:
+    """The EMS pool (docs/model.md §9.5-§9.6): what it holds and how fast NPUs read it."""
+    from .cost.pool import pool_capacity_B, pool_read_rate, socket_Bps
+
+    p, v = hw.system.memory_pool, view.system.memory_pool
+    rate, latency = pool_read_rate(view)
+    return [_r("memory pool (EMS)", "read over", p.tier, "", p.source),
+            _r("memory pool (EMS)", "DRAM per node", v.dram_per_node_B, "B", p.dram_per_node_B.source,
+               "system.memory_pool.dram_per_node_B"),
+            _r("memory pool (EMS)", "usable share", v.usable_fraction, "", p.usable_fraction.source,
+               "system.memory_pool.usable_fraction"),
+            _r("memory pool (EMS)", "capacity", pool_capacity_B(view), "B", "nodes x DRAM per node x usable share"),
+            _r("memory pool (EMS)", "read rate per die", rate, "B/s",
+               p.reads[p.tier].source if p.tier in p.reads else f"tier {p.tier}'s bandwidth per die"),
+            _r("memory pool (EMS)", "read latency per block", latency, "s"),
+            _r("memory pool (EMS)", "KV block", v.block_tokens, "tokens", p.block_tokens.source,
+               "system.memory_pool.block_tokens"),
+            _r("memory pool (EMS)", "cached model served at", v.model_load_sockets * socket_Bps(view), "B/s",
+               p.model_load_sockets.source, "system.memory_pool.model_load_sockets"),
+            _r("memory pool (EMS)", "object storage", v.object_storage_buckets * v.object_storage_Bps, "B/s",
+               p.object_storage_Bps.source, "system.memory_pool.object_storage_Bps")]

@@ -71,6 +71,9 @@ def _system_of(chip, overrides):
     return None
 
 
+PLAN_ONLY = "system.memory_pool."
+
+
 def _mark_unused(records: list[dict], hw) -> list[dict]:
     """Records of spec fields get ``used`` (yes/no: whether the field changes any output of
     the default decode or prefill prediction of DeepSeek-R1 on ``hw``, cmperf.predict.
@@ -79,7 +82,8 @@ def _mark_unused(records: list[dict], hw) -> list[dict]:
     from ..predict import Specs, unused_fields
     from ..specs.loader import load_model
 
-    fields = [r["field"] for r in records if r.get("field")]
+    # the EMS pool enters a prefill with a cached prefix and the planner, not the defaults: not judged here
+    fields = [r["field"] for r in records if r.get("field") and not r["field"].startswith(PLAN_ONLY)]
     if hw is None or not fields:
         return records
     try:
@@ -90,7 +94,9 @@ def _mark_unused(records: list[dict], hw) -> list[dict]:
         return records
     out = []
     for r in records:
-        if r.get("field"):
+        if r.get("field", "").startswith(PLAN_ONLY):
+            r = {**r, "note": f"used by cmperf plan and predict prefill --cached-len; {r['note']}", "used": True}
+        elif r.get("field"):
             used = r["field"] not in unused
             note = r["note"] if used else "NOT USED: changes no output of DeepSeek-R1's default decode or prefill here" + \
                 (f"; {r['note']}" if r["note"] else "")
