@@ -24,5 +24,5 @@ def short(value, limit: int = 80) -> str:
     if hasattr(value, "item") and getattr(value, "shape", None) == ():
         value = value.item()  # a numpy scalar
     text = value if isinstance(value, str) else repr(value)
-    text = " ".join(text.split()) if any(c in text for c in "\r\n\t\v\f") else text
+    text = " ".join(text.split()) if any(c.isspace() and c != " " for c in text) else text  # \x1e, \u2028 break lines too
     return text if len(text) <= limit else text[: limit - 1] + "…"

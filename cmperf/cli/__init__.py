@@ -48,6 +48,7 @@ class _Commands(Mapping):
                 single.command(name)(obj)
                 cmd = typer.main.get_command(single)
             cmd.name = name
+            _ascii_numbers(cmd)
             self._built[name] = cmd
         return self._built[name]
 
@@ -56,6 +57,35 @@ class _Commands(Mapping):
 
     def __len__(self) -> int:
         return len(COMMANDS)
+
+
+NUMBER_TYPES = ("IntParamType", "FloatParamType")  # click's number types (their ranges are subclasses)
+
+
+def _ascii_numbers(cmd) -> None:
+    """Make every number option and argument of ``cmd`` (and of its subcommands) refuse
+    digits of other scripts: click reads numbers with int()/float(), which take '٣' as 3
+    (typer 0.29 parsed them with pydantic, which refused them; typer 0.28 does not)."""
+    import copy
+
+    for p in cmd.params:
+        if any(k.__name__ in NUMBER_TYPES for k in type(p.type).__mro__):
+            p.type = _ascii_only(copy.copy(p.type))
+    for sub in (getattr(cmd, "commands", None) or {}).values():
+        _ascii_numbers(sub)
+
+
+def _ascii_only(t):
+    """The number type ``t`` (a copy: click's own is shared), converting ASCII text only."""
+    convert = t.convert
+
+    def ascii_convert(value, param, ctx):
+        if isinstance(value, str) and not value.isascii():
+            t.fail(f"{value!r} is not a valid {t.name}: ASCII digits only", param, ctx)
+        return convert(value, param, ctx)
+
+    t.convert = ascii_convert
+    return t
 
 
 class _LazyGroup(TyperGroup):
@@ -109,7 +139,13 @@ def main() -> None:
         e.show()  # the command's help, as typer shows it for a bare `cmperf predict`
         code = e.exit_code
     except click.BadParameter as e:
-        _error(e.format_message() + _found(e), 2)
+        typed = _typed(e)
+        message = e.format_message()
+        if typed is not None:  # click repeats what was typed (typer 0.28 whole): said once, cut to 40
+            from ..errors import short
+
+            message = message.replace(f"'{typed}'", repr(short(typed, 40))) + f" (got {short(typed, 40)!r})"
+        _error(message, 2)
     except click.UsageError as e:
         _error(e.format_message(), 2)
     except click.ClickException as e:
@@ -122,19 +158,17 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-def _found(e) -> str:
-    """`` (got VALUE)``: what the user typed for the option a click BadParameter names."""
-    from ..errors import short
-
+def _typed(e) -> str | None:
+    """What the user typed for the option a click BadParameter names (None: not found)."""
     opts = getattr(e.param, "opts", None) or []
     args = sys.argv[1:]
     for i, a in enumerate(args):
         for o in opts:
             if a == o and i + 1 < len(args):
-                return f" (got {short(args[i + 1], 40)!r})"
+                return args[i + 1]
             if a.startswith(o + "="):
-                return f" (got {short(a[len(o) + 1:], 40)!r})"
-    return ""
+                return a[len(o) + 1:]
+    return None
 
 
 def _error(message: str, code: int) -> None:

@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from ..defaults import help_text
-from ..errors import CmperfError
+from ..errors import CmperfError, short
 from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt
 
 predict_app = typer.Typer(no_args_is_help=True, help="Predict one configuration (grids: cmperf search). Example: cmperf predict decode --batch 8")
@@ -18,7 +18,7 @@ def _microbatches(v: Optional[str], most: int = 2) -> Optional[int]:
         return None
     table = {**{str(n): n for n in range(1, most + 1)}, "auto": 0}
     if v not in table:
-        raise CmperfError(f"--microbatches {v}: expected {', '.join(list(table)[:-1])} or auto")
+        raise CmperfError(f"--microbatches {short(v, 40)}: expected {', '.join(list(table)[:-1])} or auto")
     return table[v]
 
 
@@ -30,14 +30,14 @@ def _imbalance(v: Optional[str]):
             raise ValueError(v)
         return float(v)
     except ValueError:
-        raise CmperfError(f"--expert-imbalance {v}: expected a number >= 1 or 'default'") from None
+        raise CmperfError(f"--expert-imbalance {short(v, 40)}: expected a number >= 1 or 'default'") from None
 
 
 def _kv_sets(sets: Optional[List[str]], kv_dtype: Optional[str]) -> list[str]:
     out = list(sets or [])
     if kv_dtype is not None:
         if kv_dtype not in ("bf16", "fp16", "int8"):
-            raise CmperfError(f"--kv-dtype {kv_dtype}: expected bf16, fp16 or int8")
+            raise CmperfError(f"--kv-dtype {short(kv_dtype, 40)}: expected bf16, fp16 or int8")
         out.append(f"model.precision.kv_cache={kv_dtype}")
     return out
 
