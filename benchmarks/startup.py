@@ -8,8 +8,9 @@ Each run is a new process (the interpreter starts, imports and exits); the two c
 in turn, A B A B ..., so that a machine that speeds up or slows down touches both alike. The
 figure is the median wall time of each and their ratio (target, issue 11: at most 3). The
 time of ``import numpy`` is the floor any numpy program pays; the rest is cmperf's own
-imports (typer, pydantic, PyYAML, rich; never pandas on this path), reading the specs,
-the prediction and the table. ``python -X importtime -m cmperf.cli predict decode`` shows
+imports (typer, rich; never pandas on this path; PyYAML and pydantic only when a spec file
+is new or edited: cmperf/specs/cache.py), reading the specs, the prediction and the table.
+The first (warm-up) run fills the spec cache, as a user's first run does. ``python -X importtime -m cmperf.cli predict decode`` shows
 where it goes. Measure a regular install (``pip install .``): an editable one (``pip install
 -e``) puts its own finder in front of every import and adds about a tenth.
 """

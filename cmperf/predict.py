@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
@@ -31,31 +32,80 @@ from .schedule.kernels import attention, gemm
 from .schedule.memory import afd_memory, decode_memory, prefill_memory
 from .schedule.prefill import prefill
 from .scenario import grid_from_rows, make_grid, validate
-from .specs.loader import Hardware, load_hardware_parts, load_model, split_overrides
-from .specs.schema import DTYPE_BYTES, ModelSpec
+from .specs.dtypes import DTYPE_BYTES, dtypes_of
+from .specs.loader import Hardware, cached_spec, load_hardware_parts, load_model, split_overrides
 from .specs.view import HardwareView, SpecView
+
+if TYPE_CHECKING:
+    from .specs.schema import ModelSpec
 
 PHASES = ("decode", "prefill", "collective", "gemm", "attention", "afd")
 RUN = {"decode": decode, "prefill": prefill, "collective": collective, "gemm": gemm, "attention": attention, "afd": afd}
 
 
-@dataclass
 class Specs:
-    """Validated specs and their numeric views (with swept fields as grid arrays)."""
+    """Validated specs (``hardware``: a :class:`Hardware`, ``model``: a ModelSpec) and their
+    numeric views (with swept fields as grid arrays).
 
-    hardware: Hardware
-    model: ModelSpec
+    Specs read from the spec cache (:func:`load_specs` of files validated before) hold the
+    validated specs as plain data (``model_dump``): the views read that, and the pydantic
+    objects are built only when ``hardware`` or ``model`` is first asked for, so that a
+    prediction from cached specs never imports pydantic (~50 ms of a cold start)."""
+
+    def __init__(self, hardware: Hardware | None = None, model: ModelSpec | None = None, *,
+                 plain: Mapping[str, Any] | None = None):
+        if plain is None and (hardware is None or model is None):
+            raise TypeError("Specs needs hardware and model (or the plain data of both)")
+        self._hardware, self._model, self._plain = hardware, model, plain
+
+    @classmethod
+    def from_plain(cls, system: dict, chip: dict, model: dict, system_path: Path, chip_path: Path) -> "Specs":
+        """Specs from the plain data of three validated specs (:func:`.specs.loader.cached_spec`)."""
+        return cls(plain={"system": system, "chip": chip, "model": model, "system_path": system_path,
+                          "chip_path": chip_path})
+
+    @property
+    def hardware(self) -> Hardware:
+        if self._hardware is None:
+            from .specs.schema import ChipSpec, SystemSpec
+
+            p = self._plain
+            self._hardware = Hardware(system=SystemSpec.model_validate(p["system"]), chip=ChipSpec.model_validate(p["chip"]),
+                                      system_path=p["system_path"], chip_path=p["chip_path"])
+        return self._hardware
+
+    @property
+    def model(self) -> ModelSpec:
+        if self._model is None:
+            from .specs.schema import ModelSpec
+
+            self._model = ModelSpec.model_validate(self._plain["model"])
+        return self._model
 
     def views(self, sweeps: Mapping[str, np.ndarray] | None = None):
         sweeps = sweeps or {}
         pick = lambda prefix: {k[len(prefix):]: v for k, v in sweeps.items() if k.startswith(prefix)}
-        hw = HardwareView(SpecView(self.hardware.system, pick("system.")), SpecView(self.hardware.chip, pick("chip.")))
-        return hw, SpecView(self.model, pick("model."))
+        if self._plain is not None:
+            system, chip, model = self._plain["system"], self._plain["chip"], self._plain["model"]
+        else:
+            system, chip, model = self.hardware.system, self.hardware.chip, self.model
+        hw = HardwareView(SpecView(system, pick("system.")), SpecView(chip, pick("chip.")))
+        return hw, SpecView(model, pick("model."))
+
+    def __repr__(self) -> str:
+        return f"Specs(hardware={self.hardware!r}, model={self.model!r})"
 
 
 def load_specs(hardware: str = "cloudmatrix384", model: str = "deepseek-r1", sets: Iterable[str] = ()) -> Specs:
     """The system, its chip and the model, validated together: every problem of the three
-    files, and a model dtype the chip lacks, named in one error (not the first alone)."""
+    files, and a model dtype the chip lacks, named in one error (not the first alone). Files
+    validated before, unchanged, come from the spec cache (:mod:`.specs.cache`) when no
+    ``--set`` changes them."""
+    sets = list(sets)
+    if not sets:
+        cached = _cached_specs(hardware, model)
+        if cached is not None:
+            return cached
     overrides = split_overrides(sets)
     (system, chip, spath, cpath), problems = load_hardware_parts(hardware, overrides)
     m = None
@@ -68,6 +118,21 @@ def load_specs(hardware: str = "cloudmatrix384", model: str = "deepseek-r1", set
     if problems:
         raise SpecError(" | ".join(problems))
     return Specs(hardware=Hardware(system=system, chip=chip, system_path=spath, chip_path=cpath), model=m)
+
+
+def _cached_specs(hardware: str, model: str) -> Specs | None:
+    """The specs from the cache when all three files were validated before (and agree on the
+    precision), else None."""
+    system = cached_spec("system", hardware)
+    if system is None or not isinstance(system[0].get("chip"), str):
+        return None
+    chip = cached_spec("chip", system[0]["chip"], near=system[1].parent)
+    m = cached_spec("model", model)
+    if chip is None or m is None:
+        return None
+    specs = Specs.from_plain(system[0], chip[0], m[0], system[1], chip[1])
+    hw, mv = specs.views()
+    return None if precision_problems(hw.chip, mv) else specs
 
 
 
@@ -146,14 +211,14 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     sweep_cols = {k: list(v) for k, v in (sweeps or {}).items()}
     base = grid_from_rows(phase, rows) if rows is not None else make_grid(phase, values)
     given = set(values) if rows is None else set().union(*(set(r) for r in rows)) if rows else set()
-    base = _model_defaults(base, given, specs.model)
-    grid = _with_sweeps(base, sweep_cols, zip_sweeps) if sweep_cols else base
     hw0, m0 = specs.views()
+    base = _model_defaults(base, given, m0)
+    grid = _with_sweeps(base, sweep_cols, zip_sweeps) if sweep_cols else base
     if phase in ("decode", "prefill", "afd"):
         check_precision(specs)
     if "expert_imbalance" in grid:  # 'default' = the model's documented real-traffic balance
-        serving = specs.model.serving
-        default = serving.default_expert_imbalance.value if serving is not None else 1.0
+        serving = m0.serving
+        default = serving.default_expert_imbalance if serving is not None else 1.0
         col = grid["expert_imbalance"]  # a numeric column cannot hold the word: skip the per-row str()
         is_default = np.zeros(len(grid), dtype=bool) if col.dtype != object else col.astype(str) == "default"
         grid["_default_imbalance"] = is_default
@@ -170,7 +235,7 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     cols = g.arrays()
     hw, m = specs.views({k: cols[k].astype(float) for k in sweep_cols})
     if "_default_imbalance" in cols:  # a swept default balance reaches the rows that asked for it
-        default = m.serving.default_expert_imbalance if specs.model.serving is not None else 1.0
+        default = m.serving.default_expert_imbalance if m0.serving is not None else 1.0
         cols["expert_imbalance"] = np.where(cols.pop("_default_imbalance"), default, cols["expert_imbalance"]).astype(float)
         g = g.drop(["_default_imbalance"])
         g["expert_imbalance"] = cols["expert_imbalance"]
@@ -331,14 +396,15 @@ def output_problems(table: Columns, inputs: list[str]) -> np.ndarray:
 
 def precision_problems(chip, m) -> list[str]:
     """Every dtype the model computes in must be one the chip's matrix units run: a model in
-    FP8 on a chip without FP8 (Ascend) is an error, not a silent fallback."""
+    FP8 on a chip without FP8 (Ascend) is an error, not a silent fallback. ``chip`` and ``m``
+    are the validated specs or their views."""
     p = m.precision
     needed = {"matmul": p.matmul, "attention": p.attention, "head": p.head}
     if m.moe is not None:  # the router's gate runs in the hidden dtype; experts follow matmul unless set
         needed["hidden"] = p.hidden
         if p.experts is not None:
             needed["experts"] = p.experts
-    have = chip.die.peak_flops_per_s.dtypes()
+    have = dtypes_of(chip.die.peak_flops_per_s)
     missing = {k: v for k, v in needed.items() if v not in have}
     if not missing:
         return []
@@ -349,14 +415,15 @@ def precision_problems(chip, m) -> list[str]:
 
 def check_precision(specs: Specs) -> None:
     """Raise the precision problems of ``specs`` (specs built without load_specs)."""
-    problems = precision_problems(specs.hardware.chip, specs.model)
+    hw, m = specs.views()
+    problems = precision_problems(hw.chip, m)
     if problems:
         raise ConfigError("; ".join(problems))
 
 
 def _closest(dtype: str, chip) -> str:
     """The chip's dtype of the same width, else its widest."""
-    have = chip.die.peak_flops_per_s.dtypes()
+    have = dtypes_of(chip.die.peak_flops_per_s)
     same = [d for d in have if DTYPE_BYTES[d] == DTYPE_BYTES[dtype]]
     return same[0] if same else have[0]
 

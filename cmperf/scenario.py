@@ -19,6 +19,7 @@ import numpy as np
 from .columns import Columns, product
 from .defaults import PHASE_DEFAULTS
 from .errors import ConfigError, short
+from .specs.dtypes import dtypes_of
 
 
 # --------------------------------------------------------------------------- the input boundary
@@ -184,7 +185,7 @@ def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(
             check(g[c] <= 0, lambda i, c=c: f"gemm {c} must be > 0 (got {short(g[c].iat[i])})")
         check(~g["layout"].astype(str).isin(["contiguous", "masked"]),
               lambda i: f"gemm layout {short(g['layout'].iat[i])!r}: expected contiguous or masked")
-        peaks = set(hw.chip.spec.die.peak_flops_per_s.dtypes())
+        peaks = set(dtypes_of(hw.chip.die.peak_flops_per_s))
         check(~g["dtype"].astype(str).isin(peaks),
               lambda i: f"gemm dtype {short(g['dtype'].iat[i])!r}: chip {hw.chip.name} runs {', '.join(sorted(peaks))}")
         return reason == "", reason

@@ -1,6 +1,32 @@
+import os
 import sys
 
 import pytest
+
+
+_CACHE = {}
+
+
+def pytest_configure(config):
+    """The spec cache (cmperf/specs/cache.py) in a folder of the test session's own, not the
+    user's ~/.cache (set before collection: some test modules load specs when imported): every
+    run starts empty, fills it, and later loads read from it."""
+    import tempfile
+
+    _CACHE["old"] = os.environ.get("XDG_CACHE_HOME")
+    _CACHE["dir"] = tempfile.mkdtemp(prefix="cmperf-test-cache-")
+    os.environ["XDG_CACHE_HOME"] = _CACHE["dir"]
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    shutil.rmtree(_CACHE.pop("dir", ""), ignore_errors=True)
+    old = _CACHE.pop("old", None)
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
 
 
 @pytest.fixture

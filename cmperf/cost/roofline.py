@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from ..specs.schema import DTYPE_BYTES
+from ..specs.dtypes import DTYPE_BYTES
 
 BOUNDS = ("compute", "vector", "memory", "network", "latency")
 

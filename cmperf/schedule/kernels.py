@@ -9,7 +9,7 @@ import numpy as np
 
 from ..cost.ops import attention_decode_ops
 from ..cost.roofline import Gemm, Op, op_time
-from ..specs.schema import DTYPE_BYTES
+from ..specs.dtypes import DTYPE_BYTES
 
 OUT_BYTES = 2  # BF16 output (DeepGEMM and Table 10)
 

@@ -14,13 +14,18 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-import yaml
-from pydantic import BaseModel, ValidationError
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from .schema import ChipSpec, ModelSpec, SystemSpec
 
 from ..errors import CmperfError, SpecError, short
-from .schema import SPEC_KINDS, ChipSpec, ModelSpec, SystemSpec, system_reference_problems
+from . import cache
+
+# PyYAML, pydantic and the schema classes are imported where a file is parsed or validated:
+# a prediction from specs already in the cache (:mod:`.cache`) needs none of them.
 
 SPEC_DIRS = {"chip": "hardware", "system": "hardware", "model": "models"}
 
@@ -31,84 +36,6 @@ SPEC_DIRS = {"chip": "hardware", "system": "hardware", "model": "models"}
 MAX_FILE_BYTES = 1_000_000
 MAX_DEPTH = 32
 MAX_NODES = 100_000  # nodes of the document with every alias expanded (a "billion laughs" fails fast)
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``1e12`` / ``376.0e12`` as floats (YAML 1.1 wants ``1.0e+12``),
-    and refuses what no spec file needs: nesting deeper than MAX_DEPTH, more than MAX_NODES
-    nodes once aliases are expanded, a key given twice in one mapping, and ``.inf``/``.nan``."""
-
-    def __init__(self, stream):
-        super().__init__(stream)
-        self._depth = 0
-        self._sizes: dict[int, int] = {}
-
-    def compose_node(self, parent, index):
-        self._depth += 1
-        if self._depth > MAX_DEPTH:
-            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
-        try:
-            node = super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-        if id(node) not in self._sizes:  # an alias returns a node already counted
-            children = node.value if isinstance(node, yaml.SequenceNode) else \
-                [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
-            size = 1 + sum(self._sizes.get(id(c), 1) for c in children)
-            if size > MAX_NODES:
-                raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values once its aliases are "
-                                                  f"expanded (an alias bomb?)", node.start_mark)
-            self._sizes[id(node)] = size
-        return node
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen: dict = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    if key in seen:
-                        raise yaml.constructor.ConstructorError(
-                            None, None, f"key {short(key, 40)!r} given twice (first at line {seen[key]})", key_node.start_mark)
-                    seen[key] = key_node.start_mark.line + 1
-                except TypeError:
-                    continue  # an unhashable key: the base class names it
-        return super().construct_mapping(node, deep)
-
-    def construct_yaml_int(self, node):
-        try:
-            return super().construct_yaml_int(node)
-        except ValueError:  # `!!int 1.5`, or more digits than Python converts (4,300)
-            raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a readable integer",
-                                                    node.start_mark) from None
-
-    def construct_yaml_float(self, node):
-        try:
-            value = super().construct_yaml_float(node)
-        except ValueError:  # `!!float abc`
-            raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a readable number",
-                                                    node.start_mark) from None
-        if not math.isfinite(value):
-            raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a finite number", node.start_mark)
-        return value
-
-
-_Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
-_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
 
 
 def builtin_dirs(folder: str) -> list[Path]:
@@ -224,9 +151,13 @@ def read_text(path: Path, what: str = "file") -> str:
 
 
 def parse_yaml(text: str) -> Any:
-    """YAML text -> Python objects, with the limits of :class:`_Loader`. PyYAML's own
+    """YAML text -> Python objects, with the limits of :class:`.safe_yaml._Loader`. PyYAML's own
     constructors fail on some misused tags (``!!timestamp x``, ``!!bool maybe``) with plain
     Python exceptions: they become a YAMLError too."""
+    import yaml
+
+    from .safe_yaml import _Loader
+
     try:
         return yaml.load(text, Loader=_Loader)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError) as e:
@@ -252,7 +183,14 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    """Read, check and parse a YAML file; a file parsed before (same text) comes from the
+    on-disk cache (:mod:`.cache`), and a newly parsed one goes into it."""
     text = read_text(path, "YAML file")
+    raw = cache.get("yaml", text)
+    if isinstance(raw, dict):
+        return raw
+    import yaml
+
     try:
         raw = parse_yaml(text)
     except yaml.YAMLError as e:
@@ -264,6 +202,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise SpecError(f"{path}: malformed YAML: nested too deep (at most {MAX_DEPTH} levels)") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: expected a mapping of fields at the top level, got {type(raw).__name__}")
+    cache.put("yaml", text, raw)
     return raw
 
 
@@ -279,6 +218,8 @@ def parse_value(text: str, where: str = "--set") -> Any:
         if isinstance(value, float) and not math.isfinite(value):
             raise SpecError(f"{where}: expected a finite number, got {short(t, 40)}")
         return value
+    import yaml
+
     try:
         return parse_yaml(t)
     except yaml.YAMLError as e:
@@ -320,6 +261,10 @@ def _schema_fields(kind: str, keys: list[str]) -> dict[str, bool]:
     ``{value, source}`` pair; empty when the path leaves the schema."""
     import typing
 
+    from pydantic import BaseModel
+
+    from .schema import SPEC_KINDS
+
     def targets(tp):  # (model, keyed by free names?) pairs a type annotation may hold
         if isinstance(tp, type) and issubclass(tp, BaseModel):
             return [(tp, False)]
@@ -343,7 +288,7 @@ def _schema_fields(kind: str, keys: list[str]) -> dict[str, bool]:
 
 
 # --------------------------------------------------------------------------- validation
-def _format_validation(path: Path, err: ValidationError, overrides: Mapping[str, Any] | None = None,
+def _format_validation(path: Path, err,  overrides: Mapping[str, Any] | None = None,
                        label: str = "", extra: list[str] | None = None) -> str:
     """Every problem pydantic found, in one line: where (the file's field, or the --set flag
     that wrote it), what is wrong, and what was found when it is a short scalar."""
@@ -372,6 +317,10 @@ def _format_validation(path: Path, err: ValidationError, overrides: Mapping[str,
 
 def validate(kind: str, raw: Mapping, path: Path, overrides: Mapping[str, Any] | None = None,
              label: str = "") -> BaseModel:
+    from pydantic import ValidationError
+
+    from .schema import SPEC_KINDS, system_reference_problems
+
     schema = SPEC_KINDS[kind]
     found = raw.get("kind")
     if found != kind:
@@ -405,9 +354,13 @@ def read_hf_model(path: Path) -> dict[str, Any]:
 def load(kind: str, name_or_path: str | Path, overrides: Mapping[str, Any] | None = None,
          label: str | None = None, near: Path | None = None) -> tuple[BaseModel, Path]:
     path = resolve(kind, name_or_path, near)
-    raw = read_hf_model(path) if kind == "model" and path.suffix.lower() == ".json" else read_yaml(path)
+    hf = kind == "model" and path.suffix.lower() == ".json"
+    raw = read_hf_model(path) if hf else read_yaml(path)
     if not overrides:
-        return validate(kind, raw, path, overrides, label or kind), path
+        spec = validate(kind, raw, path, overrides, label or kind)
+        if not hf:  # the file as it is passed: its plain data, for cached_spec
+            _remember(kind, raw, spec)
+        return spec, path
     base = copy.deepcopy(raw)
     for key, value in overrides.items():
         apply_override(raw, key, value, label or kind)
@@ -422,6 +375,37 @@ def load(kind: str, name_or_path: str | Path, overrides: Mapping[str, Any] | Non
         flags = ", ".join(f"--set {label or kind}.{k}={short(v, 40)}" for k, v in overrides.items())
         message = str(e).removeprefix(f"{path}: ")
         raise SpecError(message if message.startswith("--set") else f"{flags}: {message}") from None
+
+
+def _remember(kind: str, raw: dict, spec: BaseModel) -> None:
+    """Cache the validated ``spec`` of a file's parsed mapping ``raw`` as plain data."""
+    import json
+
+    try:
+        key = json.dumps(raw, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):  # a date or a non-string key: not cached
+        return
+    cache.put(kind, key, spec.model_dump(mode="json"))
+
+
+def cached_spec(kind: str, name_or_path: str | Path, near: Path | None = None) -> tuple[dict, Path] | None:
+    """(plain data, path) of a spec file that passed :func:`validate` before, unchanged, as
+    :func:`load` with no overrides found it (``model_dump`` of the spec); None when it has not,
+    or when anything is amiss (the caller then loads the file in full and reports any problem).
+    Neither PyYAML nor pydantic is imported when both the file and its validation are cached."""
+    import json
+
+    if cache.cache_dir() is None:
+        return None
+    try:
+        path = resolve(kind, name_or_path, near)
+        if kind == "model" and path.suffix.lower() == ".json":
+            return None
+        raw = _read_yaml(path)
+        plain = cache.get(kind, json.dumps(raw, allow_nan=False))
+    except (CmperfError, TypeError, ValueError, RecursionError):
+        return None
+    return (plain, path) if isinstance(plain, dict) and plain.get("kind") == kind else None
 
 
 # --------------------------------------------------------------------------- bundles

@@ -12,7 +12,8 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-DTYPE_BYTES: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp4": 0.5}
+from .dtypes import DTYPE_BYTES, dtypes_of
+
 Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
 Confidence = Literal["high", "medium", "low"]
 
@@ -80,7 +81,7 @@ class PeakFlops(Strict):
 
     def dtypes(self) -> list[str]:
         """The dtypes the chip has a peak for, in DTYPE_BYTES order (widest first)."""
-        return [d for d in DTYPE_BYTES if getattr(self, d) is not None]
+        return dtypes_of(self)
 
     @model_validator(mode="after")
     def _some(self):

@@ -4,21 +4,37 @@
 sourced values to their number and substitutes a numpy array wherever a dotted path is
 swept (``overrides={"die.hbm_bandwidth_Bps": np.array([...])}``). So a formula written once,
 ``bytes / v.die.hbm_bandwidth_Bps``, evaluates a single point or a whole sweep.
+
+The spec may be the pydantic model or the same spec as plain data (its ``model_dump``, as
+the spec cache keeps it: :mod:`.cache`); a sourced pair, a record of exactly ``value`` and
+``source``, reads as its value in both. Nothing here imports pydantic.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pydantic import BaseModel
+SOURCED = frozenset({"value", "source"})
 
-from .schema import Sourced, SourcedChoice
+
+def _fields(obj: Any):
+    """The field names of a pydantic model (its class's ``model_fields``), else None."""
+    fields = getattr(type(obj), "model_fields", None)
+    return fields if isinstance(fields, dict) else None
+
+
+def _sourced(obj: Any) -> bool:
+    """A sourced pair (Sourced, SourcedChoice and their subclasses), as a model or plain data."""
+    if isinstance(obj, dict):
+        return obj.keys() == SOURCED
+    fields = _fields(obj)
+    return fields is not None and fields.keys() == SOURCED
 
 
 class SpecView:
     __slots__ = ("_obj", "_over", "_prefix")
 
-    def __init__(self, obj: BaseModel, overrides: Mapping[str, Any] | None = None, _prefix: str = ""):
+    def __init__(self, obj: Any, overrides: Mapping[str, Any] | None = None, _prefix: str = ""):
         self._obj = obj
         self._over = overrides or {}
         self._prefix = _prefix
@@ -33,9 +49,9 @@ class SpecView:
             value = self._obj[name]
         else:
             value = getattr(self._obj, name)
-        if isinstance(value, (Sourced, SourcedChoice)):
-            return value.value
-        if isinstance(value, (BaseModel, dict)):
+        if _sourced(value):
+            return value["value"] if isinstance(value, dict) else value.value
+        if isinstance(value, dict) or _fields(value) is not None:
             return SpecView(value, self._over, f"{path}.")
         return value
 
@@ -47,8 +63,8 @@ class SpecView:
         return list(self._obj) if isinstance(self._obj, dict) else list(type(self._obj).model_fields)
 
     @property
-    def spec(self) -> BaseModel:
-        """The underlying validated spec (sources, names)."""
+    def spec(self) -> Any:
+        """The underlying spec (a validated model, or its plain data on the cached path)."""
         return self._obj
 
 

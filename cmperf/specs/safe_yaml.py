@@ -1,0 +1,96 @@
+"""The safe YAML loader of spec, reference and set-up files (used by :mod:`.loader`).
+
+PyYAML's SafeLoader with limits: no nesting deeper than MAX_DEPTH, no more than MAX_NODES
+values once aliases are expanded (a "billion laughs" document fails after counting its
+nodes, not after expanding them), no key given twice in a mapping, no ``.inf``/``.nan``;
+``1e12`` reads as a float. A module of its own so that a prediction whose specs are cached
+(:mod:`.cache`) never imports PyYAML.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import yaml
+
+from ..errors import short
+from .loader import MAX_DEPTH, MAX_NODES
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads ``1e12`` / ``376.0e12`` as floats (YAML 1.1 wants ``1.0e+12``),
+    and refuses what no spec file needs: nesting deeper than MAX_DEPTH, more than MAX_NODES
+    nodes once aliases are expanded, a key given twice in one mapping, and ``.inf``/``.nan``."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+        self._sizes: dict[int, int] = {}
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if id(node) not in self._sizes:  # an alias returns a node already counted
+            children = node.value if isinstance(node, yaml.SequenceNode) else \
+                [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
+            size = 1 + sum(self._sizes.get(id(c), 1) for c in children)
+            if size > MAX_NODES:
+                raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values once its aliases are "
+                                                  f"expanded (an alias bomb?)", node.start_mark)
+            self._sizes[id(node)] = size
+        return node
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"key {short(key, 40)!r} given twice (first at line {seen[key]})", key_node.start_mark)
+                    seen[key] = key_node.start_mark.line + 1
+                except TypeError:
+                    continue  # an unhashable key: the base class names it
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node):
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # `!!int 1.5`, or more digits than Python converts (4,300)
+            raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a readable integer",
+                                                    node.start_mark) from None
+
+    def construct_yaml_float(self, node):
+        try:
+            value = super().construct_yaml_float(node)
+        except ValueError:  # `!!float abc`
+            raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a readable number",
+                                                    node.start_mark) from None
+        if not math.isfinite(value):
+            raise yaml.constructor.ConstructorError(None, None, f"{short(node.value, 20)} is not a finite number", node.start_mark)
+        return value
+
+
+_Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
