@@ -5,7 +5,7 @@ Cost it saves: parsing the three shipped spec files with the safe loader takes ~
 validating them needs pydantic (~30 ms of imports) and the schema classes (~17 ms to build);
 reading a JSON entry takes well under a millisecond. An entry is found by
 
-    key = sha256(code fingerprint | kind | the file's text)
+    key = blake2b(code fingerprint | kind | the file's text), 256 bits
 
 so an edited file (any byte) misses and is parsed and checked again in full, with every limit
 of the loader (size, depth, aliases, duplicate keys); the code fingerprint (cmperf's version
@@ -20,11 +20,15 @@ A cache that cannot be read or written is skipped without a word: it only ever s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+try:  # the built-in module hashlib wraps: importing hashlib loads OpenSSL first (~2 ms of start-up)
+    from _blake2 import blake2b
+except ImportError:  # another interpreter
+    from hashlib import blake2b
 
 _fingerprint: str | None = None
 
@@ -59,7 +63,7 @@ def _entry(kind: str, text: str) -> Path | None:
     folder = cache_dir()
     if folder is None:
         return None
-    digest = hashlib.sha256(f"{_code()}|{kind}|".encode() + text.encode("utf-8", "surrogatepass")).hexdigest()
+    digest = blake2b(f"{_code()}|{kind}|".encode() + text.encode("utf-8", "surrogatepass"), digest_size=32).hexdigest()
     return folder / f"{kind}-{digest}.json"
 
 
