@@ -337,3 +337,12 @@ def test_ttft_terms_against_a_simulation_of_batched_passes(instances, prompts, r
     for stat, tol, value in (("mean", mean_tol, sim.mean()), ("p90", p90_tol, np.quantile(sim, 0.9))):
         model = ttft_terms(np.array([rate]), instances * prompts, S, 0.0, S, S, stat)["ttft_s"][0]
         assert tol[0] <= model / value - 1 <= tol[1], (stat, model, value)
+
+
+@pytest.mark.parametrize("args,flag", [(["--prefix-hit", "0.5"], "--prefix-hit"), (["--block-tokens", "128"], "--block-tokens"),
+                                       (["--pool-path", "ib"], "--pool-path")])
+def test_cache_flags_on_a_system_without_a_memory_pool_name_the_flag(cli, args, flag):
+    """The error names the flag the user wrote, not the --set path it would become."""
+    code, _, err = cli("plan", "--hardware", "h800-cluster", "--model", "deepseek-v3", "--shapes", "pd", *args)
+    line = one_line_error(code, err, flag, "memory pool")
+    assert "--set" not in line

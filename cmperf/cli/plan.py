@@ -80,16 +80,15 @@ def plan_cmd(
     if top < 0:
         raise ConfigError(f"--top {top}: expected 0 or more")
     sets = list(sets or [])
-    if block_tokens is not None:
-        sets.append(f"system.memory_pool.block_tokens={block_tokens}")
     kwargs = dict(hardware=hardware, model=model, sets=sets, npus=npus, supernode=supernode,
-                  shape_names=_shapes(shapes), kv_tier=kv_tier, pool_path=pool_path, working_set_tokens=working_set)
+                  shape_names=_shapes(shapes), kv_tier=kv_tier, pool_path=pool_path, working_set_tokens=working_set,
+                  block_tokens=block_tokens)
     from ..report import provenance
     from .search import _ChunkProgress
 
     prov = provenance("plan", hardware, model, sets, sweep or [], npus=npus, supernode=supernode, rate=rate,
                       prompt_len=None if trace else prompt_len, output_len=None if trace else output_len, trace=trace,
-                      prefix_hit=prefix_hit, pool_path=pool_path, working_set_tokens=working_set, ttft_slo_ms=ttft_slo,
+                      prefix_hit=prefix_hit, pool_path=pool_path, block_tokens=block_tokens, working_set_tokens=working_set, ttft_slo_ms=ttft_slo,
                       ttft_stat=ttft_stat, tpot_slo_ms=tpot_slo, shapes=shapes, kv_tier=kv_tier)
 
     progress = _ChunkProgress()
@@ -156,7 +155,7 @@ def _shapes(text: str) -> list[str]:
 def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str], prov: dict) -> None:
     import pandas as pd
 
-    from ..report import human, print_json, print_table, warn, write_csv
+    from ..report import human, print_json, print_table, write_csv
     from ..plan.planner import public, summary
 
     table = result.table
@@ -186,7 +185,7 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
                 rows.append((label, v if isinstance(v, str) else f"{_shown(v)} {unit}".strip()))
             print_table(pd.DataFrame(rows, columns=["quantity", "value"]), "best deployment")
             if len(runners):
-                print_table(runners[[c for c in SHOWN if c in runners.columns]].round(2), f"runners-up (best of each shape and size)")
+                print_table(runners[[c for c in SHOWN if c in runners.columns]].round(2), "runners-up (best of each shape and size)")
             if s["bring_up"]:
                 up = pd.DataFrame(s["bring_up"])
                 shown = pd.DataFrame({

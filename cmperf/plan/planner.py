@@ -54,6 +54,7 @@ class Plan:
     workload: Workload
     settings: dict  # budget, supernode, KV tier, pool path: how the plan was made
     table: pd.DataFrame  # every deployment evaluated, best first
+    specs: Specs | None = field(repr=False, default=None)  # the specs it was planned on (supernode, tiers applied)
     instances: dict = field(repr=False, default_factory=dict)  # the predict tables behind it
     decode_curves: dict = field(repr=False, default_factory=dict)  # shape -> instances.DecodeCurves of its decode options
     message: str = ""  # why no deployment meets the SLOs (or the given rate); '' when one does
@@ -97,7 +98,8 @@ def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str) -> d
 def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", model: str = "deepseek-r1",
          sets: Iterable[str] = (), npus: int | None = None, supernode: int | None = None,
          shape_names: Iterable[str] = SHAPES, kv_tier: str | None = None, pool_path: str | None = None,
-         working_set_tokens: float | None = None, progress: Callable[[int, int], None] | None = None) -> Plan:
+         working_set_tokens: float | None = None, block_tokens: int | None = None,
+         progress: Callable[[int, int], None] | None = None) -> Plan:
     """The best deployment of ``npus`` NPUs (default: one whole supernode) for ``workload``."""
     workload = workload or default_workload()
     shape_names = tuple(shape_names)
@@ -109,10 +111,20 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     hw, m = specs.views()
     node_npus = int(hw.system.node.chips)
     system_npus = int(hw.system.nodes) * node_npus
-    if supernode is not None:
-        specs = load_specs(hardware, model, sets + supernode_sets(hw, supernode))
+    caching = {"--prefix-hit": workload.prefix_hit > 0 or workload.cached_samples is not None,
+               "--pool-path": pool_path is not None, "--block-tokens": block_tokens is not None}
+    if hw.system.memory_pool is None and any(caching.values()):
+        flag = next(f for f, asked in caching.items() if asked)
+        raise ConfigError(f"{flag}: system {hw.system.name} has no memory pool (`memory_pool`, EMS) to cache KV in")
+    extra = supernode_sets(hw, supernode) if supernode is not None else []
+    if block_tokens is not None:
+        if not (isinstance(block_tokens, int) and 1 <= block_tokens <= 1_000_000):
+            raise ConfigError(f"--block-tokens {block_tokens}: expected a whole number of tokens from 1 to 1,000,000")
+        extra.append(f"system.memory_pool.block_tokens={block_tokens}")
+    if extra:
+        specs = load_specs(hardware, model, sets + extra)
         hw, m = specs.views()
-        system_npus = supernode
+        system_npus = supernode or system_npus
     npus = system_npus if npus is None else npus
     if not 1 <= npus <= MAX_NPUS:
         raise ConfigError(f"--npus {npus}: expected 1 to {MAX_NPUS:,} NPUs")
@@ -127,8 +139,6 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
         raise ConfigError(f"--kv-tier {tier}: {npus} NPUs span several {system_npus}-NPU systems and tier '{tier}' "
                           f"stops at {domain} NPUs; prefill and decode may sit apart: use a tier without a domain (e.g. "
                           f"{tiers[-1]})")
-    if pool_path is not None and hw.system.memory_pool is None:
-        raise ConfigError(f"--pool-path {pool_path}: system {hw.system.name} has no memory pool (`memory_pool`)")
     specs = _with_system(specs, tier, pool_path)
     hw, m = specs.views()
     pool_path = hw.system.memory_pool.tier if hw.system.memory_pool is not None else None
@@ -138,7 +148,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
 
     hit = workload.prefix_hit
     pool_tokens = None
-    if hit > 0 and hw.system.memory_pool is not None:
+    if hit > 0:
         kv_tok = float(kv_bytes_per_token(m, Bytes.of(m).kv, kv_layers(m, 1.0)))
         pool_tokens = pool_capacity_B(hw) / kv_tok
         if working_set_tokens is not None:
@@ -147,7 +157,6 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     if hit != workload.prefix_hit or block != workload.block_tokens:
         workload = Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": float(block)})
     computed = workload.computed
-    slo = workload.slo
     steps = 2 + ("colocated" in shape_names) + ("afd" in shape_names)
     tick = progress or (lambda done, total: None)
 
@@ -185,7 +194,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     settings = {"hardware": hardware, "model": model, "sets": sets, "npus": npus, "supernode_npus": system_npus,
                 "kv_tier": tier, "pool_path": pool_path, "prefix_hit_served": hit, "pool_tokens": pool_tokens,
                 "shapes": list(shape_names)}
-    result = Plan(workload=workload, settings=settings, table=table,
+    result = Plan(workload=workload, settings=settings, table=table, specs=specs,
                   instances={"prefill": pre, "decode": dec, "chunk": chunk, "afd": afd},
                   decode_curves={"pd": curves, "afd": afd_curves})
     result.message = _message(result)
@@ -222,7 +231,7 @@ def curves(p: Plan, row, rates) -> dict:
         cap = c.capacity_rps[k][-1] * row["decode_instances"]
         tpot = np.where(rates <= cap, tpot, np.inf)  # beyond the largest batch that fits: the queue grows
     else:
-        tpot = np.where(rates <= row["decode_max_rps"] if row["decode_max_rps"] > 0 else rates <= 0, row["_tpot_pass_s"], np.inf)
+        tpot = np.where(rates <= row["decode_max_rps"], row["_tpot_pass_s"], np.inf)
     out["tpot_s"] = tpot
     return out
 
@@ -270,18 +279,14 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     pass_s, kv_s, servers = pass_p[a], kv_p[a], servers_p[a]
     ttft = lambda rate: ttft_terms(rate, servers, pass_s, computed.scv, pass_s, pass_s + kv_s, slo.ttft_stat)  # noqa: E731
     rate_d = d_max[k] * n_d
-    capacity = np.minimum(rate_p, rate_d)
-    given = workload.arrival_rate_per_s
-    goodput = rate = capacity if given is None else np.minimum(capacity, given)
+    rate, binding = _operating(rate_p, rate_d, workload.arrival_rate_per_s,
+                               np.where(d_memory[k], "decode KV memory", "decode TPOT"))
     t = ttft(rate)
     batch, tpot = curves.at_rate(k, rate / n_d)
-    binding = np.where(rate_p <= rate_d, "prefill TTFT", np.where(d_memory[k], "decode KV memory", "decode TPOT"))
-    if given is not None:
-        binding = np.where(capacity >= given, "arrival rate", binding)
     queue = {"_servers": servers, "_service_s": pass_s, "_period_s": pass_s, "_fixed_s": pass_s + kv_s,
              "_decode_curve": k, "_tpot_pass_s": np.zeros(len(k))}
     split = {c: np.array([curves.keys[j].get(c, 0.0) for j in k]) for c in ("attention_dies", "expert_dies")}
-    return _frame(shape, workload, rate, goodput, binding, n_p=n_p[a], p_dies=p_dies[i], split=split,
+    return _frame(shape, workload, rate, binding, n_p=n_p[a], p_dies=p_dies[i], split=split,
                   tokens_per_npu=pre["tokens_per_npu"].to_numpy(dtype=float)[i], n_d=n_d, d_dies=k_dies[k],
                   batch=batch, tpot=tpot, t=t, pass_s=pass_s, kv_s=kv_s, dpp=dpp,
                   rate_p=rate_p, rate_d=rate_d, queue=queue)
@@ -318,21 +323,27 @@ def _colocated(dec: pd.DataFrame, chunk: pd.DataFrame, workload: Workload, compu
     ttft = lambda rate: ttft_terms(rate, servers, service[idx], computed.scv, it_s[idx], service[idx], slo.ttft_stat)  # noqa: E731
     rate_p = largest_rate(lambda r: ttft(r)["ttft_s"] <= slo.ttft_s, servers / service[idx])
     rate_d = np.where(tpot[idx] <= slo.tpot_s, cap_d[idx] * n, 0.0)
-    capacity = np.minimum(rate_p, rate_d)
-    given = workload.arrival_rate_per_s
-    goodput = rate = capacity if given is None else np.minimum(capacity, given)
-    binding = np.where(rate_p <= rate_d, "prefill TTFT", "decode TPOT")
-    if given is not None:
-        binding = np.where(capacity >= given, "arrival rate", binding)
+    rate, binding = _operating(rate_p, rate_d, workload.arrival_rate_per_s, "decode TPOT")
     queue = {"_servers": servers, "_service_s": service[idx], "_period_s": it_s[idx], "_fixed_s": service[idx],
              "_decode_curve": np.full(len(idx), -1), "_tpot_pass_s": tpot[idx]}
-    return _frame("colocated", workload, rate, goodput, binding, n_p=n, p_dies=dies[idx], tokens_per_npu=chunk_tok[idx],
+    return _frame("colocated", workload, rate, binding, n_p=n, p_dies=dies[idx], tokens_per_npu=chunk_tok[idx],
                   n_d=n, d_dies=dies[idx], batch=batch[idx], tpot=tpot[idx], t=ttft(rate),
                   pass_s=service[idx], kv_s=np.zeros(len(idx)), dpp=dpp, rate_p=rate_p, rate_d=rate_d,
                   queue=queue, split={}, colocated=True)
 
 
-def _frame(shape, workload, rate, goodput, binding, *, n_p, p_dies, tokens_per_npu, n_d, d_dies, batch, tpot, t,
+def _operating(rate_p, rate_d, given, decode_limit) -> tuple[np.ndarray, np.ndarray]:
+    """The rate a deployment runs at — the most both sides sustain within the SLOs, or the
+    given arrival rate when both sustain it — and the term that binds it (``decode_limit``:
+    what stops the decode side)."""
+    capacity = np.minimum(rate_p, rate_d)
+    binding = np.where(rate_p <= rate_d, "prefill TTFT", decode_limit)
+    if given is None:
+        return capacity, binding
+    return np.minimum(capacity, given), np.where(capacity >= given, "arrival rate", binding)
+
+
+def _frame(shape, workload, rate, binding, *, n_p, p_dies, tokens_per_npu, n_d, d_dies, batch, tpot, t,
            pass_s, kv_s, dpp, rate_p, rate_d, queue, split, colocated=False) -> pd.DataFrame:
     """One row per deployment: its split, goodput and where the time goes; the ``_`` columns
     keep the queue's parameters so curves against the rate can be redrawn (:func:`curves`)."""
@@ -346,7 +357,7 @@ def _frame(shape, workload, rate, goodput, binding, *, n_p, p_dies, tokens_per_n
         "attention_dies": split.get("attention_dies", 0.0), "expert_dies": split.get("expert_dies", 0.0),
         "npus": npus, "prefill_npus": 0 if colocated else n_p * p_dies / dpp,
         "decode_npus": n_d * d_dies / dpp,
-        "goodput_rps": goodput, "goodput_rpm": goodput * 60.0, "rate_rps": rate,
+        "goodput_rps": rate, "goodput_rpm": rate * 60.0, "rate_rps": rate,  # served within the SLOs = the rate run at
         "max_rps": np.minimum(rate_p, rate_d),
         "prefill_max_rps": rate_p, "decode_max_rps": rate_d, "binding": binding,
         "ttft_ms": t["ttft_s"] * 1e3, "ttft_queue_ms": t["queue_s"] * 1e3, "ttft_align_ms": t["align_s"] * 1e3,
@@ -417,7 +428,7 @@ def summary(p: Plan) -> dict:
     from .bringup import bring_up_table
 
     w, st = p.workload, p.settings
-    hw, m = load_specs(st["hardware"], st["model"], st["sets"]).views() if p.best is not None else (None, None)
+    hw, m = p.specs.views()
     rate = "the largest rate that meets the SLOs" if w.arrival_rate_per_s is None else f"{w.arrival_rate_per_s:g} requests/s"
     systems = st["npus"] / st["supernode_npus"]
     where = (f"one {st['supernode_npus']}-NPU system" if systems <= 1 else f"{math.ceil(systems)} systems of {st['supernode_npus']} NPUs")

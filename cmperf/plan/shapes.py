@@ -34,6 +34,12 @@ AFD_EXPERT_DIES = (16, 32, 48, 64, 96, 128, 192, 256)
 SHARED_COPY_EVERY_DIES = 10  # paper §4.2: 32 shared-expert copies over 320 dies
 
 
+def whole_experts(instances: int, ep: int) -> int:
+    """The expert instances ``ep`` dies hold when each holds whole experts: ``instances``
+    rounded up to a multiple of ``ep`` (the rest are redundant routed copies)."""
+    return math.ceil(instances / ep) * ep
+
+
 def decode_layout(m, ep: int) -> tuple[int, int]:
     """(redundant routed experts, shared-expert copies) for a decode instance of EP ``ep``:
     about one shared copy per ten dies, routed instances topped up to whole experts per die."""
@@ -41,8 +47,7 @@ def decode_layout(m, ep: int) -> tuple[int, int]:
     if mo is None:
         return 0, 0
     shared = max(1, round(ep / SHARED_COPY_EVERY_DIES)) if mo.shared_experts else 0
-    per_die = math.ceil((mo.routed_experts + shared) / ep)
-    return per_die * ep - mo.routed_experts - shared, shared
+    return whole_experts(mo.routed_experts + shared, ep) - mo.routed_experts - shared, shared
 
 
 def prefill_layout(m, ep: int) -> tuple[int, int]:
@@ -53,8 +58,7 @@ def prefill_layout(m, ep: int) -> tuple[int, int]:
     if mo is None:
         return 0, 0
     spare = 1 if mo.shared_experts else 0
-    per_die = math.ceil((mo.routed_experts + spare) / ep)
-    return per_die * ep - mo.routed_experts, ep if mo.shared_experts else 0
+    return whole_experts(mo.routed_experts + spare, ep) - mo.routed_experts, ep if mo.shared_experts else 0
 
 
 def within(options, limit_dies: int, dies_per_npu: int) -> list[int]:
@@ -98,8 +102,8 @@ def afd_layout(m, expert_dies: int) -> tuple[int, int]:
     mo = m.moe
     if mo is None:
         return 0, 0
-    per_die = math.ceil(mo.routed_experts / expert_dies)
-    return per_die * expert_dies - mo.routed_experts, expert_dies if mo.shared_experts else 0
+    return (whole_experts(mo.routed_experts, expert_dies) - mo.routed_experts,
+            expert_dies if mo.shared_experts else 0)
 
 
 def afd_rows(m, limit_dies: int, dies_per_npu: int, common: dict, batches=DECODE_BATCHES) -> list[dict]:
