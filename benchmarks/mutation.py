@@ -135,7 +135,7 @@ CATALOGUE = [
              "a barrier round costs one one-way latency instead of a round trip (2 x 2.1 us)"),
     # ---------------------------------------------------------------- max <-> sum
     Mutation("roofline-sum-not-max", "cmperf/cost/roofline.py", "max -> sum",
-             "        return np.maximum.reduce([self.compute_s, self.vector_s, self.memory_s, self.network_s])\n",
+             "        return np.maximum.reduce([self._matmul(self.memory_s), self.vector_s, self.network_s])\n",
              "        return self.compute_s + self.vector_s + self.memory_s + self.network_s\n",
              "a fused kernel's engines run one after another (sum of roofline terms) instead of pipelined (max)"),
     Mutation("attention-unchained", "cmperf/cost/roofline.py", "sum -> max",
@@ -155,7 +155,7 @@ CATALOGUE = [
              "    n_dense = m.first_dense_layers\n",
              "    n_dense = 0\n",
              "decode runs the 3 dense layers as MoE layers (61 MoE layers, no dense FFN)"),
-    Mutation("int8-two-bytes", "cmperf/specs/schema.py", "dtype bytes",
+    Mutation("int8-two-bytes", "cmperf/specs/dtypes.py", "dtype bytes",
              '"int8": 1,',
              '"int8": 2,',
              "INT8 tensors (weights, activations, dispatch messages) counted as 2 bytes"),
@@ -169,8 +169,8 @@ CATALOGUE = [
              "accepted drafts 1 + a + ... + a^(k-1) instead of a + ... + a^k (k = 1: every draft accepted)"),
     # ---------------------------------------------------------------- memory and placement
     Mutation("kv-memory-prompt-only", "cmperf/schedule/memory.py", "memory",
-             'context = g["prompt_len"] + g["output_len"]',
-             'context = g["prompt_len"]',
+             'kv_tok = decode_kv_bytes_per_token(m, g)\n    context = g["prompt_len"] + g["output_len"]',
+             'kv_tok = decode_kv_bytes_per_token(m, g)\n    context = g["prompt_len"]',
              "decode KV cache sized for the prompt only, not prompt + output (max batch too large)"),
     Mutation("expert-weights-once-time", "cmperf/cost/ops.py", "per instance",
              "hbm_bytes=pl.instances_per_die * e_w * b.expert + swiglu_activation_bytes(m, rows, I, b.expert),",
