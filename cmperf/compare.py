@@ -77,12 +77,15 @@ def compare(phase: str, systems: list[str] | None = None, setups: Setups | None 
     rows, breakdowns = [], {}
     for name in systems:
         su = setups.systems.get(name)
-        if su is None and model is None:
-            raise ConfigError(f"--hardware {name}: the set-ups ({setups.name}) have no configuration for it "
-                              f"(known: {', '.join(setups.systems)}); give --model and --with {name}:key=value, or --config")
-        su = su or SystemSetup(model=model)
+        chosen = model or (su.model if su is not None else None) or _deployment_model(name)
+        if su is None or su.model != chosen:
+            # not this set-up's model: the system's own deployment for it (cmperf/deployment.py),
+            # with the set-up's workload (its lengths) kept
+            workload = {k: v for k, v in (getattr(su, phase) if su is not None else {}).items() if k in WORKLOAD}
+            su = SystemSetup(model=chosen, sets=su.sets if su is not None else [], **{phase: workload},
+                             source=f"the system's deployment defaults for {chosen} (docs/model.md §10)")
         spec_sets = [*su.sets, *sets.get("*", []), *sets.get(name, [])]
-        specs = load_specs(name, model or su.model, spec_sets)
+        specs = load_specs(name, chosen, spec_sets)
         check_inputs(phase, getattr(su, phase), name=lambda k, n=name: f"set-ups {setups.name}: systems.{n}.{phase}.{k}")
         for target in ("*", name):  # each --with value, named as the user wrote it
             check_inputs(phase, values.get(target, {}), name=lambda k, t=target: f"--with {'' if t == '*' else t + ':'}{k}")
@@ -113,6 +116,17 @@ def compare(phase: str, systems: list[str] | None = None, setups: Setups | None 
             "setup_source": su.source,
         })
     return Comparison(phase, pd.DataFrame(rows), breakdowns)
+
+
+WORKLOAD = ("prompt_len", "output_len", "kv_len", "cached_len")  # set-up inputs that describe the traffic, not the deployment
+
+
+def _deployment_model(system: str) -> str:
+    """The model a system's deployment section was published with (deepseek-r1 otherwise)."""
+    from .specs.loader import load_hardware
+
+    dep = load_hardware(system).system.deployment
+    return dep.model if dep is not None and dep.model else "deepseek-r1"
 
 
 def _rank(c: str) -> int:

@@ -31,7 +31,8 @@ from .schedule.decode import decode
 from .schedule.kernels import attention, gemm
 from .schedule.memory import afd_memory, decode_memory, prefill_memory
 from .schedule.prefill import prefill
-from .scenario import grid_from_rows, make_grid, validate
+from . import deployment
+from .scenario import check_inputs, grid_from_rows, make_grid, validate
 from .specs.dtypes import DTYPE_BYTES, dtypes_of
 from .specs.loader import Hardware, cached_spec, load_hardware_parts, load_model, split_overrides
 from .specs.view import HardwareView, SpecView
@@ -53,16 +54,18 @@ class Specs:
     prediction from cached specs never imports pydantic (~50 ms of a cold start)."""
 
     def __init__(self, hardware: Hardware | None = None, model: ModelSpec | None = None, *,
-                 plain: Mapping[str, Any] | None = None):
+                 plain: Mapping[str, Any] | None = None, notes: Iterable[str] = ()):
         if plain is None and (hardware is None or model is None):
             raise TypeError("Specs needs hardware and model (or the plain data of both)")
         self._hardware, self._model, self._plain = hardware, model, plain
+        self.notes = list(notes)  # what loading chose for the user (a dtype the chip lacks, adapted)
 
     @classmethod
-    def from_plain(cls, system: dict, chip: dict, model: dict, system_path: Path, chip_path: Path) -> "Specs":
+    def from_plain(cls, system: dict, chip: dict, model: dict, system_path: Path, chip_path: Path,
+                   notes: Iterable[str] = ()) -> "Specs":
         """Specs from the plain data of three validated specs (:func:`.specs.loader.cached_spec`)."""
         return cls(plain={"system": system, "chip": chip, "model": model, "system_path": system_path,
-                          "chip_path": chip_path})
+                          "chip_path": chip_path}, notes=notes)
 
     @property
     def hardware(self) -> Hardware:
@@ -113,11 +116,15 @@ def load_specs(hardware: str = "cloudmatrix384", model: str = "deepseek-r1", set
         m, _ = load_model(model, overrides)
     except CmperfError as e:
         problems.append(str(e))
+    notes: list[str] = []
     if chip is not None and m is not None:
+        changes, notes = adapted_precision(chip, m, set(overrides["model"]))
+        if changes:
+            m = m.model_copy(update={"precision": m.precision.model_copy(update=changes)})
         problems += precision_problems(chip, m)
     if problems:
         raise SpecError(" | ".join(problems))
-    return Specs(hardware=Hardware(system=system, chip=chip, system_path=spath, chip_path=cpath), model=m)
+    return Specs(hardware=Hardware(system=system, chip=chip, system_path=spath, chip_path=cpath), model=m, notes=notes)
 
 
 def _cached_specs(hardware: str, model: str) -> Specs | None:
@@ -130,7 +137,11 @@ def _cached_specs(hardware: str, model: str) -> Specs | None:
     m = cached_spec("model", model)
     if chip is None or m is None:
         return None
-    specs = Specs.from_plain(system[0], chip[0], m[0], system[1], chip[1])
+    from .specs.view import SpecView
+
+    changes, notes = adapted_precision(SpecView(chip[0]), SpecView(m[0]), set())
+    model = {**m[0], "precision": {**m[0]["precision"], **changes}} if changes else m[0]
+    specs = Specs.from_plain(system[0], chip[0], model, system[1], chip[1], notes)
     hw, mv = specs.views()
     return None if precision_problems(hw.chip, mv) else specs
 
@@ -207,12 +218,15 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     if phase not in PHASES:
         raise ConfigError(f"unknown phase '{phase}' (expected one of: {', '.join(PHASES)})")
     specs = specs or load_specs()
-    values = dict(values or {})
+    values = {k: v for k, v in (values or {}).items() if v is not None}
     sweep_cols = {k: list(v) for k, v in (sweeps or {}).items()}
-    base = grid_from_rows(phase, rows) if rows is not None else make_grid(phase, values)
     given = set(values) if rows is None else set().union(*(set(r) for r in rows)) if rows else set()
     hw0, m0 = specs.views()
-    base = _model_defaults(base, given, m0)
+    if rows is None:  # the instance the system runs the model with, for what is not given
+        values = deployment.with_instance(phase, check_inputs(phase, values), hw0, m0)
+    else:
+        rows = _rows_with_instance(phase, rows, hw0, m0)
+    base = grid_from_rows(phase, rows) if rows is not None else make_grid(phase, values)
     grid = _with_sweeps(base, sweep_cols, zip_sweeps) if sweep_cols else base
     if phase in ("decode", "prefill", "afd"):
         check_precision(specs)
@@ -224,6 +238,8 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         grid["_default_imbalance"] = is_default
         grid["expert_imbalance"] = _numeric(np.where(is_default, default, col), "--expert-imbalance")
     hw_rows, m_rows = specs.views({k: grid[k].to_numpy(dtype=float) for k in sweep_cols}) if sweep_cols else (hw0, m0)
+    with np.errstate(all="ignore"):
+        deployment.resolve(phase, grid, hw_rows, m_rows)  # MTP, expert layout, batch capped by HBM
     valid, reason = validate(phase, grid, m_rows, hw_rows, given)  # each row with its own swept spec values
     invalid = grid.take(~valid).drop(["_default_imbalance"])
     invalid["reason"] = reason[~valid]
@@ -301,6 +317,8 @@ def inert_overrides(phase: str, values: Mapping[str, Any], specs: Specs, sets: I
     at: dict[str, float] = {}
     for prefix, fields in split_overrides(sets).items():
         for path, v in fields.items():
+            if f"{prefix}.{path}".startswith("system.deployment."):
+                continue  # it chooses inputs (docs/model.md §10), not a number the cost model reads
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 at[f"{prefix}.{path.removesuffix('.value')}"] = float(v)
     return inert_specs(phase, values, specs, at) or []
@@ -339,28 +357,28 @@ def spec_value(specs: Specs, path: str) -> Any:
 
 def unused_fields(specs: Specs, fields: Iterable[str]) -> list[str] | None:
     """The numeric spec ``fields`` that change no output of the default decode nor of the
-    default prefill prediction on these specs (:func:`inert_specs`), with the instance cut
-    to the system: the largest divisor of the default's dies (whole EP groups) that it holds.
-    None when neither default is a valid configuration there."""
+    default prefill prediction on these specs (:func:`inert_specs`): the instance the system
+    runs the model with (cmperf/deployment.py). None when neither default is a valid
+    configuration there. The deployment section is not judged: it chooses inputs."""
     at = {}
     for f in fields:
+        if f.startswith("system.deployment."):
+            continue
         v = spec_value(specs, f)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
             at[f] = float(v)
-    system = specs.hardware.system
-    dies = system.nodes.value * system.node.chips.value * specs.hardware.chip.dies_per_package.value
     unused, judged = set(at), False
     for phase in ("decode", "prefill"):
-        default = PHASE_DEFAULTS[phase]["dies"].value
-        fit = max(d for d in range(1, default + 1) if default % d == 0 and d <= dies)
         try:
-            predict(phase, {"dies": fit}, specs)
+            r = predict(phase, {}, specs)
         except CmperfError:
             continue
         judged = True
-        inert = inert_specs(phase, {"dies": fit}, specs, at)
+        inputs = {k: r.columns[k].iat[0] for k in ("dies", "ep", "tp", "attn_tp", "batch", "tokens_per_npu", "mtp",
+                                                 "redundant_experts", "shared_copies") if k in r.columns}
+        inert = inert_specs(phase, inputs, specs, at)
         if inert is None:  # some field cannot be varied across a grid: judge each alone
-            inert = [f for f in at if inert_specs(phase, {"dies": fit}, specs, {f: at[f]})]
+            inert = [f for f in at if inert_specs(phase, inputs, specs, {f: at[f]})]
         unused &= set(inert)
     return [f for f in at if f in unused] if judged else None
 
@@ -394,16 +412,43 @@ def output_problems(table: Columns, inputs: list[str]) -> np.ndarray:
     return reason
 
 
-def precision_problems(chip, m) -> list[str]:
-    """Every dtype the model computes in must be one the chip's matrix units run: a model in
-    FP8 on a chip without FP8 (Ascend) is an error, not a silent fallback. ``chip`` and ``m``
-    are the validated specs or their views."""
+def _needed_dtypes(m) -> dict[str, str]:
+    """The precision fields whose dtype the chip must run natively: the matmul and attention
+    dtypes, the head, the gate (hidden dtype, MoE), the experts; a floating-point 8/4-bit KV
+    cache (read by the attention kernels as it is stored). Storage-only dtypes (``weights``,
+    ``expert_weights``: dequantised on the way in) need no peak."""
     p = m.precision
     needed = {"matmul": p.matmul, "attention": p.attention, "head": p.head}
     if m.moe is not None:  # the router's gate runs in the hidden dtype; experts follow matmul unless set
         needed["hidden"] = p.hidden
         if p.experts is not None:
             needed["experts"] = p.experts
+    if p.kv_cache in ("fp8", "fp4"):
+        needed["kv_cache"] = p.kv_cache
+    return needed
+
+
+def adapted_precision(chip, m, user_set: set) -> tuple[dict[str, str], list[str]]:
+    """The dtypes a model's file names that the chip lacks, replaced by the chip's closest
+    (same width; else the narrowest wider one: FP8 -> INT8 on Ascend, the paper's W8A8), for
+    every field the user did not set with --set (those stay errors); and one note per model
+    saying so. (changes {field: dtype}, notes)."""
+    have = dtypes_of(chip.die.peak_flops_per_s)
+    changes = {k: _closest(v, chip) for k, v in _needed_dtypes(m).items()
+               if v not in have and f"precision.{k}" not in user_set}
+    if not changes:
+        return {}, []
+    what = ", ".join(f"{k} {getattr(m.precision, k)} -> {v}" for k, v in changes.items())
+    return changes, [f"model {m.name} runs as {what} on chip {chip.name}, which lacks the file's dtype "
+                     f"(give --set model.precision.FIELD=DTYPE to choose another)"]
+
+
+def precision_problems(chip, m) -> list[str]:
+    """Every dtype the model computes in must be one the chip's matrix units run
+    (:func:`_needed_dtypes`); a dtype the user set and the chip lacks is an error, not a
+    silent fallback (a model file's own dtype is adapted first: :func:`adapted_precision`).
+    ``chip`` and ``m`` are the validated specs or their views."""
+    needed = _needed_dtypes(m)
     have = dtypes_of(chip.die.peak_flops_per_s)
     missing = {k: v for k, v in needed.items() if v not in have}
     if not missing:
@@ -422,22 +467,26 @@ def check_precision(specs: Specs) -> None:
 
 
 def _closest(dtype: str, chip) -> str:
-    """The chip's dtype of the same width, else its widest."""
+    """The chip's dtype of the same width, else the narrowest wider one, else its widest."""
     have = dtypes_of(chip.die.peak_flops_per_s)
     same = [d for d in have if DTYPE_BYTES[d] == DTYPE_BYTES[dtype]]
-    return same[0] if same else have[0]
+    wider = sorted((d for d in have if DTYPE_BYTES[d] > DTYPE_BYTES[dtype]), key=lambda d: DTYPE_BYTES[d])
+    return same[0] if same else wider[0] if wider else have[0]
 
 
-def _model_defaults(grid: Columns, given: set, m) -> Columns:
-    """Defaults that depend on the model: MTP off for a model without an MTP module, no
-    shared-expert copies for a model without a shared expert (the paper's deployment
-    defaults assume DeepSeek-R1)."""
-    grid = grid.copy()
-    if "mtp" in grid and "mtp" not in given and m.mtp.modules == 0:
-        grid["mtp"] = 0
-    if "shared_copies" in grid and "shared_copies" not in given and (m.moe is None or m.moe.shared_experts == 0):
-        grid["shared_copies"] = 0
-    return grid
+def _rows_with_instance(phase: str, rows: list[Mapping[str, Any]], hw, m) -> list[dict]:
+    """Each row with the derived instance inputs it leaves unset (rows that name the same
+    instance inputs share one derivation)."""
+    keys = ("dies", "tp", "attn_tp", "attention_dies", "expert_dies")
+    memo: dict[tuple, dict] = {}
+    out = []
+    for r in rows:
+        r = {k: v for k, v in r.items() if v is not None}
+        key = (frozenset(r), tuple((k, r[k]) for k in keys if k in r and np.ndim(r[k]) == 0))
+        if key not in memo:
+            memo[key] = deployment.instance(phase, hw, m, check_inputs(phase, r))
+        out.append({**memo[key], **r})
+    return out
 
 
 def _with_sweeps(base: Columns, sweep_cols, zipped: bool = False) -> Columns:

@@ -260,6 +260,11 @@ def warn(message: str) -> None:
     sys.stderr.write(f"cmperf: warning: {message}\n")
 
 
+def note_line(message: str) -> None:
+    """A choice cmperf made for the user (a derived default, an adapted dtype), on stderr."""
+    sys.stderr.write(f"cmperf: note: {message}\n")
+
+
 def columns_present(df: Any, cols: Iterable[str]) -> list[str]:
     return [c for c in cols if c in df.columns]
 

@@ -32,7 +32,7 @@ INTEGER_INPUTS = {"prompt_len", "output_len", "dies", "ep", "tp", "attn_tp", "mi
                   "attention_dies", "expert_dies", "comm_sms"}
 WORDS = {"expert_imbalance": {"default": "default"}, "microbatches": {"auto": 0},
          "mtp": {"on": 1, "off": 0, True: 1, False: 0}}
-AT_LEAST = {"ep": 1, "dies": 1, "tp": 1, "attn_tp": 1, "kv_len": 1, "shared_copies": 0, "redundant_experts": 0,
+AT_LEAST = {"ep": 1, "dies": 1, "tp": 1, "attn_tp": 1, "kv_len": 1, "shared_copies": 0, "redundant_experts": 0, "mtp": 0,
             "cached_len": 0, "attention_dies": 1, "expert_dies": 1, "comm_sms": 0,
             "prompt_len": 1, "output_len": 1, "mtp_k": 1, "batch": 1, "tokens_per_npu": 1, "tokens": 1}
 GIVEN_ALL = ("ep",)  # validate()'s default: name EP as a flag (callers pass what the user gave)
@@ -143,22 +143,18 @@ def grid_from_rows(phase: str, rows: list[Mapping[str, Any]]) -> Columns:
 
 
 def resolve_defaults(phase: str, df: Columns) -> Columns:
-    """Fill the inputs whose default depends on others (EP = dies, kv_len, shared copies)."""
+    """Fill the inputs whose default depends on other inputs (EP = dies, kv_len)."""
     df = df.copy()
     if phase in ("gemm", "attention"):
         return df
     if phase == "collective":
         df["dies"] = np.where(df["dies"] <= 0, df["ep"], df["dies"])
         return df
-    if phase == "afd":  # one shared-expert copy per expert die unless set
-        df["shared_copies"] = np.where(df["shared_copies"] <= 0, df["expert_dies"], df["shared_copies"])
-    else:
+    if phase != "afd":
         df["ep"] = np.where(df["ep"] <= 0, df["dies"], df["ep"])
     if phase in ("decode", "afd"):
         df["kv_len"] = np.where(np.isnan(df["kv_len"].astype(float)), df["prompt_len"] + df["output_len"] / 2, df["kv_len"])
-    else:
-        df["shared_copies"] = np.where(df["shared_copies"] < 0, df["ep"], df["shared_copies"])  # -1: unset
-    return df
+    return df  # the inputs that follow the system and the model: cmperf/deployment.py
 
 
 def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(GIVEN_ALL)) -> tuple[np.ndarray, np.ndarray]:

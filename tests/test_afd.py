@@ -202,7 +202,7 @@ def test_cli_predict_afd(cli):
 
 
 @pytest.mark.parametrize("args, names", [
-    (("--expert-dies", "64"), ("--expert-dies 64", "352 expert instances")),
+    (("--expert-dies", "64", "--redundant-experts", "32", "--shared-copies", "64"), ("--expert-dies 64", "352 expert instances")),
     (("--attention-dies", "700"), ("--attention-dies 700", "768 dies")),
     (("--attention-dies", "0"), ("--attention-dies",)),
     (("--microbatches", "5"), ("--microbatches 5",)),

@@ -77,14 +77,15 @@ def test_legitimate_edges_still_predict(cli):
 
 
 def test_dies_alone_does_not_blame_an_ep_never_given(cli):
-    line = error_line(cli("predict", "decode", "--dies", "7"), "EP 7 (= --dies; --ep not given)")
+    line = error_line(cli("predict", "decode", "--dies", "7", "--redundant-experts", "32", "--shared-copies", "32"),
+                      "EP 7 (= --dies; --ep not given)")
     assert "--ep 7" not in line
 
 
 def test_search_sweep_cannot_bypass_the_row_checks(cli):
     # 128 routed experts at EP320: 128 + 32 + 32 = 192 instances do not divide over 320 dies
-    line = error_line(cli("search", "decode", "--tpot-slo", "50", "--batch", "8",
-                          "--sweep", "model.moe.routed_experts=128"), "192 expert instances")
+    line = error_line(cli("search", "decode", "--tpot-slo", "50", "--batch", "8", "--redundant-experts", "32",
+                          "--shared-copies", "32", "--sweep", "model.moe.routed_experts=128"), "192 expert instances")
     assert "configurations of the grid are invalid" in line
     error_line(cli("search", "decode", "--tpot-slo", "50", "--batch", "8",
                    "--sweep", "chip.die.matrix_units=20,24.5,26"), "--sweep chip.die.matrix_units=24.5", "integer")
@@ -95,8 +96,8 @@ def test_search_sweep_cannot_bypass_the_row_checks(cli):
 
 
 def test_search_swept_rows_are_checked_with_their_own_values(cli):
-    code, out, err = cli("search", "decode", "--tpot-slo", "50", "--batch", "8", "-f", "json",
-                         "--sweep", "model.moe.routed_experts=128,256")
+    code, out, err = cli("search", "decode", "--tpot-slo", "50", "--batch", "8", "-f", "json", "--redundant-experts", "32",
+                         "--shared-copies", "32", "--sweep", "model.moe.routed_experts=128,256")
     assert code == 0, err
     data = json.loads(out)
     assert data["summary"]["dropped_invalid"] == data["summary"]["evaluated"] > 0  # one routed count of two
@@ -323,7 +324,7 @@ REF = ("name: t\nsource: test\nrows:\n  - {id: A, description: d, where: w, phas
      [".inf is not a finite number"]),
     ("{id: A, description: d, where: w, phase: decode, metric: tpot_ms, paper: 20, tolerance: 'inf', scenario: {}}",
      ["tolerance", "a valid number"]),  # a quoted number is text, not a number
-    ("{id: A, description: d, where: w, phase: decode, metric: tpot_ms, paper: 20, tolerance: 0.5, scenario: {dies: 7}}",
+    ("{id: A, description: d, where: w, phase: decode, metric: tpot_ms, paper: 20, tolerance: 0.5, scenario: {dies: 7, redundant_experts: 32, shared_copies: 32}}",
      ["row A", "EP 7 (= scenario.dies"]),
 ])
 def test_reference_rows(cli, tmp_path, row, needles):

@@ -106,7 +106,8 @@ def test_ep_not_dividing_dies(cli):
 
 
 def test_ep_not_dividing_experts(cli):
-    line = assert_error(cli("predict", "decode", "--ep", "256", "--dies", "256"), "does not divide the 320 expert instances")
+    line = assert_error(cli("predict", "decode", "--ep", "256", "--dies", "256", "--redundant-experts", "32",
+                            "--shared-copies", "32"), "does not divide the 320 expert instances")
     assert "256 routed + 32 redundant + 32 shared" in line
 
 

@@ -124,7 +124,8 @@ def test_kv_memory_holds_prompt_and_output(fixed):
 
 def test_expert_weights_counted_per_instance(fixed):
     """EP32 holds 10 expert instances per die, EP320 one: 9 more per MoE layer (58 + MTP)."""
-    t = predict("decode", rows=[{"dies": 32, "ep": 32}, {"dies": 320, "ep": 320}], specs=fixed).table
+    layout = {"redundant_experts": 32, "shared_copies": 32}
+    t = predict("decode", rows=[{"dies": 32, "ep": 32, **layout}, {"dies": 320, "ep": 320, **layout}], specs=fixed).table
     t = t.set_index("ep")
     assert t.loc[32, "weights_per_die_bytes"] - t.loc[320, "weights_per_die_bytes"] == pytest.approx(9 * EXPERT * 59)
     ops, _ = predict("prefill", {}, fixed).breakdown(0)

@@ -91,7 +91,8 @@ def test_swept_field_equals_set_override(specs):
 
 
 def test_chunked_evaluation_equals_one_call(specs):
-    values = {"batch": [8, 16, 24, 32], "mtp": [1, 0], "mtp_k": [1, 2], "dies": [64, 128, 320]}
+    values = {"batch": [8, 16, 24, 32], "mtp": [1, 0], "mtp_k": [1, 2], "dies": [64, 128, 320],
+              "redundant_experts": 32, "shared_copies": 32}
     one = evaluate("decode", values, specs, {UB: [135e9, 270e9]}, chunk_rows=10**6)
     seen = []
     many = evaluate("decode", values, specs, {UB: [135e9, 270e9]}, on_chunk=lambda d, t: seen.append((d, t)),
@@ -187,7 +188,8 @@ def test_cli_sweep_over_invalid_field_is_a_clear_error(cli):
                                         (["--tpot-slo", "50", "--microbatches", "3"], "microbatches"),
                                         (["--tpot-slo", "50", "--top", "0"], "--top"),
                                         (["--tpot-slo", "50", "--out", "/no/such/dir/x.csv"], "does not exist"),
-                                        (["--tpot-slo", "50", "--dies", "7"], "invalid")])
+                                        (["--tpot-slo", "50", "--dies", "7", "--redundant-experts", "32",
+                                          "--shared-copies", "32"], "invalid")])
 def test_cli_bad_input_exit_2(cli, args, match):
     code, out, err = cli("search", "decode", *args)
     assert code == 2 and err.startswith("cmperf: error:") and match in err, err
@@ -195,7 +197,7 @@ def test_cli_bad_input_exit_2(cli, args, match):
 
 def test_cli_invalid_points_are_dropped_and_counted(cli):
     code, out, err = cli("search", "decode", "--tpot-slo", "50", "--batch", "32,64", "--dies", "64,128,320",
-                         "--format", "json")
+                         "--redundant-experts", "32", "--shared-copies", "32", "--format", "json")
     assert code == 0, err
     s = json.loads(out)["summary"]
     assert s["dropped_invalid"] == 4 and s["evaluated"] == 8  # EP128 does not divide 320 expert instances

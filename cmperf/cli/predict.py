@@ -33,13 +33,30 @@ def _imbalance(v: Optional[str]):
         raise CmperfError(f"--expert-imbalance {short(v, 40)}: expected a number >= 1 or 'default'") from None
 
 
-def _kv_sets(sets: Optional[List[str]], kv_dtype: Optional[str]) -> list[str]:
+KV_DTYPES = ("bf16", "fp16", "fp8", "int8")
+
+
+def _kv_sets(sets: Optional[List[str]], kv_dtype: Optional[str], hardware: str) -> list[str]:
+    """--kv-dtype as the --set it stands for; an FP8 cache needs a chip with FP8 (its attention
+    kernels read the cache as it is stored)."""
     out = list(sets or [])
     if kv_dtype is not None:
-        if kv_dtype not in ("bf16", "fp16", "int8"):
-            raise CmperfError(f"--kv-dtype {short(kv_dtype, 40)}: expected bf16, fp16 or int8")
+        if kv_dtype not in KV_DTYPES:
+            raise CmperfError(f"--kv-dtype {short(kv_dtype, 40)}: expected {', '.join(KV_DTYPES[:-1])} or {KV_DTYPES[-1]}")
+        if kv_dtype == "fp8":
+            from ..specs.dtypes import dtypes_of
+            from ..specs.loader import load_hardware
+
+            chip = load_hardware(hardware).chip
+            have = dtypes_of(chip.die.peak_flops_per_s)
+            if "fp8" not in have:
+                raise CmperfError(f"--kv-dtype fp8: chip {chip.name} has no FP8 (it runs {', '.join(have)}); "
+                                  f"an 8-bit cache there is --kv-dtype int8")
         out.append(f"model.precision.kv_cache={kv_dtype}")
     return out
+
+
+KV_HELP = "KV-cache dtype bf16|fp16|fp8|int8 (fp8 where the chip has FP8; default: the model spec's)"
 
 
 DECODE_SUMMARY = ["phase", "batch", "kv_len", "dies", "ep", "tp", "mtp", "microbatches_used", "tpot_ms", "iteration_ms",
@@ -80,13 +97,15 @@ def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list
     imported only to write CSV)."""
     from ..predict import inert_overrides, load_specs, predict
     from ..bands import half_width
-    from ..report import (check_format, check_parent_dir, human, json_records, print_csv, print_json, print_table,
-                          provenance, unit_of, warn, write_csv)
+    from ..report import (check_format, check_parent_dir, human, json_records, note_line, print_csv, print_json,
+                          print_table, provenance, unit_of, warn, write_csv)
 
     check_format(fmt)
     if out is not None:
         check_parent_dir(out, "--out")
     specs = load_specs(hardware, model, sets)
+    for note in specs.notes:
+        note_line(note)
     given = {k: v for k, v in values.items() if v is not None}
     result = predict(phase, given, specs)
     table = result.columns
@@ -147,7 +166,7 @@ def predict_decode(
     redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help=help_text("decode", "redundant_experts")),
     shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help=help_text("decode", "shared_copies")),
     attention_share: Optional[float] = typer.Option(None, "--attention-share", help=help_text("decode", "attention_share")),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype bf16|int8 (default: the model spec's, bf16)"),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help=KV_HELP),
     hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
     breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
     fmt: str = FormatOpt,
@@ -159,7 +178,7 @@ def predict_decode(
                   microbatches=_microbatches(microbatches), mtp=None if mtp is None else int(mtp), mtp_k=mtp_k,
                   mtp_acceptance=mtp_acceptance, expert_imbalance=_imbalance(expert_imbalance),
                   redundant_experts=redundant_experts, shared_copies=shared_copies, attention_share=attention_share)
-    _run_predict("decode", values, hardware, model, _kv_sets(sets, kv_dtype), breakdown, fmt, out)
+    _run_predict("decode", values, hardware, model, _kv_sets(sets, kv_dtype, hardware), breakdown, fmt, out)
 
 
 @predict_app.command("prefill")
@@ -175,7 +194,7 @@ def predict_prefill(
     expert_imbalance: Optional[str] = typer.Option(None, "--expert-imbalance", help=help_text("prefill", "expert_imbalance")),
     redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help=help_text("prefill", "redundant_experts")),
     shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help=help_text("prefill", "shared_copies")),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype bf16|int8 (default: the model spec's, bf16)"),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help=KV_HELP),
     hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
     breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
     fmt: str = FormatOpt,
@@ -187,7 +206,7 @@ def predict_prefill(
                   microbatches=_microbatches(microbatches), mtp=None if mtp is None else int(mtp),
                   expert_imbalance=_imbalance(expert_imbalance), redundant_experts=redundant_experts,
                   shared_copies=shared_copies)
-    _run_predict("prefill", values, hardware, model, _kv_sets(sets, kv_dtype), breakdown, fmt, out)
+    _run_predict("prefill", values, hardware, model, _kv_sets(sets, kv_dtype, hardware), breakdown, fmt, out)
 
 
 
@@ -206,7 +225,7 @@ def predict_afd(
     expert_imbalance: Optional[str] = typer.Option(None, "--expert-imbalance", help=help_text("afd", "expert_imbalance")),
     redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help=help_text("afd", "redundant_experts")),
     shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help=help_text("afd", "shared_copies")),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype bf16|int8 (default: the model spec's, bf16)"),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help=KV_HELP),
     hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
     breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
     fmt: str = FormatOpt,
@@ -221,4 +240,4 @@ def predict_afd(
                   expert_dies=expert_dies, microbatches=_microbatches(microbatches, 4), mtp=None if mtp is None else int(mtp),
                   mtp_k=mtp_k, mtp_acceptance=mtp_acceptance, expert_imbalance=_imbalance(expert_imbalance),
                   redundant_experts=redundant_experts, shared_copies=shared_copies)
-    _run_predict("afd", values, hardware, model, _kv_sets(sets, kv_dtype), breakdown, fmt, out)
+    _run_predict("afd", values, hardware, model, _kv_sets(sets, kv_dtype, hardware), breakdown, fmt, out)

@@ -289,6 +289,41 @@ class Collectives(Strict):
     step_time_cv: NonNegative  # spread (std/mean) of a die's load-dependent time between two barriers
 
 
+class DecodeInstance(Strict):
+    """The decode instance a system is usually run with (docs/model.md §10): every field a
+    ``predict decode`` input the user may leave unset. Absent fields are derived."""
+
+    dies: Optional[int] = Field(default=None, gt=0)  # for the system's reference model; other models scale it
+    tp: Optional[int] = Field(default=None, gt=0)  # attention/dense-FFN tensor parallelism of a MoE model
+    batch: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)  # requests per NPU (capped by memory)
+    mtp: Optional[bool] = None  # multi-token prediction (off for a model without an MTP module)
+    shared_copies_per_die: float = Field(gt=0, le=1, allow_inf_nan=False)  # 1: a copy on every die
+    redundant_per_die: int = Field(ge=0)  # spare routed copies per die, at least (then topped up to whole experts)
+    source: str = Field(min_length=3)
+
+
+class PrefillInstance(Strict):
+    """The prefill instance a system is usually run with (docs/model.md §10)."""
+
+    dies: Optional[int] = Field(default=None, gt=0)
+    attn_tp: Optional[int] = Field(default=None, gt=0)
+    tokens_per_npu: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)  # capped by memory
+    shared_copies_per_die: float = Field(gt=0, le=1, allow_inf_nan=False)
+    redundant_per_die: int = Field(ge=0)
+    source: str = Field(min_length=3)
+
+
+class Deployment(Strict):
+    """How the system is usually deployed: its published instances (for ``model``, the model
+    they were published with) and the rules that adapt them to another model (docs/model.md §10)."""
+
+    model: Optional[str] = None  # the reference model of the published instance sizes
+    max_weight_share: Fraction  # an instance is at least large enough that weights take this share of a die's HBM
+    decode: DecodeInstance
+    prefill: PrefillInstance
+    source: str = Field(min_length=3)
+
+
 class SystemSpec(Strict):
     kind: Literal["system"]
     name: str
@@ -305,6 +340,7 @@ class SystemSpec(Strict):
     overlap: Overlaps
     collectives: Collectives
     memory_pool: Optional[MemoryPool] = None
+    deployment: Optional[Deployment] = None  # absent: the generic defaults of cmperf/defaults.py (docs/model.md §10)
 
     @model_validator(mode="after")
     def _tiers_consistent(self):
