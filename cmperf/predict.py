@@ -99,12 +99,32 @@ class Specs:
         return f"Specs(hardware={self.hardware!r}, model={self.model!r})"
 
 
-def load_specs(hardware: str = "cloudmatrix384", model: str = "deepseek-r1", sets: Iterable[str] = ()) -> Specs:
-    """The system, its chip and the model, validated together: every problem of the three
-    files, and a model dtype the chip lacks, named in one error (not the first alone). Files
-    validated before, unchanged, come from the spec cache (:mod:`.specs.cache`) when no
-    ``--set`` changes them."""
+DEFAULT_MODEL = "deepseek-r1"  # the model of a system whose deployment names none (the paper's)
+
+
+def system_model(hardware: str) -> str:
+    """The model a system is published with (its ``deployment.model``; CloudMatrix384:
+    DeepSeek-R1, DeepSeek's H800 cluster: DeepSeek-V3), the default ``--model`` on it;
+    DEFAULT_MODEL when its file names none or cannot be read (loading names the problem)."""
+    hit = cached_spec("system", hardware)
+    if hit is not None:
+        dep = hit[0].get("deployment") or {}
+        return dep.get("model") or DEFAULT_MODEL
+    try:
+        dep = load_hardware_parts(hardware, {})[0][0].deployment
+    except (CmperfError, AttributeError, TypeError):
+        return DEFAULT_MODEL
+    return dep.model if dep is not None and dep.model else DEFAULT_MODEL
+
+
+def load_specs(hardware: str = "cloudmatrix384", model: str | None = None, sets: Iterable[str] = ()) -> Specs:
+    """The system, its chip and the model (default: the system's, :func:`system_model`),
+    validated together: every problem of the three files named in one error (not the first
+    alone); a dtype of the model file the chip lacks adapted (:func:`adapted_precision`, with
+    a note). Files validated before, unchanged, come from the spec cache (:mod:`.specs.cache`)
+    when no ``--set`` changes them."""
     sets = list(sets)
+    model = model if model is not None else system_model(hardware)
     if not sets:
         cached = _cached_specs(hardware, model)
         if cached is not None:

@@ -356,7 +356,7 @@ def search(phase: str, values: Mapping[str, Any] | None = None, slo_ms: float = 
     """Evaluate the grid and rank it: configurations that fit in memory and meet the SLO
     (TPOT for decode, TTFT for prefill), best ``top`` by throughput per NPU (ties: lower latency,
     then less memory per die)."""
-    if not (isinstance(slo_ms, (int, float)) and math.isfinite(slo_ms) and slo_ms > 0):
+    if not (isinstance(slo_ms, (int, float)) and not math.isnan(slo_ms) and slo_ms > 0):  # inf: no SLO
         raise ConfigError(f"{SLO_FLAG.get(phase, '--slo')} {slo_ms}: the SLO must be a positive number of milliseconds")
     if int(top) != top or top < 1:
         raise ConfigError(f"--top {top}: expected a positive integer")
@@ -405,7 +405,7 @@ def read_results(path: str, slo_ms: float | None = None, top: int | None = None)
         raise ConfigError(f"{path}: phase '{phase}' is not a searchable phase ({', '.join(SEARCH_PHASES)})")
     t = check_results(t, phase, path)
     slo = float(t["slo_ms"].iat[0]) if slo_ms is None else slo_ms
-    if not (math.isfinite(slo) and slo > 0):
+    if not (not math.isnan(slo) and slo > 0 and (math.isfinite(slo) or slo_ms is None)):  # a file searched without an SLO: inf
         where = "--slo" if slo_ms is not None else f"{short(str(path))}: slo_ms"
         raise ConfigError(f"{where} {short(slo)}: the SLO must be a positive number of milliseconds")
     n = top if top is not None else int(t["rank"].max()) if t["rank"].notna().any() else 10
@@ -445,6 +445,8 @@ def check_results(t: pd.DataFrame, phase: str, path: str) -> pd.DataFrame:
             x = np.where(t[col].astype(str) == "default", 1.0, x)
         low = 0.0 if col in non_negative or col in inputs or col in swept else None
         problem = ~np.isfinite(x) | ((x <= 0) if low is None else (x < low))
+        if col == "slo_ms":  # inf: searched without an SLO
+            problem = np.isnan(x) | (x <= 0)
         if problem.any():
             bad(problem, col, "a finite number" + (" > 0" if low is None else " >= 0"))
     if "attention_share" in t.columns:

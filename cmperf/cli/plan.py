@@ -48,7 +48,7 @@ def plan_cmd(
     shapes: str = typer.Option("pd,colocated,afd", "--shapes", help="deployment shapes to consider: pd (prefill/decode disaggregated), colocated (chunked prefill), afd (PD with attention-FFN disaggregated decode); comma-separated"),
     kv_tier: Optional[str] = typer.Option(None, "--kv-tier", help="tier of the prefill-to-decode KV transfer, e.g. rdma (paper) or ub (default: the system's)"),
     top: int = typer.Option(5, "--top", help="runner-up deployments shown"),
-    hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
+    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt,
     sweep: Optional[List[str]] = typer.Option(None, "--sweep", help="plan once per value of a spec field, e.g. system.tiers.ub.bandwidth_Bps=100e9,200e9"),
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write every deployment evaluated (ranked) to this CSV file"),

@@ -91,11 +91,11 @@ def _misfit(row, phase: str) -> str:
             f"KV {B('kv_cache_per_die_bytes')}, buffers {B('buffers_per_die_bytes')}) but a die has {B('hbm_per_die_bytes')}")
 
 
-def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list[str], breakdown: bool,
+def _run_predict(phase: str, values: dict, hardware: str, model: Optional[str], sets: list[str], breakdown: bool,
                  fmt: str, out: Optional[str]):
     """Predict one configuration and render it from the result's numpy columns (pandas is
     imported only to write CSV)."""
-    from ..predict import inert_overrides, load_specs, predict
+    from ..predict import inert_overrides, load_specs, predict, system_model
     from ..bands import half_width
     from ..report import (check_format, check_parent_dir, human, json_records, note_line, print_csv, print_json,
                           print_table, provenance, unit_of, warn, write_csv)
@@ -103,6 +103,7 @@ def _run_predict(phase: str, values: dict, hardware: str, model: str, sets: list
     check_format(fmt)
     if out is not None:
         check_parent_dir(out, "--out")
+    model = model or system_model(hardware)
     specs = load_specs(hardware, model, sets)
     for note in specs.notes:
         note_line(note)
@@ -167,7 +168,7 @@ def predict_decode(
     shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help=help_text("decode", "shared_copies")),
     attention_share: Optional[float] = typer.Option(None, "--attention-share", help=help_text("decode", "attention_share")),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help=KV_HELP),
-    hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
+    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt,
     breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write the result table to this CSV file"),
@@ -195,7 +196,7 @@ def predict_prefill(
     redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help=help_text("prefill", "redundant_experts")),
     shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help=help_text("prefill", "shared_copies")),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help=KV_HELP),
-    hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
+    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt,
     breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write the result table to this CSV file"),
@@ -226,7 +227,7 @@ def predict_afd(
     redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help=help_text("afd", "redundant_experts")),
     shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help=help_text("afd", "shared_copies")),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help=KV_HELP),
-    hardware: str = HardwareOpt, model: str = ModelOpt, sets: Optional[List[str]] = SetOpt,
+    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt,
     breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write the result table to this CSV file"),

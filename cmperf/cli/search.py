@@ -9,6 +9,7 @@ reason and the closest configuration go to stderr; reports are still written); 2
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -40,7 +41,7 @@ IMBALANCE = {"default": "default"}
 # --------------------------------------------------------------------------- commands
 @search_app.command("decode")
 def search_decode(
-    tpot_slo: float = typer.Option(50.0, "--tpot-slo", help="TPOT SLO in ms (tokens/s per user = 1000 / TPOT; default: 50, the paper's)"),
+    tpot_slo: Optional[float] = typer.Option(None, "--tpot-slo", help="TPOT SLO in ms (tokens/s per user = 1000 / TPOT; default: none, every configuration that fits ranks; the paper's is 50)"),
     batch: str = typer.Option("1:256", "--batch", help=f"requests per NPU: {LIST}"),
     prompt_len: str = typer.Option("4096", "--prompt-len", help="prompt tokens per request"),
     output_len: str = typer.Option("256", "--output-len", help="output tokens per request"),
@@ -56,7 +57,7 @@ def search_decode(
     redundant_experts: Optional[str] = typer.Option(None, "--redundant-experts", help="redundant routed experts (default: whole experts per die for each EP)"),
     shared_copies: Optional[str] = typer.Option(None, "--shared-copies", help="shared-expert copies (default: the system's share of each EP's dies)"),
     top: int = TopOpt, sweep: Optional[List[str]] = SweepOpt, sets: Optional[List[str]] = SetOpt,
-    hardware: str = HardwareOpt, model: str = ModelOpt, fmt: str = FormatOpt,
+    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, fmt: str = FormatOpt,
     out: Optional[str] = OutOpt, plot: Optional[str] = PlotOpt,
 ):
     """Top decode configurations by throughput per NPU with TPOT <= SLO that fit in HBM; Pareto frontier.
@@ -81,12 +82,12 @@ def search_decode(
         "redundant_experts": None if redundant_experts is None else parse_list(redundant_experts, "--redundant-experts", integer=True),
         "shared_copies": None if shared_copies is None else parse_list(shared_copies, "--shared-copies", integer=True),
     }
-    _run("decode", values, tpot_slo, top, sweep, sets, hardware, model, fmt, out, plot)
+    _run("decode", values, math.inf if tpot_slo is None else tpot_slo, top, sweep, sets, hardware, model, fmt, out, plot)
 
 
 @search_app.command("prefill")
 def search_prefill(
-    ttft_slo: float = typer.Option(2000.0, "--ttft-slo", help="TTFT SLO in ms (default: 2000, the paper's)"),
+    ttft_slo: Optional[float] = typer.Option(None, "--ttft-slo", help="TTFT SLO in ms (default: none, every configuration that fits ranks; the paper's is 2000)"),
     tokens_per_npu: str = typer.Option("4096:65536:4096", "--tokens-per-npu", help=f"prompt tokens per NPU per pass: {LIST}"),
     prompt_len: str = typer.Option("4096", "--prompt-len", help="tokens per prompt"),
     dies: Optional[str] = typer.Option(None, "--dies", help="dies in the prefill instance (default: the system's, for the model: 32 on cloudmatrix384)"),
@@ -98,7 +99,7 @@ def search_prefill(
     redundant_experts: Optional[str] = typer.Option(None, "--redundant-experts", help="redundant routed experts (default: whole experts per die, at least the system's spare per die)"),
     shared_copies: Optional[str] = typer.Option(None, "--shared-copies", help="shared-expert copies (default: the system's: one per die on cloudmatrix384)"),
     top: int = TopOpt, sweep: Optional[List[str]] = SweepOpt, sets: Optional[List[str]] = SetOpt,
-    hardware: str = HardwareOpt, model: str = ModelOpt, fmt: str = FormatOpt,
+    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, fmt: str = FormatOpt,
     out: Optional[str] = OutOpt, plot: Optional[str] = PlotOpt,
 ):
     """Top prefill configurations by throughput per NPU with TTFT <= SLO that fit in HBM; Pareto frontier.
@@ -119,7 +120,7 @@ def search_prefill(
         "redundant_experts": None if redundant_experts is None else parse_list(redundant_experts, "--redundant-experts", integer=True),
         "shared_copies": None if shared_copies is None else parse_list(shared_copies, "--shared-copies", integer=True),
     }
-    _run("prefill", values, ttft_slo, top, sweep, sets, hardware, model, fmt, out, plot)
+    _run("prefill", values, math.inf if ttft_slo is None else ttft_slo, top, sweep, sets, hardware, model, fmt, out, plot)
 
 
 @search_app.command("report")
@@ -148,7 +149,7 @@ def search_report(
     result = read_results(results, slo, top)
     recorded, _ = read_provenance(results)
     hardware = hardware or recorded.get("hardware") or "cloudmatrix384"
-    model = model or recorded.get("model") or "deepseek-r1"
+    model = model or recorded.get("model") or None
     sets = sets or recorded["set"]
     specs = _specs(hardware, model, sets) if plot else None
     prov = provenance(f"search report {results}", hardware, model, sets, recorded["sweep"])
@@ -165,6 +166,9 @@ def _run(phase, values, slo, top, sweep, sets, hardware, model, fmt, out, plot):
     _check_dir(plot, "--plot")
     _plot_ready(plot)
     sweeps = parse_sweeps(sweep or [])
+    from ..predict import system_model
+
+    model = model or system_model(hardware)
     specs = _specs(hardware, model, sets)
     check_sweeps(sweeps, hardware, model, sets or [])
     progress = _ChunkProgress()
@@ -214,7 +218,7 @@ def _finish(result, specs, fmt, out, plot, label, prov):
         from ..search import breakdown
 
         ops, _ = breakdown(result, specs)
-        search_figure(result, ops, specs, plot, f"{label}, {result.latency.split('_')[0].upper()} SLO {result.slo_ms:g} ms")
+        search_figure(result, ops, specs, plot, f"{label}, {result.latency.split('_')[0].upper()} {_slo_text(result.slo_ms)}")
     _render(result, fmt, inert, why, prov)
     if why:
         sys.stderr.write(f"cmperf: {why}\n")
@@ -238,17 +242,23 @@ def _render(result, fmt: str, inert: list[str], why: str, prov: dict) -> None:
     s = result.summary()
     lat = result.latency
     typer.echo(f"{s['phase']} search: {s['configurations']:,} configurations, {s['dropped_invalid']:,} invalid, "
-               f"{s['fit_in_memory']:,} fit in memory, {s['meet_slo']:,} also meet {lat} <= {s['slo_ms']:g}")
+               f"{s['fit_in_memory']:,} fit in memory" + (f", {s['meet_slo']:,} also meet {lat} <= {s['slo_ms']:g}"
+                                                           if math.isfinite(s['slo_ms']) else " (no SLO given)"))
     cols = _shown_columns(result)
     units = {c: unit_of(c) for c in result.table.columns}
     if len(top):
-        print_table(_for_table(top, ["rank", *cols]), f"top {len(top)} by throughput per NPU ({lat} <= {s['slo_ms']:g})", units)
+        cap = f"{lat} <= {s['slo_ms']:g}" if math.isfinite(s["slo_ms"]) else "no SLO"
+        print_table(_for_table(top, ["rank", *cols]), f"top {len(top)} by throughput per NPU ({cap})", units)
     shown = pareto
     if len(pareto) > 20:  # evenly spaced along the frontier; all of it is in --format json / --out
         shown = pareto.iloc[sorted(set(pd.Series(range(20)) * (len(pareto) - 1) // 19))]
     title = f"Pareto frontier: throughput per NPU vs {lat} ({len(shown)} of {len(pareto)} points" + \
             ("; all in --format json / --out)" if len(shown) < len(pareto) else ")")
     print_table(_for_table(shown, [*cols, "meets_slo"]), title, units)
+
+
+def _slo_text(slo_ms: float) -> str:
+    return f"SLO {slo_ms:g} ms" if math.isfinite(slo_ms) else "no SLO"
 
 
 def _shown_columns(result) -> list[str]:

@@ -33,7 +33,7 @@ from ..cost.arch import kv_bytes_per_token, kv_layers
 from ..cost.ops import Bytes
 from ..cost.pool import pool_capacity_B
 from ..errors import ConfigError
-from ..predict import Specs, load_specs
+from ..predict import Specs, load_specs, system_model
 from . import instances, shapes
 from .queueing import largest_rate, mean_wait_s, wait_quantile_s
 from .supernode import supernode_sets
@@ -95,7 +95,7 @@ def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str) -> d
 
 
 # --------------------------------------------------------------------------- the plan
-def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", model: str = "deepseek-r1",
+def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", model: str | None = None,
          sets: Iterable[str] = (), npus: int | None = None, supernode: int | None = None,
          shape_names: Iterable[str] = SHAPES, kv_tier: str | None = None, pool_path: str | None = None,
          working_set_tokens: float | None = None, block_tokens: int | None = None,
@@ -107,6 +107,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     if unknown or not shape_names:
         raise ConfigError(f"--shapes {','.join(shape_names)}: expected some of {', '.join(SHAPES)}")
     sets = list(sets)
+    model = model or system_model(hardware)
     specs = load_specs(hardware, model, sets)
     hw, m = specs.views()
     node_npus = int(hw.system.node.chips)
