@@ -98,7 +98,7 @@ _TIE_DEFAULT = {"deepseek_v2": False, "deepseek_v3": False, "kimi_k2": False, "q
 
 _LABELS = {"deepseek_v2": "DeepSeek-V2-architecture", "deepseek_v3": "DeepSeek-V3-architecture",
            "kimi_k2": "Kimi-K2 (DeepSeek-V3 architecture)", "qwen3_moe": "Qwen3", "mixtral": "Mixtral",
-           "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "glm4_moe": "GLM-4-MoE"}
+           "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "glm4_moe": "GLM-4.5-architecture"}
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
