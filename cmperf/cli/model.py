@@ -46,9 +46,10 @@ def model_show(name: str = typer.Argument("deepseek-r1", help="built-in name, YA
 def model_import(config: str = typer.Argument(..., metavar="CONFIG.json", help="a Hugging Face config.json"),
                  name: Optional[str] = typer.Option(None, "--name", help="the spec's name (default: the file name)"),
                  out: Optional[str] = typer.Option(None, "--out", help="write the YAML to this file (whole or not at all) instead of stdout")):
-    """Make a model spec from a Hugging Face config.json (DeepSeek-V3/R1, Kimi K2, Qwen3-MoE,
-    Mixtral, Llama). Prints the YAML; each config field it could not map is warned about on
-    stderr. Example: cmperf model import config.json --name my-model --out models/my-model.yaml"""
+    """Make a model spec from a Hugging Face config.json (Llama, Mistral, Qwen2/2.5, Qwen3,
+    Mixtral, Qwen3-MoE, DeepSeek-V2, DeepSeek-V3/R1, Kimi K2, GLM-4.5/4.6). Prints the YAML;
+    each config field it could not map is warned about on stderr. Example: cmperf model import
+    config.json --name my-model --out models/my-model.yaml"""
     from pathlib import Path
 
     from ..report import warn, write_atomic

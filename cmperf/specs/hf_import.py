@@ -7,9 +7,22 @@ onto the schema of :class:`cmperf.specs.schema.ModelSpec` and reports every conf
 neither used nor knowingly ignored (:data:`IGNORED`, :data:`FAMILY_IGNORED`), so that nothing
 that could change a performance number is dropped silently.
 
-Families: DeepSeek-V3/R1 (``deepseek_v3``) and Kimi K2 (``kimi_k2``): MLA + dense then MoE
-layers; Qwen3-MoE (``qwen3_moe``): GQA with per-head q/k norm, every layer MoE; Mixtral
-(``mixtral``): GQA, every layer MoE; Llama (``llama``): dense GQA.
+Families (``model_type``):
+
+- dense GQA, every layer attention + SwiGLU FFN: Llama (``llama``), Mistral (``mistral``),
+  Qwen2/Qwen2.5 (``qwen2``: q/k/v projections carry biases, not counted: see :func:`_dense`),
+  Qwen3 (``qwen3``: RMSNorm on q and k per head);
+- GQA, every layer MoE: Mixtral (``mixtral``), Qwen3-MoE (``qwen3_moe``, with q/k norm);
+- MLA, dense then MoE layers with shared experts: DeepSeek-V2 (``deepseek_v2``: softmax
+  router, greedy or group-limited; ``q_lora_rank`` null in V2-Lite), DeepSeek-V3/R1
+  (``deepseek_v3``) and Kimi K2 (``kimi_k2``): sigmoid router with group-limited routing, MTP;
+- GQA, dense then MoE layers with a shared expert: GLM-4.5/4.6 (``glm4_moe``: partial RoPE,
+  q/k norm, q/k/v biases, sigmoid router, MTP).
+
+Sliding-window attention is accepted when it is switched off; an active window is reported in
+one line (cmperf attends to the whole context). The model_types of :data:`UNSUPPORTED` (sparse,
+linear or windowed attention another issue will model) end in one error line saying what is
+missing, never in an import as another family.
 """
 
 from __future__ import annotations
@@ -35,6 +48,8 @@ IGNORED: dict[str, str] = {
     "rms_norm_eps": "numerical epsilon of RMSNorm: same FLOPs and bytes",
     "rope_theta": "RoPE base frequency: same FLOPs and bytes for any value",
     "rope_scaling": "RoPE context extension (YaRN, llama3): rescaled frequencies, same FLOPs and bytes",
+    "rope_parameters": ("RoPE base, scaling and rotary fraction (transformers >= 5): which frequencies rotate "
+                        "which dims, not the matmuls or bytes; cmperf counts RoPE's elementwise work over the whole q/k head"),
     "max_position_embeddings": "longest supported context; cmperf takes the context length as an input",
     "hidden_act": "activation inside the gated (SwiGLU) FFN every supported family uses: elementwise work",
     "attention_dropout": "training-only dropout",
@@ -49,23 +64,41 @@ IGNORED: dict[str, str] = {
     "routed_scaling_factor": "scales the routed experts' output: one multiply per element",
 }
 
-# Config fields ignored in one family only, because there they describe nothing that runs.
+# Config fields ignored in one family only, because there they describe nothing that runs or
+# change a number by less than cmperf prints.
 FAMILY_IGNORED: dict[str, dict[str, str]] = {
     "mla": {
         "num_key_value_heads": "MLA caches one shared latent per token, not per-head keys and values",
     },
     "qwen3_moe": {
         "intermediate_size": "width of dense FFN layers: none here (decoder_sparse_step 1, mlp_only_layers empty)",
-        "max_window_layers": "used only when use_sliding_window is true (it is not)",
-        "sliding_window": "used only when use_sliding_window is true (it is not)",
+    },
+    "glm4_moe": {
+        "attention_bias": ("biases on the q/k/v projections (GLM-4.5: (96 + 2 x 8) x 128 = 14,336 per layer, "
+                           "1.3 M of 353 B parameters, and as many adds per token and layer): not counted"),
+        "partial_rotary_factor": ("RoPE rotates this fraction of each q/k head (GLM-4.5: half); cmperf counts "
+                                  "RoPE's elementwise work over the whole head, which hides under the projections: "
+                                  "halving it leaves GLM-4.5's predicted TPOT and TTFT unchanged (docs/specs.md)"),
     },
 }
 
-# transformers' default for `tie_word_embeddings` in each family's config class
-_TIE_DEFAULT = {"deepseek_v3": False, "kimi_k2": False, "qwen3_moe": False, "mixtral": False, "llama": False}
+# model_types of architectures cmperf does not model yet: one error line naming what is missing
+UNSUPPORTED: dict[str, str] = {
+    "deepseek_v32": ("DeepSeek-V3.2 sparse attention (DSA: the lightning indexer's top-k key selection and its "
+                     "own K cache) is not modelled"),
+    "qwen3_next": ("Qwen3-Next's hybrid layers (Gated DeltaNet linear attention with a fixed-size state, "
+                   "gated full attention every few layers) are not modelled"),
+    "gpt_oss": ("gpt-oss's alternating sliding-window / full attention, attention sinks and MXFP4 experts "
+                "are not modelled"),
+}
 
-_LABELS = {"deepseek_v3": "DeepSeek-V3-architecture", "kimi_k2": "Kimi-K2 (DeepSeek-V3 architecture)",
-           "qwen3_moe": "Qwen3", "mixtral": "Mixtral", "llama": "Llama"}
+# transformers' default for `tie_word_embeddings` in each family's config class
+_TIE_DEFAULT = {"deepseek_v2": False, "deepseek_v3": False, "kimi_k2": False, "qwen3_moe": False, "mixtral": False,
+                "llama": False, "mistral": False, "qwen2": False, "qwen3": False, "glm4_moe": False}
+
+_LABELS = {"deepseek_v2": "DeepSeek-V2-architecture", "deepseek_v3": "DeepSeek-V3-architecture",
+           "kimi_k2": "Kimi-K2 (DeepSeek-V3 architecture)", "qwen3_moe": "Qwen3", "mixtral": "Mixtral",
+           "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "glm4_moe": "GLM-4.5-architecture"}
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
@@ -113,9 +146,16 @@ class _Config:
             raise SpecError(f"field '{key}': expected an integer >= {minimum}, got {v}")
         return v
 
+    def bool(self, key: str, default: bool) -> bool:
+        v = self.get(key, default)
+        if not isinstance(v, bool):
+            raise SpecError(f"field '{key}': expected true or false, got {_short(v)}")
+        return v
+
     def expect(self, key: str, expected: Any, why: str) -> None:
-        """A field the mapping relies on having one value (or being absent): reported when not."""
-        if key not in self.raw:
+        """A field the mapping relies on having one value (or being absent): reported when not.
+        A field this family knowingly ignores (:data:`FAMILY_IGNORED`) is not checked."""
+        if key not in self.raw or key in self.ignored:
             return
         self.used.add(key)
         if self.raw[key] != expected:
@@ -123,6 +163,12 @@ class _Config:
 
     def ignore(self, table: str) -> None:
         self.ignored.update(FAMILY_IGNORED[table])
+
+    def ignore_field(self, key: str, why: str) -> None:
+        """A field that this config's other fields make inert (read, and knowingly not applied)."""
+        if key in self.raw:
+            self.used.add(key)
+            self.ignored[key] = why
 
     def report(self, key: str, message: str) -> None:
         self.used.add(key)
@@ -147,10 +193,7 @@ def _common(c: _Config) -> dict:
 
 
 def _tie(c: _Config) -> bool:
-    v = c.get("tie_word_embeddings", _TIE_DEFAULT[c.model_type])
-    if not isinstance(v, bool):
-        raise SpecError(f"field 'tie_word_embeddings': expected true or false, got {_short(v)}")
-    return v
+    return c.bool("tie_word_embeddings", _TIE_DEFAULT[c.model_type])
 
 
 def _gqa(c: _Config, qk_norm: bool = False) -> dict:
@@ -170,12 +213,31 @@ def _gqa(c: _Config, qk_norm: bool = False) -> dict:
     return out
 
 
-def _sliding_window(c: _Config) -> None:
-    if c.has("use_sliding_window"):
-        c.expect("use_sliding_window", False, "sliding-window attention is not modelled (cmperf attends to the whole context)")
-        if c.raw["use_sliding_window"] is False:
-            return
-    c.expect("sliding_window", None, "sliding-window attention is not modelled (cmperf attends to the whole context)")
+def _sliding_window(c: _Config, switched: bool) -> None:
+    """Accept sliding-window fields that leave every layer attending to the whole context;
+    report an active window in one line (cmperf attends to the whole context in every layer).
+
+    ``switched``: the family turns the window on with ``use_sliding_window`` (Qwen: off by
+    default, and then ``sliding_window`` / ``max_window_layers`` are inert); otherwise a
+    non-null ``sliding_window`` is the window (Mistral, Mixtral). A ``layer_types`` list
+    (newer transformers versions write one) names each layer's attention and decides when given."""
+    keys = ("use_sliding_window", "sliding_window", "max_window_layers") if switched else ("sliding_window",)
+    present = [k for k in (*keys, "layer_types") if c.has(k)]
+    for k in present:
+        c.get(k)
+    active = c.bool("use_sliding_window", False) if switched else c.raw.get("sliding_window") is not None
+    types = c.raw.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+            raise SpecError(f"field 'layer_types': expected a list of attention type names, got {_short(types)}")
+        other = [t for t in types if t != "full_attention"]
+        if other:
+            c.report("layer_types", f"layer_types: {len(other)} of {len(types)} layers {_short(sorted(set(other)))[1:-1]}: "
+                     "not modelled (cmperf attends to the whole context in every layer)")
+    elif active:
+        given = ", ".join(f"{k} {_short(c.raw[k])}" for k in present)
+        c.report(present[0], f"{present[0]} = {_short(c.raw[present[0]])}: sliding-window attention ({given}) "
+                 "is not modelled (cmperf attends to the whole context in every layer)")
 
 
 def _precision(c: _Config) -> dict:
@@ -211,12 +273,79 @@ def _moe_extras(model: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- families
+def _dense(c: _Config, qk_norm: bool = False, switched: bool = False) -> dict:
+    """Llama, Mistral, Qwen2, Qwen3: every layer GQA attention + one SwiGLU FFN.
+
+    Qwen2's q/k/v projections always carry biases (no config field says so): (num_heads + 2
+    num_kv_heads) x head_dim parameters per layer, 0.82 M of Qwen2.5-72B's 72.7 B, and as many
+    adds per token and layer. They are not counted."""
+    c.expect("mlp_bias", False, "FFN biases are not modelled")
+    _sliding_window(c, switched)
+    common = _common(c)
+    return {
+        **common,
+        "first_dense_layers": common["num_layers"],
+        "tie_word_embeddings": _tie(c),
+        "attention": _gqa(c, qk_norm),
+        "dense_ffn": {"intermediate_size": c.int("intermediate_size")},
+        "precision": _precision(c),
+    }
+
+
+def _routing_groups(c: _Config, grouped: bool) -> tuple[int, int]:
+    """``n_group`` / ``topk_group`` of group-limited routing; (1, 1) when the router picks its
+    top-k among all experts (DeepSeek-V2's ``greedy``), which leaves both fields inert."""
+    if grouped:
+        return c.int("n_group", 1), c.int("topk_group", 1)
+    for key in ("n_group", "topk_group"):
+        c.ignore_field(key, "topk_method greedy picks the top-k among all experts: no group limit")
+    return 1, 1
+
+
+def _shared_expert_moe(c: _Config, scoring: str, grouped: bool = True) -> dict:
+    """The MoE fields DeepSeek-V2/V3, Kimi K2 and GLM-4-MoE name alike: ``first_k_dense_replace``
+    dense layers, then a MoE block in every layer with ``n_shared_experts`` always-on experts;
+    ``num_nextn_predict_layers`` MTP modules (DeepSeek-V3 §2.2), sharing embedding and head."""
+    c.expect("moe_layer_freq", 1, "cmperf puts a MoE block in every layer after the first dense ones")
+    groups, top_groups = _routing_groups(c, grouped)
+    return _moe_extras({
+        **_common(c),
+        "first_dense_layers": c.int("first_k_dense_replace", minimum=0),
+        "tie_word_embeddings": _tie(c),
+        "dense_ffn": {"intermediate_size": c.int("intermediate_size")},
+        "moe": {
+            "routed_experts": c.int("n_routed_experts"),
+            "experts_per_token": c.int("num_experts_per_tok"),
+            "shared_experts": c.int("n_shared_experts", 0, minimum=0),
+            "expert_intermediate_size": c.int("moe_intermediate_size"),
+            "groups": groups,
+            "top_groups": top_groups,
+            "scoring": scoring,
+        },
+        "mtp": {"modules": c.int("num_nextn_predict_layers", 0, minimum=0), "shares_embedding_and_head": True},
+        "precision": _precision(c),
+    })
+
+
+# The routers each DeepSeek model_type has: topk_method -> group-limited?; the first is
+# transformers' default when the field is absent
+_DEEPSEEK_ROUTING = {
+    "deepseek_v2": {"greedy": False, "group_limited_greedy": True},  # softmax scores; device-limited groups (DeepSeek-V2 report)
+    "deepseek_v3": {"noaux_tc": True},  # sigmoid scores + a score-correction bias (DeepSeek-V3 §2.1.2)
+    "kimi_k2": {"noaux_tc": True},
+}
+
+
 def _deepseek(c: _Config) -> dict:
+    """MLA attention (``q_lora_rank`` null: q projected straight from the hidden state, as in
+    DeepSeek-V2-Lite) + the shared-expert MoE. DeepSeek-V2 routes by softmax scores, greedily or
+    group-limited (``n_group`` / ``topk_group`` device groups); V3 and Kimi K2 by sigmoid scores,
+    group-limited with a score-correction bias (``noaux_tc``)."""
     c.ignore("mla")
     attention = {
         "type": "mla",
         "num_heads": c.int("num_attention_heads"),
-        "q_lora_rank": c.int("q_lora_rank", None),  # null: q projected straight from the hidden state
+        "q_lora_rank": c.int("q_lora_rank", None),
         "kv_lora_rank": c.int("kv_lora_rank"),
         "qk_nope_head_dim": c.int("qk_nope_head_dim"),
         "qk_rope_head_dim": c.int("qk_rope_head_dim"),
@@ -225,34 +354,34 @@ def _deepseek(c: _Config) -> dict:
     if attention["q_lora_rank"] is None:
         del attention["q_lora_rank"]
     c.expect("attention_bias", False, "biases on the attention projections are not modelled")
-    c.expect("moe_layer_freq", 1, "cmperf puts a MoE block in every layer after the first dense ones")
-    c.expect("topk_method", "noaux_tc", "cmperf models DeepSeek-V3's group-limited routing with a score-correction bias")
-    scoring = c.get("scoring_func")
-    return _moe_extras({
-        **_common(c),
-        "first_dense_layers": c.int("first_k_dense_replace", minimum=0),
-        "tie_word_embeddings": _tie(c),
-        "attention": attention,
-        "dense_ffn": {"intermediate_size": c.int("intermediate_size")},
-        "moe": {
-            "routed_experts": c.int("n_routed_experts"),
-            "experts_per_token": c.int("num_experts_per_tok"),
-            "shared_experts": c.int("n_shared_experts", 0, minimum=0),
-            "expert_intermediate_size": c.int("moe_intermediate_size"),
-            "groups": c.int("n_group", 1),
-            "top_groups": c.int("topk_group", 1),
-            "scoring": scoring,
-        },
-        "mtp": {"modules": c.int("num_nextn_predict_layers", 0, minimum=0), "shares_embedding_and_head": True},
-        "precision": _precision(c),
-    })
+    methods = _DEEPSEEK_ROUTING[c.model_type]
+    default = next(iter(methods))
+    method = c.get("topk_method", default)
+    if method not in methods:
+        c.report("topk_method", f"topk_method = {_short(method)}: cmperf models {' and '.join(methods)} routing "
+                 f"for model_type {c.model_type}; taken as {default}")
+        method = default
+    # DeepSeek-V2 scores by softmax (transformers' DeepseekV2 router has no other); V3 names its own
+    scoring = c.get("scoring_func", "softmax" if c.model_type == "deepseek_v2" else _MISSING)
+    if scoring not in ("sigmoid", "softmax"):
+        raise SpecError(f"field 'scoring_func': expected \"sigmoid\" or \"softmax\", got {_short(scoring)}")
+    return {**_shared_expert_moe(c, scoring, grouped=methods[method]), "attention": attention}
+
+
+def _glm4_moe(c: _Config) -> dict:
+    """GLM-4.5/4.6: GQA (more query width than hidden, partial RoPE, q/k norm when
+    ``use_qk_norm``, q/k/v biases) + the shared-expert MoE with DeepSeek-V3's router: sigmoid
+    scores with a score-correction bias, group-limited by ``n_group`` / ``topk_group``."""
+    c.ignore("glm4_moe")
+    attention = _gqa(c, qk_norm=c.bool("use_qk_norm", False))  # transformers' default: no q/k norm
+    return {**_shared_expert_moe(c, "sigmoid"), "attention": attention}
 
 
 def _qwen3_moe(c: _Config) -> dict:
     c.ignore("qwen3_moe")
     c.expect("decoder_sparse_step", 1, "cmperf needs every layer to be MoE (a MoE block every `decoder_sparse_step` layers is not modelled)")
     c.expect("mlp_only_layers", [], "cmperf needs every layer to be MoE (dense layers in between are not modelled)")
-    _sliding_window(c)
+    _sliding_window(c, switched=True)
     c.expect("mlp_bias", False, "FFN biases are not modelled")
     return _moe_extras({
         **_common(c),
@@ -273,7 +402,7 @@ def _qwen3_moe(c: _Config) -> dict:
 
 
 def _mixtral(c: _Config) -> dict:
-    _sliding_window(c)
+    _sliding_window(c, switched=False)
     return _moe_extras({
         **_common(c),
         "first_dense_layers": 0,
@@ -292,28 +421,25 @@ def _mixtral(c: _Config) -> dict:
     })
 
 
-def _llama(c: _Config) -> dict:
-    c.expect("mlp_bias", False, "FFN biases are not modelled")
-    common = _common(c)
-    return {
-        **common,
-        "first_dense_layers": common["num_layers"],
-        "tie_word_embeddings": _tie(c),
-        "attention": _gqa(c),
-        "dense_ffn": {"intermediate_size": c.int("intermediate_size")},
-        "precision": _precision(c),
-    }
-
-
 FAMILIES: dict[str, Callable[[_Config], dict]] = {
-    "deepseek_v3": _deepseek, "kimi_k2": _deepseek, "qwen3_moe": _qwen3_moe, "mixtral": _mixtral, "llama": _llama,
+    "llama": _dense,
+    "mistral": _dense,
+    "qwen2": lambda c: _dense(c, switched=True),
+    "qwen3": lambda c: _dense(c, qk_norm=True, switched=True),  # Qwen3: RMSNorm on q and k per head
+    "mixtral": _mixtral,
+    "qwen3_moe": _qwen3_moe,
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
+    "kimi_k2": _deepseek,
+    "glm4_moe": _glm4_moe,
 }
 
 
 def _description(m: dict, model_type: str) -> str:
     a, mo = m["attention"], m.get("moe")
     attn = ("MLA attention" if a["type"] == "mla"
-            else f"GQA attention with {a['num_heads']} query / {a['num_kv_heads']} KV heads")
+            else f"GQA attention with {a['num_heads']} query / {a['num_kv_heads']} KV heads"
+            + (" and q/k norm" if a.get("qk_norm") else ""))
     if mo is None:
         return f"{_LABELS[model_type]} dense ({attn}, {m['num_layers']} layers)"
     dense, n = m["first_dense_layers"], m["num_layers"]
@@ -341,6 +467,8 @@ def import_hf_config(raw: dict, name: str | None, source: str) -> tuple[dict, li
     model_type = raw.get("model_type")
     if model_type is None:
         raise SpecError(f"missing field 'model_type' (supported: {supported})")
+    if isinstance(model_type, str) and model_type in UNSUPPORTED:
+        raise SpecError(f"model_type {_short(model_type)} is not supported: {UNSUPPORTED[model_type]} (supported: {supported})")
     if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise SpecError(f"model_type {_short(model_type)} is not supported (supported: {supported})")
     c = _Config(raw, model_type)
