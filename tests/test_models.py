@@ -49,9 +49,13 @@ def _raw(file):
 
 
 def _dump(m):
+    """A model's architecture and precision: what a config.json states. The `serving` section
+    is a traffic fact added by hand (DeepSeek-V3 takes DeepSeek-R1's measured imbalance), not
+    something a config.json holds."""
     d = m.model_dump()
     d.pop("description")
     d.pop("source")
+    d.pop("serving", None)
     return d
 
 
