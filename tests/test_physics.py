@@ -117,9 +117,84 @@ def test_kv_transfer_over_rdma(fixed):
     assert t["kv_transfer_ms"].iat[0] == pytest.approx((kv / 25e9 + 5e-6) * 1e3, rel=1e-9)  # 23.4 ms
 
 
-def test_kv_memory_holds_prompt_and_output(fixed):
-    t = predict("decode", {"batch": 96, "prompt_len": 4096, "output_len": 256}, fixed).table
-    assert t["kv_cache_per_die_bytes"].iat[0] == pytest.approx(48 * (4096 + 256) * 576 * 62 * 2)
+def test_kv_memory_holds_the_mean_context_and_the_drafts(fixed):
+    """docs/model.md §7: a request holds the KV of the mean context a step attends (kv_len) and
+    of its draft tokens; the peak, prompt + output (or kv_len when larger). MLA: 576 BF16
+    values per token and layer, 61 layers + the MTP layer with MTP on; 48 requests per die."""
+    rows = [{"batch": 96, "kv_len": 4096}, {"batch": 96, "kv_len": 4096, "mtp": 0},
+            {"batch": 96, "kv_len": 8192, "prompt_len": 4096, "output_len": 256}]
+    t = predict("decode", rows=rows, specs=fixed).table
+    assert t["kv_cache_per_die_bytes"].tolist() == pytest.approx(
+        [48 * (4096 + 1) * 576 * 62 * 2, 48 * 4096 * 576 * 61 * 2, 48 * (8192 + 1) * 576 * 62 * 2], rel=1e-12)
+    assert t["kv_cache_peak_per_die_bytes"].tolist() == pytest.approx(
+        [48 * (4096 + 256 + 1) * 576 * 62 * 2, 48 * (4096 + 256) * 576 * 61 * 2, 48 * (8192 + 1) * 576 * 62 * 2], rel=1e-12)
+    # the default kv_len is prompt + output / 2, so a context given as lengths holds what the same kv_len does
+    a = predict("decode", {"batch": 8, "prompt_len": 131072 - 128, "output_len": 256}, fixed).table
+    b = predict("decode", {"batch": 8, "kv_len": 131072}, fixed).table
+    assert a["kv_cache_per_die_bytes"].iat[0] == b["kv_cache_per_die_bytes"].iat[0]
+    assert a["max_batch_per_npu"].iat[0] == b["max_batch_per_npu"].iat[0]
+
+
+@pytest.mark.parametrize("system,model,extra", [("cloudmatrix384", "deepseek-r1", {}),
+                                                ("h100-cluster", "llama-3.1-70b", {"dies": 8, "tp": 8}),
+                                                ("h800-cluster", "deepseek-v3", {"dies": 16})])
+def test_a_longer_context_never_fits_more_requests(system, model, extra):
+    t = predict("decode", {"kv_len": [1024, 2000, 4224, 16384, 131072], "batch": 8, **extra},
+                specs=load_specs(system, model)).table
+    assert np.all(np.diff(t["max_batch_per_npu"].to_numpy()) <= 0)
+    assert np.all(np.diff(t["memory_per_die_bytes"].to_numpy()) > 0)
+
+
+def test_a_128k_context_at_the_papers_batch_does_not_fit(cli):
+    """48 requests per die x 131,073 tokens x 70,272 B = 442 GB of KV on a 64 GB die."""
+    import json
+
+    code, out, err = cli("predict", "decode", "--kv-len", "131072", "--batch", "96", "--format", "json")
+    assert code == 0, err
+    row = json.loads(out)
+    assert row["fits"] is False and row["max_batch_per_npu"] < 96
+    assert row["kv_cache_per_die_bytes"] == pytest.approx(48 * 131073 * 576 * 62 * 2, rel=1e-12)
+    assert "does not fit" in err
+
+
+MEMORY_CASES = [("cloudmatrix384", "deepseek-r1", {}), ("cloudmatrix384", "deepseek-r1", {"chunk_tokens": 1024}),
+                ("h100-cluster", "llama-3.1-70b", {"dies": 8, "tp": 8}),
+                ("h100-cluster", "llama-3.1-70b", {"dies": 8, "tp": 8, "chunk_tokens": 512}),
+                ("h800-cluster", "deepseek-v3", {"dies": 16}), ("h100-cluster", "qwen3-30b-a3b", {"dies": 8})]
+
+
+def _memory_rows(phase: str, pool: str = "") -> list[str]:
+    """The memory rows `cmperf predict` shows for ``phase`` (of an AFD pool: its own rows, the
+    KV cache on the attention side, the reserve on both): every `*_per_die_bytes` but the
+    totals, the HBM and the peak."""
+    from cmperf.cli.predict import SUMMARY
+
+    rows = [c for c in SUMMARY[phase] if c.endswith("_per_die_bytes") and "memory" not in c
+            and c not in ("hbm_per_die_bytes", "kv_cache_peak_per_die_bytes")]
+    if phase != "afd":
+        return rows
+    own = [c for c in rows if c.startswith(pool + "_")]
+    return own + ["runtime_reserve_per_die_bytes"] + (["kv_cache_per_die_bytes"] if pool == "attention" else [])
+
+
+@pytest.mark.parametrize("system,model,extra", MEMORY_CASES)
+def test_the_memory_rows_shown_add_up_to_the_total(system, model, extra):
+    """Every byte a die needs is on a row of `cmperf predict`: weights, KV, buffers,
+    activations and the runtime reserve sum to memory_per_die_bytes, in decode, prefill and
+    both pools of AFD."""
+    specs = load_specs(system, model)
+    shown = lambda t, rows: t[rows].sum(axis=1).to_numpy()  # noqa: E731
+    d = predict("decode", {"batch": [8, 64], **extra}, specs).table
+    assert len(_memory_rows("decode")) >= 5
+    assert shown(d, _memory_rows("decode")) == pytest.approx(d["memory_per_die_bytes"].to_numpy(), rel=1e-12)
+    pre = {k: v for k, v in extra.items() if k == "dies"} | ({"attn_tp": extra["tp"]} if "tp" in extra else {})
+    p = predict("prefill", {"tokens_per_npu": [8192, 16384], **pre}, specs, strict=False).table
+    assert len(p) and shown(p, _memory_rows("prefill")) == pytest.approx(p["memory_per_die_bytes"].to_numpy(), rel=1e-12)
+    if specs.views()[1].moe is not None and system == "cloudmatrix384":
+        a = predict("afd", {"batch": [8, 96]}, specs).table
+        for pool in ("attention", "expert"):
+            assert shown(a, _memory_rows("afd", pool)) == pytest.approx(a[f"{pool}_memory_per_die_bytes"].to_numpy(),
+                                                                        rel=1e-12)
 
 
 def test_expert_weights_counted_per_instance(fixed):
