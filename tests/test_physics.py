@@ -304,3 +304,81 @@ def test_prefill_tensor_parallel_collectives_over_ub(views):
     a2a_bytes = 4096 * 3 / 4 * 128 * 128 * 2  # 3/4 of the attention outputs leave the die
     assert float(op_time(gather, hw).time_s) == pytest.approx(gather_bytes / 135e9 + rounds, rel=1e-9)  # 394.9 us
     assert float(op_time(a2a, hw).time_s) == pytest.approx(a2a_bytes / 135e9 + rounds, rel=1e-9)  # 756.1 us
+
+
+# --------------------------------------------------------------------------- co-located chunk in the decode pass
+def test_chunk_attention_by_hand(model):
+    """docs/model.md §9.4: 1,000 chunk tokens of 4,096-token prompts, 1,000 at a time: mean
+    offset (4,096 - 1,000)/2 = 1,548, each token attends (4,096 + 1)/2 keys; the 1,548 prefix
+    tokens of its prompt are up-projected to keys and values again (MLA, no queries)."""
+    from cmperf.cost import arch
+    from cmperf.cost.ops import chunk_attention_ops
+
+    prefix, core = chunk_attention_ops(model, 1000.0, 4096.0, 1000.0)
+    assert float(core.flops) == pytest.approx(2 * 1000 * 128 * (192 + 128) * 2048.5)
+    assert float(core.vector_ops) == pytest.approx(5 * 1000 * 128 * 2048.5)
+    w = arch.attention_weights(model)
+    assert float(prefix.flops) == pytest.approx(2 * 1548 * (w["kv_b_k"] + w["kv_b_v"]))
+    assert float(prefix.weight_bytes) == 0 and float(core.weight_bytes) == 0  # the decode ops read the weights
+    # whole prompts in one chunk: no prefix to re-read; no chunk: no work and no launch
+    _, whole = chunk_attention_ops(model, 4096.0, 4096.0, 4096.0)
+    assert float(whole.flops) == pytest.approx(2 * 4096 * 128 * 320 * 2048.5)
+    for op in chunk_attention_ops(model, 0.0, 4096.0, 0.0):
+        assert float(op.flops) == 0 and float(op.hbm_bytes) == 0 and float(op.launches) == 0
+
+
+def test_no_chunk_leaves_the_decode_iteration_as_it_was(fixed):
+    """chunk_tokens = 0 is the decode pass before the co-located input existed: D2 and D1 at the
+    fixed parameters (26.6473 ms and 91.3012 ms per iteration, the values of the model before
+    it), alone or in a grid with chunked rows."""
+    alone = predict("decode", {"batch": [8, 96]}, fixed).table["iteration_ms"].to_numpy()
+    assert alone == pytest.approx([26.647302847331897, 91.30119506481023], rel=1e-12)
+    mixed = predict("decode", {"batch": [8, 96], "chunk_tokens": [0, 512]}, fixed).table
+    assert mixed.loc[mixed["chunk_tokens"] == 0, "iteration_ms"].to_numpy() == pytest.approx(alone, rel=1e-12)
+    h100 = load_specs("h100-cluster", "llama-3.1-70b")
+    a = predict("decode", {"batch": [8, 32], "dies": 8, "tp": 8}, h100).table
+    b = predict("decode", {"batch": [8, 32], "dies": 8, "tp": 8, "chunk_tokens": [0, 1024]}, h100).table
+    assert b.loc[b["chunk_tokens"] == 0, "iteration_ms"].to_numpy() == pytest.approx(a["iteration_ms"].to_numpy(), rel=1e-12)
+
+
+CHUNK_SYSTEMS = [("cloudmatrix384", "deepseek-r1", {}), ("h100-cluster", "llama-3.1-70b", {"dies": 8, "tp": 8}),
+                 ("h100-cluster", "qwen3-30b-a3b", {"dies": 8, "redundant_experts": 0})]
+
+
+@pytest.mark.parametrize("system,model,extra", CHUNK_SYSTEMS)
+def test_more_chunk_tokens_never_make_an_iteration_faster(system, model, extra):
+    chunks = [0, 64, 128, 512, 2048, 4096, 8192, 16384]
+    t = predict("decode", {"batch": [1, 16, 96], "chunk_tokens": chunks, **extra}, load_specs(system, model)).table
+    for _, g in t.groupby("batch"):
+        it = g.sort_values("chunk_tokens")["iteration_ms"].to_numpy()
+        assert np.all(np.diff(it) > 0)
+
+
+@pytest.mark.parametrize("system,model,extra", CHUNK_SYSTEMS)
+def test_the_fused_pass_reads_the_weights_once_and_beats_two_passes(system, model, extra):
+    """The chunk's tokens share the decode GEMMs: with one microbatch the pass reads exactly
+    the decode pass's weights; and it is shorter than the decode iteration plus a pass of the
+    same chunk on the same instance (at batch 1), with either schedule or the faster. On the
+    paper's EP320 decode layout (data-parallel attention) it also beats the decode iteration
+    plus `predict prefill` of the same whole prompts on those dies. (A dense TP instance is
+    not compared with `predict prefill`: prefill splits attention SP-TP-SP, decode all-reduces
+    its output, a different layout.)"""
+    specs = load_specs(system, model)
+    hw, m = specs.views()
+    dpp = hw.chip.dies_per_package
+    base = {"batch": 16, **extra}
+    one = predict("decode", rows=[{**base, "microbatches": 1}, {**base, "microbatches": 1, "chunk_tokens": 4096 * dpp}],
+                  specs=specs)  # one microbatch: each weight read once per layer
+    weights = [one.breakdown(i)[0].eval("weight_bytes * calls").sum() for i in (0, 1)]
+    assert weights[1] == pytest.approx(weights[0], rel=1e-12)
+    for mb in (1, 2, 0):
+        for chunk in (256 * dpp, 4096 * dpp):
+            t = predict("decode", rows=[{**base, "microbatches": mb}, {**base, "microbatches": mb, "chunk_tokens": chunk},
+                                        {**base, "batch": 1, "microbatches": mb, "chunk_tokens": chunk}], specs=specs).table
+            decode_only, fused, chunk_only = t["iteration_ms"].to_numpy()
+            assert decode_only < fused < decode_only + chunk_only, (mb, chunk)
+    if system == "cloudmatrix384":
+        layout = {k: one.table[k].iat[0] for k in ("dies", "ep", "redundant_experts", "shared_copies", "mtp")}
+        p = predict("prefill", {"tokens_per_npu": 4096 * dpp, "attn_tp": 1, **layout}, specs).table
+        t = predict("decode", rows=[base, {**base, "chunk_tokens": 4096 * dpp}], specs=specs).table["iteration_ms"]
+        assert t.iat[1] < t.iat[0] + p["forward_ms"].iat[0]
