@@ -327,6 +327,19 @@ def test_chunk_attention_by_hand(model):
         assert float(op.flops) == 0 and float(op.hbm_bytes) == 0 and float(op.launches) == 0
 
 
+def test_a_chunk_holds_the_kv_of_the_prompts_it_fills(fixed):
+    """docs/model.md §9.4: 1,024 chunk tokens per NPU = 512 per die fill one 4K prompt, which
+    holds (4,096 + 512)/2 = 2,304 tokens on average and 4,096 at its end; 16,384 per NPU
+    (8,192 per die) are two whole prompts per iteration: 8,192 tokens."""
+    t = predict("decode", {"batch": 96, "kv_len": 4096, "chunk_tokens": [0, 1024, 16384]}, fixed).table
+    kv_B = 576 * 62 * 2
+    assert (t["kv_cache_per_die_bytes"] - t["kv_cache_per_die_bytes"].iat[0]).tolist() == pytest.approx(
+        [0, 2304 * kv_B, 8192 * kv_B], rel=1e-12)
+    assert (t["kv_cache_peak_per_die_bytes"] - t["kv_cache_peak_per_die_bytes"].iat[0]).tolist() == pytest.approx(
+        [0, 4096 * kv_B, 8192 * kv_B], rel=1e-12)
+    assert t["max_batch_per_npu"].is_monotonic_decreasing
+
+
 def test_no_chunk_leaves_the_decode_iteration_as_it_was(fixed):
     """chunk_tokens = 0 is the decode pass before the co-located input existed: D2 and D1 at the
     fixed parameters (26.6473 ms and 91.3012 ms per iteration, the values of the model before

@@ -349,7 +349,7 @@ def _colocated(colo: pd.DataFrame, workload: Workload, budget_dies: int, dpp: in
     return _frame("colocated", workload, rate, binding, n_p=n, p_dies=dies[idx], tokens_per_npu=chunk_tok[idx],
                   n_d=n, d_dies=dies[idx], batch=in_batch, tpot=tpot[idx], t=ttft(rate),
                   pass_s=service[idx], kv_s=np.zeros(len(idx)), dpp=dpp, rate_p=rate_p, rate_d=rate_d,
-                  queue=queue, split={"decode_tp": tp, "prefill_tp": tp}, colocated=True)
+                  queue=queue, split={"decode_tp": tp}, colocated=True)
 
 
 def _operating(rate_p, rate_d, given, decode_limit) -> tuple[np.ndarray, np.ndarray]:
