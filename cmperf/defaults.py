@@ -41,6 +41,7 @@ DECODE_DEFAULTS: dict[str, Default] = {
     "expert_imbalance": Default(1.0, "paper §4.2: EPLB with redundant experts; 1.0 = perfect balance", "max/mean tokens on a die's routed experts, or 'default'"),
     "redundant_experts": Default(-1, "derived: routed experts topped up to whole experts per die (paper §4.2: 32 at EP320)", "extra copies of hot routed experts", "whole experts per die: 32 at EP320"),
     "shared_copies": Default(-1, "derived: the system's deployment.decode.shared_copies_per_die x EP (paper §4.2: 32 at EP320)", "copies of the shared expert", "the system's share of the dies: 32 at EP320"),
+    "chunk_tokens": Default(0.0, "no co-located prefill: the paper's decode instances run decode only (PD disaggregation, paper §4.1)", "prompt tokens per NPU each iteration also prefills, in the same forward pass (co-located, chunked prefill; docs/model.md §9.4)"),
     "attention_share": Default(float("nan"), "the system's overlap.decode.attention_share (CloudMatrix384: 16 of 24 AIC and 32 of 48 AIV, paper §4.2.3)", "share of the cores the attention stream owns with two microbatches (core-split systems)", "the system's: 16/24 on CloudMatrix384"),
 }
 

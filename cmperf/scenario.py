@@ -33,7 +33,7 @@ INTEGER_INPUTS = {"prompt_len", "output_len", "dies", "ep", "tp", "attn_tp", "mi
 WORDS = {"expert_imbalance": {"default": "default"}, "microbatches": {"auto": 0},
          "mtp": {"on": 1, "off": 0, True: 1, False: 0}}
 AT_LEAST = {"ep": 1, "dies": 1, "tp": 1, "attn_tp": 1, "kv_len": 1, "shared_copies": 0, "redundant_experts": 0, "mtp": 0,
-            "cached_len": 0, "attention_dies": 1, "expert_dies": 1, "comm_sms": 0,
+            "cached_len": 0, "chunk_tokens": 0, "attention_dies": 1, "expert_dies": 1, "comm_sms": 0,
             "prompt_len": 1, "output_len": 1, "mtp_k": 1, "batch": 1, "tokens_per_npu": 1, "tokens": 1}
 GIVEN_ALL = ("ep",)  # validate()'s default: name EP as a flag (callers pass what the user gave)
 MAX_INPUT = 1e9  # requests, tokens, lengths, dies: far above any deployment, far below float overflow
@@ -235,6 +235,7 @@ def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(
               lambda i: f"--attention-share {short(share[i])} leaves a stream less than one core "
                         f"(a die has {at(hw.chip.die.matrix_units, i)} matrix and {at(hw.chip.die.vector_units, i)} vector units; "
                         f"each stream needs at least one of each)")
+        check(g["chunk_tokens"] < 0, lambda i: f"--chunk-tokens must be >= 0 (got {short(g['chunk_tokens'].iat[i])})")
         check(g["tp"] < 1, lambda i: f"--tp must be >= 1 (got {g['tp'].iat[i]})")
         check(np.mod(m.attention.num_heads, g["tp"]) != 0,
               lambda i: f"--tp {g['tp'].iat[i]} does not divide the {at(m.attention.num_heads, i)} attention heads")

@@ -117,9 +117,84 @@ def test_kv_transfer_over_rdma(fixed):
     assert t["kv_transfer_ms"].iat[0] == pytest.approx((kv / 25e9 + 5e-6) * 1e3, rel=1e-9)  # 23.4 ms
 
 
-def test_kv_memory_holds_prompt_and_output(fixed):
-    t = predict("decode", {"batch": 96, "prompt_len": 4096, "output_len": 256}, fixed).table
-    assert t["kv_cache_per_die_bytes"].iat[0] == pytest.approx(48 * (4096 + 256) * 576 * 62 * 2)
+def test_kv_memory_holds_the_mean_context_and_the_drafts(fixed):
+    """docs/model.md §7: a request holds the KV of the mean context a step attends (kv_len) and
+    of its draft tokens; the peak, prompt + output (or kv_len when larger). MLA: 576 BF16
+    values per token and layer, 61 layers + the MTP layer with MTP on; 48 requests per die."""
+    rows = [{"batch": 96, "kv_len": 4096}, {"batch": 96, "kv_len": 4096, "mtp": 0},
+            {"batch": 96, "kv_len": 8192, "prompt_len": 4096, "output_len": 256}]
+    t = predict("decode", rows=rows, specs=fixed).table
+    assert t["kv_cache_per_die_bytes"].tolist() == pytest.approx(
+        [48 * (4096 + 1) * 576 * 62 * 2, 48 * 4096 * 576 * 61 * 2, 48 * (8192 + 1) * 576 * 62 * 2], rel=1e-12)
+    assert t["kv_cache_peak_per_die_bytes"].tolist() == pytest.approx(
+        [48 * (4096 + 256 + 1) * 576 * 62 * 2, 48 * (4096 + 256) * 576 * 61 * 2, 48 * (8192 + 1) * 576 * 62 * 2], rel=1e-12)
+    # the default kv_len is prompt + output / 2, so a context given as lengths holds what the same kv_len does
+    a = predict("decode", {"batch": 8, "prompt_len": 131072 - 128, "output_len": 256}, fixed).table
+    b = predict("decode", {"batch": 8, "kv_len": 131072}, fixed).table
+    assert a["kv_cache_per_die_bytes"].iat[0] == b["kv_cache_per_die_bytes"].iat[0]
+    assert a["max_batch_per_npu"].iat[0] == b["max_batch_per_npu"].iat[0]
+
+
+@pytest.mark.parametrize("system,model,extra", [("cloudmatrix384", "deepseek-r1", {}),
+                                                ("h100-cluster", "llama-3.1-70b", {"dies": 8, "tp": 8}),
+                                                ("h800-cluster", "deepseek-v3", {"dies": 16})])
+def test_a_longer_context_never_fits_more_requests(system, model, extra):
+    t = predict("decode", {"kv_len": [1024, 2000, 4224, 16384, 131072], "batch": 8, **extra},
+                specs=load_specs(system, model)).table
+    assert np.all(np.diff(t["max_batch_per_npu"].to_numpy()) <= 0)
+    assert np.all(np.diff(t["memory_per_die_bytes"].to_numpy()) > 0)
+
+
+def test_a_128k_context_at_the_papers_batch_does_not_fit(cli):
+    """48 requests per die x 131,073 tokens x 70,272 B = 442 GB of KV on a 64 GB die."""
+    import json
+
+    code, out, err = cli("predict", "decode", "--kv-len", "131072", "--batch", "96", "--format", "json")
+    assert code == 0, err
+    row = json.loads(out)
+    assert row["fits"] is False and row["max_batch_per_npu"] < 96
+    assert row["kv_cache_per_die_bytes"] == pytest.approx(48 * 131073 * 576 * 62 * 2, rel=1e-12)
+    assert "does not fit" in err
+
+
+MEMORY_CASES = [("cloudmatrix384", "deepseek-r1", {}), ("cloudmatrix384", "deepseek-r1", {"chunk_tokens": 1024}),
+                ("h100-cluster", "llama-3.1-70b", {"dies": 8, "tp": 8}),
+                ("h100-cluster", "llama-3.1-70b", {"dies": 8, "tp": 8, "chunk_tokens": 512}),
+                ("h800-cluster", "deepseek-v3", {"dies": 16}), ("h100-cluster", "qwen3-30b-a3b", {"dies": 8})]
+
+
+def _memory_rows(phase: str, pool: str = "") -> list[str]:
+    """The memory rows `cmperf predict` shows for ``phase`` (of an AFD pool: its own rows, the
+    KV cache on the attention side, the reserve on both): every `*_per_die_bytes` but the
+    totals, the HBM and the peak."""
+    from cmperf.cli.predict import SUMMARY
+
+    rows = [c for c in SUMMARY[phase] if c.endswith("_per_die_bytes") and "memory" not in c
+            and c not in ("hbm_per_die_bytes", "kv_cache_peak_per_die_bytes")]
+    if phase != "afd":
+        return rows
+    own = [c for c in rows if c.startswith(pool + "_")]
+    return own + ["runtime_reserve_per_die_bytes"] + (["kv_cache_per_die_bytes"] if pool == "attention" else [])
+
+
+@pytest.mark.parametrize("system,model,extra", MEMORY_CASES)
+def test_the_memory_rows_shown_add_up_to_the_total(system, model, extra):
+    """Every byte a die needs is on a row of `cmperf predict`: weights, KV, buffers,
+    activations and the runtime reserve sum to memory_per_die_bytes, in decode, prefill and
+    both pools of AFD."""
+    specs = load_specs(system, model)
+    shown = lambda t, rows: t[rows].sum(axis=1).to_numpy()  # noqa: E731
+    d = predict("decode", {"batch": [8, 64], **extra}, specs).table
+    assert len(_memory_rows("decode")) >= 5
+    assert shown(d, _memory_rows("decode")) == pytest.approx(d["memory_per_die_bytes"].to_numpy(), rel=1e-12)
+    pre = {k: v for k, v in extra.items() if k == "dies"} | ({"attn_tp": extra["tp"]} if "tp" in extra else {})
+    p = predict("prefill", {"tokens_per_npu": [8192, 16384], **pre}, specs, strict=False).table
+    assert len(p) and shown(p, _memory_rows("prefill")) == pytest.approx(p["memory_per_die_bytes"].to_numpy(), rel=1e-12)
+    if specs.views()[1].moe is not None and system == "cloudmatrix384":
+        a = predict("afd", {"batch": [8, 96]}, specs).table
+        for pool in ("attention", "expert"):
+            assert shown(a, _memory_rows("afd", pool)) == pytest.approx(a[f"{pool}_memory_per_die_bytes"].to_numpy(),
+                                                                        rel=1e-12)
 
 
 def test_expert_weights_counted_per_instance(fixed):
@@ -230,3 +305,94 @@ def test_prefill_tensor_parallel_collectives_over_ub(views):
     a2a_bytes = 4096 * 3 / 4 * 128 * 128 * 2  # 3/4 of the attention outputs leave the die
     assert float(op_time(gather, hw).time_s) == pytest.approx(gather_bytes / 135e9 + rounds, rel=1e-9)  # 394.9 us
     assert float(op_time(a2a, hw).time_s) == pytest.approx(a2a_bytes / 135e9 + rounds, rel=1e-9)  # 756.1 us
+
+
+# --------------------------------------------------------------------------- co-located chunk in the decode pass
+def test_chunk_attention_by_hand(model):
+    """docs/model.md §9.4: 1,000 chunk tokens of 4,096-token prompts, 1,000 at a time: mean
+    offset (4,096 - 1,000)/2 = 1,548, each token attends (4,096 + 1)/2 keys; the 1,548 prefix
+    tokens of its prompt are up-projected to keys and values again (MLA, no queries)."""
+    from cmperf.cost import arch
+    from cmperf.cost.ops import chunk_attention_ops
+
+    prefix, core = chunk_attention_ops(model, 1000.0, 4096.0, 1000.0)
+    assert float(core.flops) == pytest.approx(2 * 1000 * 128 * (192 + 128) * 2048.5)
+    assert float(core.vector_ops) == pytest.approx(5 * 1000 * 128 * 2048.5)
+    w = arch.attention_weights(model)
+    assert float(prefix.flops) == pytest.approx(2 * 1548 * (w["kv_b_k"] + w["kv_b_v"]))
+    assert float(prefix.weight_bytes) == 0 and float(core.weight_bytes) == 0  # the decode ops read the weights
+    # whole prompts in one chunk: no prefix to re-read; no chunk: no work and no launch
+    _, whole = chunk_attention_ops(model, 4096.0, 4096.0, 4096.0)
+    assert float(whole.flops) == pytest.approx(2 * 4096 * 128 * 320 * 2048.5)
+    for op in chunk_attention_ops(model, 0.0, 4096.0, 0.0):
+        assert float(op.flops) == 0 and float(op.hbm_bytes) == 0 and float(op.launches) == 0
+
+
+def test_a_chunk_holds_the_kv_of_the_prompts_it_fills(fixed):
+    """docs/model.md §9.4: 1,024 chunk tokens per NPU = 512 per die fill one 4K prompt, which
+    holds (4,096 + 512)/2 = 2,304 tokens on average and 4,096 at its end; 16,384 per NPU
+    (8,192 per die) are two whole prompts per iteration: 8,192 tokens."""
+    t = predict("decode", {"batch": 96, "kv_len": 4096, "chunk_tokens": [0, 1024, 16384]}, fixed).table
+    kv_B = 576 * 62 * 2
+    assert (t["kv_cache_per_die_bytes"] - t["kv_cache_per_die_bytes"].iat[0]).tolist() == pytest.approx(
+        [0, 2304 * kv_B, 8192 * kv_B], rel=1e-12)
+    assert (t["kv_cache_peak_per_die_bytes"] - t["kv_cache_peak_per_die_bytes"].iat[0]).tolist() == pytest.approx(
+        [0, 4096 * kv_B, 8192 * kv_B], rel=1e-12)
+    assert t["max_batch_per_npu"].is_monotonic_decreasing
+
+
+def test_no_chunk_leaves_the_decode_iteration_as_it_was(fixed):
+    """chunk_tokens = 0 is the decode pass before the co-located input existed: D2 and D1 at the
+    fixed parameters (26.6473 ms and 91.3012 ms per iteration, the values of the model before
+    it), alone or in a grid with chunked rows."""
+    alone = predict("decode", {"batch": [8, 96]}, fixed).table["iteration_ms"].to_numpy()
+    assert alone == pytest.approx([26.647302847331897, 91.30119506481023], rel=1e-12)
+    mixed = predict("decode", {"batch": [8, 96], "chunk_tokens": [0, 512]}, fixed).table
+    assert mixed.loc[mixed["chunk_tokens"] == 0, "iteration_ms"].to_numpy() == pytest.approx(alone, rel=1e-12)
+    h100 = load_specs("h100-cluster", "llama-3.1-70b")
+    a = predict("decode", {"batch": [8, 32], "dies": 8, "tp": 8}, h100).table
+    b = predict("decode", {"batch": [8, 32], "dies": 8, "tp": 8, "chunk_tokens": [0, 1024]}, h100).table
+    assert b.loc[b["chunk_tokens"] == 0, "iteration_ms"].to_numpy() == pytest.approx(a["iteration_ms"].to_numpy(), rel=1e-12)
+
+
+CHUNK_SYSTEMS = [("cloudmatrix384", "deepseek-r1", {}), ("h100-cluster", "llama-3.1-70b", {"dies": 8, "tp": 8}),
+                 ("h100-cluster", "qwen3-30b-a3b", {"dies": 8, "redundant_experts": 0})]
+
+
+@pytest.mark.parametrize("system,model,extra", CHUNK_SYSTEMS)
+def test_more_chunk_tokens_never_make_an_iteration_faster(system, model, extra):
+    chunks = [0, 64, 128, 512, 2048, 4096, 8192, 16384]
+    t = predict("decode", {"batch": [1, 16, 96], "chunk_tokens": chunks, **extra}, load_specs(system, model)).table
+    for _, g in t.groupby("batch"):
+        it = g.sort_values("chunk_tokens")["iteration_ms"].to_numpy()
+        assert np.all(np.diff(it) > 0)
+
+
+@pytest.mark.parametrize("system,model,extra", CHUNK_SYSTEMS)
+def test_the_fused_pass_reads_the_weights_once_and_beats_two_passes(system, model, extra):
+    """The chunk's tokens share the decode GEMMs: with one microbatch the pass reads exactly
+    the decode pass's weights; and it is shorter than the decode iteration plus a pass of the
+    same chunk on the same instance (at batch 1), with either schedule or the faster. On the
+    paper's EP320 decode layout (data-parallel attention) it also beats the decode iteration
+    plus `predict prefill` of the same whole prompts on those dies. (A dense TP instance is
+    not compared with `predict prefill`: prefill splits attention SP-TP-SP, decode all-reduces
+    its output, a different layout.)"""
+    specs = load_specs(system, model)
+    hw, m = specs.views()
+    dpp = hw.chip.dies_per_package
+    base = {"batch": 16, **extra}
+    one = predict("decode", rows=[{**base, "microbatches": 1}, {**base, "microbatches": 1, "chunk_tokens": 4096 * dpp}],
+                  specs=specs)  # one microbatch: each weight read once per layer
+    weights = [one.breakdown(i)[0].eval("weight_bytes * calls").sum() for i in (0, 1)]
+    assert weights[1] == pytest.approx(weights[0], rel=1e-12)
+    for mb in (1, 2, 0):
+        for chunk in (256 * dpp, 4096 * dpp):
+            t = predict("decode", rows=[{**base, "microbatches": mb}, {**base, "microbatches": mb, "chunk_tokens": chunk},
+                                        {**base, "batch": 1, "microbatches": mb, "chunk_tokens": chunk}], specs=specs).table
+            decode_only, fused, chunk_only = t["iteration_ms"].to_numpy()
+            assert decode_only < fused < decode_only + chunk_only, (mb, chunk)
+    if system == "cloudmatrix384":
+        layout = {k: one.table[k].iat[0] for k in ("dies", "ep", "redundant_experts", "shared_copies", "mtp")}
+        p = predict("prefill", {"tokens_per_npu": 4096 * dpp, "attn_tp": 1, **layout}, specs).table
+        t = predict("decode", rows=[base, {**base, "chunk_tokens": 4096 * dpp}], specs=specs).table["iteration_ms"]
+        assert t.iat[1] < t.iat[0] + p["forward_ms"].iat[0]

@@ -481,10 +481,11 @@ def _decode(cli, system, model, *extra):
 
 
 def _kv(system, model, rows):
-    """kv_cache_per_die_bytes of decode at 8 requests per NPU and 1,024 tokens of context."""
+    """kv_cache_per_die_bytes of decode at 8 requests per NPU and 1,024 tokens of context (the
+    KV a request holds is the mean context it attends, kv_len; docs/model.md §7)."""
     from cmperf.predict import load_specs, predict
 
-    base = {"batch": 8, "prompt_len": 1000, "output_len": 24}
+    base = {"batch": 8, "prompt_len": 1000, "output_len": 24, "kv_len": 1024}
     t = predict("decode", rows=[{**base, **r} for r in rows], specs=load_specs(system, model)).table
     return t["kv_cache_per_die_bytes"].to_list()
 

@@ -26,8 +26,8 @@ BEST_ROWS = [("shape", "shape", ""), ("split", "split", ""), ("npus_split", "NPU
              ("tpot_ms", "TPOT", "ms"), ("tokens_per_s_per_user", "tokens/s per user", ""),
              ("output_tokens_per_s_per_npu", "output tokens/s per NPU (all NPUs)", ""),
              ("prompt_tokens_per_s_per_npu", "prompt tokens/s per NPU (all NPUs)", "")]
-SHOWN = ["rank", "shape", "prefill_instances", "prefill_dies", "prefill_tokens_per_npu", "decode_instances", "decode_dies",
-         "attention_dies",
+SHOWN = ["rank", "shape", "prefill_instances", "prefill_dies", "prefill_tp", "prefill_tokens_per_npu", "decode_instances",
+         "decode_dies", "decode_tp", "attention_dies",
          "decode_batch_per_npu", "npus", "goodput_rps", "binding", "ttft_ms", "tpot_ms", "output_tokens_per_s_per_npu"]
 
 
@@ -160,19 +160,22 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
 
     table = result.table
     if out:
-        write_csv(public(table), out, prov)
+        from ..plan.planner import aggregated_vs_disaggregated
+
+        write_csv(public(table), out, {**prov, **aggregated_vs_disaggregated(result)})
     if plot and len(table):
         from ..plots import plan_figure
 
         plan_figure(result, plot)
     s = summary(result)
     runners = public(result.runners_up(top))
+    ratio = s["aggregated_vs_disaggregated"]
     if fmt == "json":
         print_json({**s, "runners_up": runners.to_dict(orient="records"), "provenance": prov})
     elif fmt == "csv":
         from ..report import print_csv
 
-        print_csv(public(table.head(1 + top)), prov)
+        print_csv(public(table.head(1 + top)), {**prov, **ratio})
     else:
         typer.echo(s["headline"])
         best = s["best"]
@@ -186,6 +189,10 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
             print_table(pd.DataFrame(rows, columns=["quantity", "value"]), "best deployment")
             if len(runners):
                 print_table(runners[[c for c in SHOWN if c in runners.columns]].round(2), "runners-up (best of each shape and size)")
+            if ratio:
+                print_table(pd.DataFrame(_ratio_rows(ratio), columns=["", "co-located (aggregated)", "PD (disaggregated)",
+                                                                      "co-located / PD"]),
+                            "aggregated vs disaggregated: the best deployment of each shape")
             if s["bring_up"]:
                 up = pd.DataFrame(s["bring_up"])
                 shown = pd.DataFrame({
@@ -205,6 +212,14 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
     if result.message:
         sys.stderr.write(f"cmperf: {result.message}\n")
         raise typer.Exit(1)
+
+
+def _ratio_rows(r: dict) -> list[tuple]:
+    x = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
+    return [("deployment", r["colocated_deployment"], r["pd_deployment"], ""),
+            ("goodput, requests/s", _shown(r["colocated_goodput_rps"]), _shown(r["pd_goodput_rps"]), x(r["colocated_vs_pd_goodput"])),
+            ("goodput per NPU, requests/s", _shown(r["colocated_goodput_rps_per_npu"]), _shown(r["pd_goodput_rps_per_npu"]),
+             x(r["colocated_vs_pd_goodput_per_npu"]))]
 
 
 def _render_sweep(result, fmt: str, out: Optional[str], prov: dict) -> None:

@@ -7,7 +7,7 @@ which stream runs them and how they overlap.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -309,13 +309,13 @@ def _mla_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
                 net_bytes=(tp - 1) * T * compressed * b.hidden, net_messages=0.0,
                 hbm_bytes=tp * T * compressed * b.hidden, sync_group=tp)
     C = cached_rows(T, P, cached)  # prefix tokens: keys and values only
-    kv_up_w = w["kv_b_k"] + w["kv_b_v"]
-    up = Op("mla_up", "cube", flops=2 * T * up_w + 2 * C * kv_up_w, dtype=m.precision.matmul, vector_ops=T * up_vec,
+    prefix = _prefix_kv_up(m, C, tp)
+    up = Op("mla_up", "cube", flops=2 * T * up_w + prefix["flops"], dtype=m.precision.matmul, vector_ops=T * up_vec,
             gemm=(gm(rows, Hd * qk, r_q or h), gm(rows, Hd * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank),
-                  gm(tp * C, Hd * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank)),
-            outputs=2 * T * H * (qk + a.qk_nope_head_dim + a.v_head_dim) + 2 * C * H * (a.qk_nope_head_dim + a.v_head_dim),
+                  prefix["gemm"]),
+            outputs=2 * T * H * (qk + a.qk_nope_head_dim + a.v_head_dim) + prefix["outputs"],
             hbm_bytes=(up_w * b.weight / tp + T * compressed * b.hidden + T * H * (2 * qk + a.v_head_dim) * b.attn
-                       + C * lat * b.kv + C * H * (qk + a.v_head_dim) * b.attn),
+                       + prefix["hbm_bytes"]),
             weight_bytes=up_w * b.weight / tp)
     keys = attended_tokens(P, cached)
     core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
@@ -330,6 +330,49 @@ def _mla_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
                 hbm_bytes=w["o"] * b.weight + T * H * a.v_head_dim * b.attn + T * h * b.hidden,
                 weight_bytes=w["o"] * b.weight)
     return [down, gather, up, core, a2a, o_proj]
+
+
+def _prefix_kv_up(m, C, tp) -> dict:
+    """The work of up-projecting the MLA latent of ``C`` cached prefix tokens per die to keys
+    and values (no queries), on 1/tp of the heads for the TP group's prefixes: the latent
+    read from HBM, the keys and values written (docs/model.md §9.5). Terms of an Op; the
+    weights (W_UK, W_UV) are counted by the op that holds them."""
+    b, a = Bytes.of(m), m.attention
+    w = arch.attention_weights(m)
+    lat, qk = arch.latent_dim(m), arch.qk_head_dim(m)
+    tp = np.asarray(tp, dtype=float)
+    kv_dims = a.qk_nope_head_dim + a.v_head_dim
+    return {"flops": 2 * C * (w["kv_b_k"] + w["kv_b_v"]),
+            "gemm": Gemm(tp * C, a.num_heads / tp * kv_dims, a.kv_lora_rank, in_B=b.weight, out_B=b.hidden),
+            "outputs": 2 * C * a.num_heads * kv_dims,
+            "hbm_bytes": C * lat * b.kv + C * a.num_heads * (qk + a.v_head_dim) * b.attn}
+
+
+def chunk_attention_ops(m, T, P, k, tp=1.0) -> list[Op]:
+    """The attention ``T`` prompt tokens per die add to the decode iteration they share (a
+    co-located instance's chunked prefill, docs/model.md §9.4), in chunks of ``k`` tokens of
+    ``P``-token prompts; ``tp``: the decode TP group (work per die as for all heads of its
+    own tokens).
+
+    A chunk at offset o attends the o tokens before it and, causally, itself. Averaged over
+    a prompt's chunks o = (P - k)/2, so it is the prefill attention of a prompt of
+    (P + k)/2 tokens whose first (P - k)/2 are cached: (P + 1)/2 keys per token, the
+    prefix's KV read back (MLA: its latent up-projected to keys and values again). Only that
+    work: the chunk's own projections run in the decode ops over decode + chunk tokens, one
+    GEMM each, so the weights are read once. Nothing (no launch either) where ``T`` is 0."""
+    T = np.asarray(T, dtype=float)
+    P = np.asarray(P, dtype=float)
+    k = np.asarray(k, dtype=float)
+    k = np.where(k > 0, np.minimum(k, P), P)  # no chunk: any k; P keeps the terms finite
+    cached = (P - k) / 2
+    ops = attention_prefill_ops(m, T, cached + k, tp, cached=cached)
+    core = next(o for o in ops if o.flop_kind == "attention")
+    out = [replace(core, name="chunk_attention", launches=np.where(T > 0, core.launches, 0.0))]
+    if arch.is_mla(m):
+        C = cached_rows(T, cached + k, cached)
+        out.insert(0, Op("chunk_prefix_up", "cube", dtype=m.precision.matmul, launches=np.where(C > 0, 1.0, 0.0),
+                         **_prefix_kv_up(m, C, tp)))
+    return out
 
 
 def _gqa_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:

@@ -63,10 +63,12 @@ def _weights_per_die(best: dict, kind: str, instances: dict) -> float:
     """The most weight bytes one die of the instance holds (the one that loads longest)."""
     if kind == "prefill":
         t = instances["prefill"]
-        return float(t.loc[t["dies"] == best["prefill_dies"], "weights_per_die_bytes"].iloc[0])
+        pick = (t["dies"] == best["prefill_dies"]) & (t["attn_tp"] == best.get("prefill_tp", t["attn_tp"]))
+        return float(t.loc[pick, "weights_per_die_bytes"].iloc[0])
     if best["shape"] == "afd":
         t = instances["afd"]
         row = t[(t["attention_dies"] == best["attention_dies"]) & (t["expert_dies"] == best["expert_dies"])].iloc[0]
         return float(max(row["attention_weights_per_die_bytes"], row["expert_weights_per_die_bytes"]))
-    t = instances["decode"]
-    return float(t.loc[t["dies"] == best["decode_dies"], "weights_per_die_bytes"].iloc[0])
+    t = instances["decode"]  # a co-located instance holds the weights of the decode layout it runs
+    pick = (t["dies"] == best["decode_dies"]) & (t["tp"] == best.get("decode_tp", 1.0))
+    return float(t.loc[pick, "weights_per_die_bytes"].iloc[0])

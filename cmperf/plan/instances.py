@@ -64,17 +64,24 @@ class DecodeCurves:
 
 def run(phase: str, rows: list[dict], specs: Specs) -> pd.DataFrame:
     """The valid rows of a predict over ``rows`` (invalid options are dropped: an EP degree
-    that does not divide the experts, a size beyond the scale-up domain)."""
-    if not rows:
-        return pd.DataFrame()
-    return predict(phase, rows=rows, specs=specs, strict=False).table
+    that does not divide the experts, a size beyond the scale-up domain). Rows of one TP
+    degree are predicted together: the tier a TP group's collectives use is chosen per
+    prediction (:func:`cmperf.cost.roofline.tier_for_group`), so each row is the row
+    ``cmperf predict`` gives for it alone."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r.get("tp"), r.get("attn_tp")), []).append(r)
+    tables = [predict(phase, rows=g, specs=specs, strict=False).table for g in groups.values()]
+    tables = [t for t in tables if len(t)]
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
-def decode_curves(table: pd.DataFrame, dies_per_npu: int, output_tokens: float, keys=("dies",),
-                  request_dies: str = "dies") -> DecodeCurves:
+def decode_curves(table: pd.DataFrame, dies_per_npu: int, output_tokens: float, keys=("dies", "tp"),
+                  request_dies: str = "dies", size=("dies",)) -> DecodeCurves:
     """Capacity curves of the decode options in ``table``, one per distinct ``keys``; the
     batch is per NPU of the ``request_dies`` column (the dies that hold requests: all of a
-    decode instance's, an AFD instance's attention dies)."""
+    decode instance's, an AFD instance's attention dies); an option's dies are the sum of its
+    ``size`` columns."""
     fits = table[table["fits"]] if len(table) else table
     groups = fits.groupby(list(keys), sort=True) if len(fits) else []
     dies, names, batch, tpot, cap = [], [], [], [], []
@@ -84,7 +91,7 @@ def decode_curves(table: pd.DataFrame, dies_per_npu: int, output_tokens: float, 
         b = t["batch"].to_numpy(dtype=float)
         s = t["tpot_ms"].to_numpy(dtype=float) / 1e3
         names.append({k: float(v) for k, v in zip(keys, key)})
-        dies.append(sum(names[-1].values()))
+        dies.append(sum(names[-1][c] for c in size))
         batch.append(b)
         tpot.append(s)
         cap.append(b * (float(t[request_dies].iat[0]) / dies_per_npu) / (output_tokens * s))

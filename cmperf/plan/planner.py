@@ -68,7 +68,7 @@ class Plan:
         prefill size, prefill batch and decode size), and the best of every other shape."""
         if len(self.table) == 0:
             return self.table
-        keys = ["shape", "prefill_dies", "prefill_tokens_per_npu", "decode_dies", "attention_dies"]
+        keys = ["shape", "prefill_dies", "prefill_tp", "prefill_tokens_per_npu", "decode_dies", "decode_tp", "attention_dies"]
         distinct = self.table.drop_duplicates(keys)
         shapes_best = self.table.drop_duplicates(["shape"])
         picked = pd.concat([distinct.head(n + 1), shapes_best]).drop_duplicates("rank").sort_values("rank")
@@ -161,33 +161,30 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     steps = 2 + ("colocated" in shape_names) + ("afd" in shape_names)
     tick = progress or (lambda done, total: None)
 
-    # instance options, each a predict row
-    # the instance options are predict rows: whole-token lengths (the means of a distribution, rounded)
+    # instance options, each a predict row: whole-token lengths (the means of a distribution, rounded)
     prompt_len = max(round(workload.prompt.mean), 1)
     cached_len = min(round(workload.prompt.mean - computed.mean), prompt_len - 1)
     cached = {"cached_len": cached_len} if cached_len > 0 else {}
-    pre_rows = shapes.prefill_rows(m, shapes.within(shapes.PREFILL_DIES, limit_dies, dpp), prompt_len - cached_len,
-                                   prompt_len, cached)
-    pre = instances.run("prefill", pre_rows, specs)
+    pre = instances.run("prefill", shapes.prefill_rows(hw, m, limit_dies, prompt_len - cached_len, prompt_len, cached),
+                        specs)
     tick(1, steps)
     dec_common = {"prompt_len": prompt_len, "output_len": max(round(workload.output.mean), 1),
                   "kv_len": workload.decode_kv_len}
-    dec = instances.run("decode", shapes.decode_rows(m, shapes.within(shapes.DECODE_DIES, limit_dies, dpp), dec_common),
-                        specs)
+    layouts = shapes.decode_layouts(hw, m, limit_dies)
+    dec = instances.run("decode", shapes.decode_rows(layouts, dec_common), specs)
     tick(2, steps)
     curves = instances.decode_curves(dec, dpp, workload.output.mean)
     tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp)] if "pd" in shape_names else []
-    chunk = afd = pd.DataFrame()
+    colo = afd = pd.DataFrame()
     afd_curves = None
     if "colocated" in shape_names:
-        chunk = instances.run("prefill", shapes.chunk_rows(m, curves.dies.astype(int).tolist(), prompt_len, cached),
-                              specs)
-        tables.append(_colocated(dec, chunk, workload, computed, budget_dies, dpp))
+        colo = instances.run("decode", _colocated_rows(dec, dec_common, workload.slo.tpot_s), specs)
+        tables.append(_colocated(colo, workload, budget_dies, dpp))
         tick(3, steps)
     if "afd" in shape_names:
-        afd = instances.run("afd", shapes.afd_rows(m, limit_dies, dpp, dec_common), specs)
+        afd = instances.run("afd", shapes.afd_rows(hw, m, limit_dies, dec_common), specs)
         afd_curves = instances.decode_curves(afd, dpp, workload.output.mean, ("attention_dies", "expert_dies"),
-                                             "attention_dies")
+                                             "attention_dies", ("attention_dies", "expert_dies"))
         tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp))
         tick(steps, steps)
     table = pd.concat([t for t in tables if len(t)], ignore_index=True) if any(len(t) for t in tables) else _empty()
@@ -196,7 +193,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
                 "kv_tier": tier, "pool_path": pool_path, "prefix_hit_served": hit, "pool_tokens": pool_tokens,
                 "shapes": list(shape_names)}
     result = Plan(workload=workload, settings=settings, table=table, specs=specs,
-                  instances={"prefill": pre, "decode": dec, "chunk": chunk, "afd": afd},
+                  instances={"prefill": pre, "decode": dec, "colocated": colo, "afd": afd},
                   decode_curves={"pd": curves, "afd": afd_curves})
     result.message = _message(result)
     return result
@@ -287,50 +284,73 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     queue = {"_servers": servers, "_service_s": pass_s, "_period_s": pass_s, "_fixed_s": pass_s + kv_s,
              "_decode_curve": k, "_tpot_pass_s": np.zeros(len(k))}
     split = {c: np.array([curves.keys[j].get(c, 0.0) for j in k]) for c in ("attention_dies", "expert_dies")}
+    split["decode_tp"] = np.array([curves.keys[j].get("tp", 1.0) for j in k])
+    split["prefill_tp"] = pre["attn_tp"].to_numpy(dtype=float)[i]
     return _frame(shape, workload, rate, binding, n_p=n_p[a], p_dies=p_dies[i], split=split,
                   tokens_per_npu=pre["tokens_per_npu"].to_numpy(dtype=float)[i], n_d=n_d, d_dies=k_dies[k],
                   batch=batch, tpot=tpot, t=t, pass_s=pass_s, kv_s=kv_s, dpp=dpp,
                   rate_p=rate_p, rate_d=rate_d, queue=queue)
 
 
-def _colocated(dec: pd.DataFrame, chunk: pd.DataFrame, workload: Workload, computed, budget_dies: int,
-               dpp: int) -> pd.DataFrame:
-    """Co-located instances (chunked prefill): each iteration runs the decode batch and a
-    prefill chunk of ``chunk`` tokens per NPU, one after the other (docs/model.md §9.4)."""
+def _colocated_rows(dec: pd.DataFrame, common: dict, tpot_slo_s: float) -> list[dict]:
+    """Co-located options: every decode layout and batch that fits and meets the TPOT SLO
+    without a chunk, at every chunk of prompt tokens per NPU (a chunk only adds time and
+    memory, docs/model.md §9.4); when none meets the SLO, each layout's smallest batch, so the
+    plan can name the closest."""
+    if len(dec) == 0:
+        return []
+    keys = ["dies", "ep", "tp", "redundant_experts", "shared_copies", "batch"]
+    fits = dec[dec["fits"]]
+    meets = fits[fits["tpot_ms"] <= tpot_slo_s * 1e3]
+    options = meets if len(meets) else fits.sort_values("batch").drop_duplicates(["dies", "tp"])
+    chunks = shapes.CHUNK_TOKENS if len(meets) else shapes.CHUNK_TOKENS[:1]
+    return [{**{k: (int(v) if k != "batch" else float(v)) for k, v in r.items()}, "chunk_tokens": float(c), **common}
+            for r in options[keys].drop_duplicates().to_dict(orient="records") for c in chunks]
+
+
+def _colocated(colo: pd.DataFrame, workload: Workload, budget_dies: int, dpp: int) -> pd.DataFrame:
+    """Co-located instances (chunked prefill): each iteration is one forward pass carrying the
+    decode batch and ``chunk_tokens`` prompt tokens per NPU (docs/model.md §9.4). A prompt runs
+    on one die at the die's share of the chunk per iteration, whole (a co-located instance
+    computes its prompts: the EMS prefix read is the prefill instances')."""
     slo = workload.slo
-    dec = dec[dec["fits"]] if len(dec) else dec
-    if len(dec) == 0 or len(chunk) == 0:
+    rows = colo[colo["fits"]] if len(colo) else colo
+    if len(rows) and (rows["tpot_ms"] <= slo.tpot_s * 1e3).any():  # the others serve nothing
+        rows = rows[rows["tpot_ms"] <= slo.tpot_s * 1e3]
+    rows = rows.reset_index(drop=True)
+    if len(rows) == 0:
         return _empty()
-    j = dec.reset_index(drop=True)
-    c = chunk.reset_index(drop=True)
-    pairs = j.merge(c[["dies", "tokens_per_npu", "forward_ms"]], on="dies", suffixes=("", "_chunk"))
-    if len(pairs) == 0:
-        return _empty()
-    dies = pairs["dies"].to_numpy(dtype=float)
+    prompt = workload.prompt
+    dies = rows["dies"].to_numpy(dtype=float)
     npus_i = dies / dpp
-    it_s = (pairs["iteration_ms"].to_numpy(dtype=float) + pairs["forward_ms"].to_numpy(dtype=float)) / 1e3
-    tpot = it_s / pairs["tokens_per_iteration"].to_numpy(dtype=float)
-    chunk_tok = pairs["tokens_per_npu"].to_numpy(dtype=float)
-    # a prompt runs on one die (data-parallel attention): chunk / dpp of its tokens per iteration
-    per_die = chunk_tok / dpp / computed.mean  # prompts per die per iteration
+    it_s = rows["iteration_ms"].to_numpy(dtype=float) / 1e3
+    tpot = rows["tpot_ms"].to_numpy(dtype=float) / 1e3
+    chunk_tok = rows["chunk_tokens"].to_numpy(dtype=float)
+    # a prompt runs on one die: chunk / dpp of its tokens per iteration
+    per_die = chunk_tok / dpp / prompt.mean  # prompts per die per iteration
     servers_i = np.where(per_die >= 1, dies * np.floor(per_die), dies)
     service = np.where(per_die >= 1, it_s, np.ceil(1.0 / np.maximum(per_die, 1e-12)) * it_s)
-    batch = pairs["batch"].to_numpy(dtype=float)
+    batch = rows["batch"].to_numpy(dtype=float)
     cap_d = batch * npus_i / (workload.output.mean * tpot)
     n_max = np.floor(budget_dies / dies).astype(int)
-    idx = np.repeat(np.arange(len(pairs)), n_max)
-    n = np.concatenate([np.arange(1, x + 1) for x in n_max]).astype(float)
+    idx = np.repeat(np.arange(len(rows)), n_max)
+    if len(idx) == 0:
+        return _empty()
+    n = np.concatenate([np.arange(1, x + 1) for x in n_max if x > 0]).astype(float)
     servers = servers_i[idx] * n
-    ttft = lambda rate: ttft_terms(rate, servers, service[idx], computed.scv, it_s[idx], service[idx], slo.ttft_stat)  # noqa: E731
+    ttft = lambda rate: ttft_terms(rate, servers, service[idx], prompt.scv, it_s[idx], service[idx], slo.ttft_stat)  # noqa: E731
     rate_p = largest_rate(lambda r: ttft(r)["ttft_s"] <= slo.ttft_s, servers / service[idx])
     rate_d = np.where(tpot[idx] <= slo.tpot_s, cap_d[idx] * n, 0.0)
     rate, binding = _operating(rate_p, rate_d, workload.arrival_rate_per_s, "decode TPOT")
+    # the requests in decode at that rate (Little's law, at the iteration of this batch and chunk)
+    in_batch = rate / n * workload.output.mean * tpot[idx] / npus_i[idx]
     queue = {"_servers": servers, "_service_s": service[idx], "_period_s": it_s[idx], "_fixed_s": service[idx],
              "_decode_curve": np.full(len(idx), -1), "_tpot_pass_s": tpot[idx]}
+    tp = rows["tp"].to_numpy(dtype=float)[idx]
     return _frame("colocated", workload, rate, binding, n_p=n, p_dies=dies[idx], tokens_per_npu=chunk_tok[idx],
-                  n_d=n, d_dies=dies[idx], batch=batch[idx], tpot=tpot[idx], t=ttft(rate),
+                  n_d=n, d_dies=dies[idx], batch=in_batch, tpot=tpot[idx], t=ttft(rate),
                   pass_s=service[idx], kv_s=np.zeros(len(idx)), dpp=dpp, rate_p=rate_p, rate_d=rate_d,
-                  queue=queue, split={}, colocated=True)
+                  queue=queue, split={"decode_tp": tp}, colocated=True)
 
 
 def _operating(rate_p, rate_d, given, decode_limit) -> tuple[np.ndarray, np.ndarray]:
@@ -355,6 +375,7 @@ def _frame(shape, workload, rate, binding, *, n_p, p_dies, tokens_per_npu, n_d, 
         "prefill_instances": n_p if not colocated else 0, "prefill_dies": p_dies if not colocated else 0,
         "prefill_tokens_per_npu": tokens_per_npu,
         "decode_instances": n_d, "decode_dies": d_dies, "decode_batch_per_npu": batch,
+        "prefill_tp": split.get("prefill_tp", 0.0) if not colocated else 0.0, "decode_tp": split.get("decode_tp", 1.0),
         "attention_dies": split.get("attention_dies", 0.0), "expert_dies": split.get("expert_dies", 0.0),
         "npus": npus, "prefill_npus": 0 if colocated else n_p * p_dies / dpp,
         "decode_npus": n_d * d_dies / dpp,
@@ -406,15 +427,19 @@ def _message(p: Plan) -> str:
 
 
 def describe(row) -> str:
+    def tp(key):
+        t = row.get(key, 1.0)
+        return f" (TP {int(t)})" if t and t > 1 else ""
+
     if row["shape"] == "colocated":
-        return (f"{int(row['decode_instances'])} co-located instance(s) of {int(row['decode_dies'])} dies, "
+        return (f"{int(row['decode_instances'])} co-located instance(s) of {int(row['decode_dies'])} dies{tp('decode_tp')}, "
                 f"chunk {row['prefill_tokens_per_npu']:g} tokens/NPU")
     if row["shape"] == "afd":
-        return (f"{int(row['prefill_instances'])} prefill x {int(row['prefill_dies'])} dies + "
+        return (f"{int(row['prefill_instances'])} prefill x {int(row['prefill_dies'])} dies{tp('prefill_tp')} + "
                 f"{int(row['decode_instances'])} AFD decode x ({int(row['attention_dies'])} attention + "
                 f"{int(row['expert_dies'])} expert dies)")
-    return (f"{int(row['prefill_instances'])} prefill x {int(row['prefill_dies'])} dies + "
-            f"{int(row['decode_instances'])} decode x {int(row['decode_dies'])} dies")
+    return (f"{int(row['prefill_instances'])} prefill x {int(row['prefill_dies'])} dies{tp('prefill_tp')} + "
+            f"{int(row['decode_instances'])} decode x {int(row['decode_dies'])} dies{tp('decode_tp')}")
 
 
 # --------------------------------------------------------------------------- reporting
@@ -451,7 +476,28 @@ def summary(p: Plan) -> dict:
                  "cached tokens per request": w.cached_tokens, "computed tokens per request": w.computed.mean,
                  "pool holds (tokens)": st["pool_tokens"], "read over": st["pool_path"]}
     return {"headline": headline, "settings": st, "best": best, "bring_up": bring_up, "context_cache": cache,
-            "message": p.message}
+            "aggregated_vs_disaggregated": aggregated_vs_disaggregated(p), "message": p.message}
+
+
+def aggregated_vs_disaggregated(p: Plan) -> dict:
+    """The figure planners are compared by: the best co-located (aggregated) deployment's
+    goodput against the best PD (disaggregated) one's, in requests/s and per NPU, and their
+    ratio (co-located / PD; None where PD serves nothing). Empty unless both shapes were
+    planned."""
+    if not {"pd", "colocated"} <= set(p.settings["shapes"]):
+        return {}
+    out = {}
+    for shape in ("colocated", "pd"):
+        rows = p.table[p.table["shape"] == shape] if len(p.table) else p.table
+        best = rows.iloc[0] if len(rows) else None
+        rps = float(best["goodput_rps"]) if best is not None else 0.0
+        out[f"{shape}_goodput_rps"] = rps
+        out[f"{shape}_goodput_rps_per_npu"] = rps / float(best["npus"]) if best is not None and rps > 0 else 0.0
+        out[f"{shape}_deployment"] = describe(best) if best is not None and rps > 0 else "none meets the SLOs"
+    ratio = lambda a, b: a / b if b > 0 else None  # noqa: E731
+    out["colocated_vs_pd_goodput"] = ratio(out["colocated_goodput_rps"], out["pd_goodput_rps"])
+    out["colocated_vs_pd_goodput_per_npu"] = ratio(out["colocated_goodput_rps_per_npu"], out["pd_goodput_rps_per_npu"])
+    return out
 
 
 def plan_sweep(workloads: list[tuple[dict, Workload]], sweeps: dict, progress=None, **kwargs) -> pd.DataFrame:

@@ -19,54 +19,82 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost.collectives import route_of
-from ..cost.ops import (attention_decode_ops, dense_ffn_op, embedding_op, head_op, moe_ops, mtp_proj_op, placement,
-                        tp_allreduce_op)
+from ..cost.ops import (attention_decode_ops, chunk_attention_ops, dense_ffn_op, embedding_op, head_op, moe_ops,
+                        mtp_proj_op, placement, tp_allreduce_op)
 from ..cost.roofline import tier_for_group
-from .common import Schedule, choose, select, timed, tokens_per_s_per_tflops, wait_after
+from .common import Part, Schedule, Section, choose, select, timed, tokens_per_s_per_tflops, wait_after
 from .pipeline import Pipeline, Stage, pipeline
 
 LANES = {1: ("serial", "serial"), 2: ("A (attention)", "B (moe)")}
+LANE_NAMES = {"core-split": ("A (attention)", "B (moe)"), "compute-comm": ("compute", "comm")}
 RULES = {1: "one microbatch: every stage and barrier wait in series",
          2: "max(2A, 2B, A + B + barrier waits, shared pools): two microbatches on two streams",
          "compute-comm": "two microbatches one stage apart: compute of one under communication of the other"}
 
 
-def comm_shares(hw, n: int) -> tuple[float, float]:
+def comm_shares(hw, n: int, overlap) -> tuple[float, float]:
     """(compute lane, communication lane) shares of the cores in a compute-comm overlap:
     communication holds ``comm_units`` of the die's units while it runs (0: it only issues
     remote writes and holds none; its little vector work then draws on the shared pool)."""
     if n == 1:
         return 1.0, 1.0
-    held = hw.system.overlap.decode.comm_units / hw.chip.die.vector_units
+    held = overlap.comm_units / hw.chip.die.vector_units
     return 1.0 - held, np.where(held > 0, held, 1.0)
 
 
-def attention_ops(hw, m, g, T, R) -> list:
+def attention_ops(hw, m, g, T, R, C=0.0) -> list:
     """Attention of a die's ``T`` tokens of ``R`` requests, heads split over its TP group of
-    ``tp`` dies (each die works on the whole group's tokens), then the group's all-reduce."""
+    ``tp`` dies (each die works on the whole group's tokens), then the group's all-reduce.
+
+    ``C`` prompt tokens of a co-located chunk (docs/model.md §9.4) join the same pass: they
+    go through the same projections (one GEMM over ``T + C`` rows: the weights are read once)
+    and add their own attention over their prompts (:func:`chunk_attention_ops`)."""
     tp = g["tp"]
     ops = attention_decode_ops(m, T * tp, R * tp, g["kv_len"], tp)
+    C = np.asarray(C, dtype=float)
+    if np.any(C > 0):
+        fused = attention_decode_ops(m, (T + C) * tp, R * tp, g["kv_len"], tp)
+        ops = [own if own.flop_kind == "attention" else both for own, both in zip(ops, fused)]
+        ops += chunk_attention_ops(m, C, g["prompt_len"], chunk_geometry(hw, g)["chunk"], tp)
     if np.any(np.asarray(tp) > 1):
-        ops.append(tp_allreduce_op(m, T * tp, tp, tier_for_group(hw, tp), "attn_allreduce"))
+        ops.append(tp_allreduce_op(m, (T + C) * tp, tp, tier_for_group(hw, tp), "attn_allreduce"))
     return ops
 
 
-def moe_stages(hw, m, g, tokens, requests, n: int) -> list[Stage]:
+def chunk_geometry(hw, g) -> dict:
+    """A co-located instance's prompt chunk on one die (docs/model.md §9.4): ``tokens`` per
+    iteration (``chunk_tokens`` per NPU over the package's dies), taken ``chunk`` = min(tokens,
+    P) at a time from P-token prompts, so ``in_flight`` = tokens / chunk prompts are being
+    filled and ``prompts`` = tokens / P finish per iteration. The KV they hold: a prompt
+    filled chunk by chunk holds (P + chunk)/2 tokens on average (``kv_tokens``, the mean over
+    its chunks of offset + chunk) and P at its end (``kv_peak_tokens``)."""
+    T = np.asarray(g["chunk_tokens"], dtype=float) / hw.chip.dies_per_package
+    P = np.asarray(g["prompt_len"], dtype=float)
+    k = np.minimum(T, P)
+    flight = np.where(T > 0, T / np.where(k > 0, k, 1.0), 0.0)
+    return {"tokens": T, "chunk": k, "prompts": T / P, "in_flight": flight,
+            "kv_tokens": flight * (P + k) / 2, "kv_peak_tokens": flight * P}
+
+
+def moe_stages(hw, m, g, tokens, requests, n: int, chunk=0.0, overlap=None) -> list[Stage]:
     """The stages of one MoE layer for one of ``n`` microbatches of a die's ``tokens``
-    tokens of ``requests`` requests, timed on the cores their lanes own (docs/model.md §5.2).
+    tokens of ``requests`` requests (and ``chunk`` co-located prompt tokens, which run
+    through the same gate, dispatch, experts and combine), timed on the cores their lanes
+    own (docs/model.md §5.2).
 
     core-split (Ascend): A = attention | B = gate, dispatch, experts, combine, on two streams.
     compute-comm (NVIDIA two-batch overlap): attention + gate | dispatch | experts | combine,
-    compute on one lane and communication on the other."""
-    T, R = tokens / n, requests / n
-    pl = placement(m, T, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
+    compute on one lane and communication on the other. ``overlap``: the system's decode
+    overlap unless given (a co-located pass may run the prefill's, :func:`decode`)."""
+    overlap = overlap or hw.system.overlap.decode
+    T, R, C = tokens / n, requests / n, chunk / n
+    pl = placement(m, T + C, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
                    hw.chip.efficiency.matmul_tile_rows)
-    attn_ops = attention_ops(hw, m, g, T, R)
-    gate, dispatch, experts, combine = moe_ops(m, T, g["ep"], pl, route_of(hw, "decode"))
+    attn_ops = attention_ops(hw, m, g, T, R, C)
+    gate, dispatch, experts, combine = moe_ops(m, T + C, g["ep"], pl, route_of(hw, "decode"))
     ep = g["ep"]
-    if hw.system.overlap.decode.style == "core-split":
-        share = np.where(np.isnan(g["attention_share"]), hw.system.overlap.decode.attention_share,
-                         g["attention_share"]) if n == 2 else 1.0
+    if overlap.style == "core-split":
+        share = np.where(np.isnan(g["attention_share"]), overlap.attention_share, g["attention_share"]) if n == 2 else 1.0
         other = 1.0 - share if n == 2 else 1.0
         attn = timed(attn_ops, hw, share, share)
         moe = timed([gate, dispatch, experts, combine], hw, other, other)
@@ -74,7 +102,7 @@ def moe_stages(hw, m, g, tokens, requests, n: int) -> list[Stage]:
         # dispatch waits for the slowest die's attention, gate and send; combine for its experts
         return [Stage("attention", lane_a, attn, wait_after(attn + moe[:2], ep, hw)),
                 Stage("moe", lane_b, moe, wait_after(moe[2:], ep, hw))]
-    compute, comm = comm_shares(hw, n)
+    compute, comm = comm_shares(hw, n, overlap)
     c1 = timed(attn_ops + [gate], hw, compute, compute)
     m1 = timed([dispatch], hw, comm, comm)
     c2 = timed([experts], hw, compute, compute)
@@ -84,37 +112,50 @@ def moe_stages(hw, m, g, tokens, requests, n: int) -> list[Stage]:
             Stage("experts", lane_c, c2), Stage("combine", lane_m, m2, wait_after(c2 + m2, ep, hw))]
 
 
-def rule(hw, n: int) -> str:
-    return RULES[n] if n == 1 or hw.system.overlap.decode.style == "core-split" else RULES["compute-comm"]
+def rule(n: int, overlap) -> str:
+    return RULES[n] if n == 1 or overlap.style == "core-split" else RULES["compute-comm"]
 
 
-def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, Pipeline]:
-    """Iteration time with ``n`` microbatches in the MoE layers; returns (time, schedule,
-    the main stack's pipeline)."""
+def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pipeline]:
+    """Iteration time with ``n`` microbatches in the MoE layers, overlapped as ``overlap``
+    says (default: the system's decode overlap); returns (time, schedule, the main stack's
+    pipeline)."""
+    overlap = overlap or hw.system.overlap.decode
     sched = Schedule()
     R_die = g["batch"] / hw.chip.dies_per_package
     k = draft_tokens(g)
     T_die = R_die * (1 + k)
+    chunk = chunk_geometry(hw, g)
+    C = chunk["tokens"]  # co-located prompt tokens per die, in the same pass (0: decode only)
     n_dense = m.first_dense_layers
     if n_dense:
         tp = g["tp"]
-        ffn = [dense_ffn_op(m, T_die * tp, tp)]
+        ffn = [dense_ffn_op(m, (T_die + C) * tp, tp)]
         if np.any(np.asarray(tp) > 1):
-            ffn.append(tp_allreduce_op(m, T_die * tp, tp, tier_for_group(hw, tp), "ffn_allreduce"))
-        sched.serial("dense_layer", timed(attention_ops(hw, m, g, T_die, R_die) + ffn, hw), n_dense,
+            ffn.append(tp_allreduce_op(m, (T_die + C) * tp, tp, tier_for_group(hw, tp), "ffn_allreduce"))
+        sched.serial("dense_layer", timed(attention_ops(hw, m, g, T_die, R_die, C) + ffn, hw), n_dense,
                      "sum of all ops (all cores; no barrier to hide)")
     main = None
     if m.moe is not None:
-        main = pipeline(moe_stages(hw, m, g, T_die, R_die, n), n)
-        sched.stack("moe_layer", main, m.num_layers - n_dense, rule=rule(hw, n))
+        main = pipeline(moe_stages(hw, m, g, T_die, R_die, n, C, overlap), n)
+        sched.stack("moe_layer", main, m.num_layers - n_dense, rule=rule(n, overlap))
     if m.mtp.modules:
-        # MTP: k draft steps, each one token per request through eh_proj, one MoE block and the head
-        sched.serial("mtp", timed([mtp_proj_op(m, R_die), head_op(m, R_die, "mtp_head")], hw), k,
-                     "eh_proj + head, once per draft step")
-        draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n), n)
-        sched.stack("mtp_layer", draft, 1, repeats=k, rule=rule(hw, n))
-    sched.serial("per_iteration", timed([embedding_op(m, T_die), head_op(m, T_die)], hw), 1,
-                 "embedding + LM head over all tokens + iteration overhead", hw.chip.latency.iteration_overhead_s)
+        # MTP: k draft steps, each one token per request through eh_proj, one MoE block and the head;
+        # a chunk's prompt tokens run through the module once (its layer's cache), in the first step
+        head = [head_op(m, R_die, "mtp_head")]
+        if np.any(C > 0):
+            first = np.minimum(k, 1.0) * (C > 0)
+            sched.serial("mtp", timed([mtp_proj_op(m, R_die + C)] + head, hw), first,
+                         "eh_proj + head, the first draft step with the chunk's prompt tokens")
+            sched.stack("mtp_layer", pipeline(moe_stages(hw, m, g, R_die, R_die, n, C, overlap), n), 1, repeats=first,
+                        rule=rule(n, overlap))
+            k = k - first
+        sched.serial("mtp", timed([mtp_proj_op(m, R_die)] + head, hw), k, "eh_proj + head, once per draft step")
+        draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n, overlap=overlap), n)
+        sched.stack("mtp_layer", draft, 1, repeats=k, rule=rule(n, overlap))
+    sched.serial("per_iteration", timed([embedding_op(m, T_die + C), head_op(m, T_die + chunk["prompts"])], hw), 1,
+                 "embedding + LM head over all tokens (a chunk: the last token of each prompt it finishes) "
+                 "+ iteration overhead", hw.chip.latency.iteration_overhead_s)
     return sched.total_s(), sched, main
 
 
@@ -151,31 +192,57 @@ def decode(hw, m, g) -> dict:
 
     ``stream_a_us`` / ``stream_b_us`` are one microbatch's time on each stream of the
     two-microbatch schedule, the MoE stream's including the barrier waits inside dispatch
-    and combine (paper §4.2.3: about 600 us each); empty when one microbatch is used."""
+    and combine (paper §4.2.3: about 600 us each); empty when one microbatch is used.
+
+    A row with a co-located chunk (``chunk_tokens`` > 0) is a forward pass that is mostly
+    prefill work when the chunk is large: its two microbatches may also run the way the
+    system overlaps a prefill pass (compute of one under communication of the other), and
+    the faster of the two overlaps is its two-microbatch schedule."""
     it1, s1, p1 = iteration(hw, m, g, 1)
     if m.moe is None:  # a dense model has no barrier for a second microbatch to hide
         return _dense_model(hw, m, g, it1, s1)
     it2, s2, p2 = iteration(hw, m, g, 2)
+    lanes = LANE_NAMES[hw.system.overlap.decode.style]
+    two_mb = {"period": p2.period_s, "wait": p2.wait_s, "a": p2.lane_s(lanes[0]), "b": p2.lane_s(lanes[1]) + p2.wait_s}
+    chunked = np.asarray(g["chunk_tokens"], dtype=float) > 0
+    prefill_overlap = hw.system.overlap.prefill
+    if np.any(chunked) and prefill_overlap.style != hw.system.overlap.decode.style:
+        it3, s3, p3 = iteration(hw, m, g, 2, prefill_overlap)
+        other = LANE_NAMES[prefill_overlap.style]
+        use = chunked & (it3 < it2)
+        alt = {"period": p3.period_s, "wait": p3.wait_s, "a": p3.lane_s(other[0]), "b": p3.lane_s(other[1]) + p3.wait_s}
+        two_mb = {k: np.where(use, alt[k], v) for k, v in two_mb.items()}
+        it2, s2 = np.where(use, it3, it2), either(s2, s3, use)
     choice = choose(g["microbatches"], it1, it2)
     it = select(choice, it1, it2)
     tpot = it / emitted_tokens(g)
     throughput = g["batch"] / tpot
     two = choice == 2
-    lanes = ("A (attention)", "B (moe)") if hw.system.overlap.decode.style == "core-split" else ("compute", "comm")
     return {
         "microbatches_used": choice,
         "iteration_ms": it * 1e3,
         "tpot_ms": tpot * 1e3,
-        "layer_us": select(choice, p1.period_s, p2.period_s) * 1e6,
-        "barrier_wait_us": select(choice, p1.wait_s, 2 * p2.wait_s) * 1e6,
-        "stream_a_us": np.where(two, p2.lane_s(lanes[0]), np.nan) * 1e6,
-        "stream_b_us": np.where(two, p2.lane_s(lanes[1]) + p2.wait_s, np.nan) * 1e6,
+        "layer_us": select(choice, p1.period_s, two_mb["period"]) * 1e6,
+        "barrier_wait_us": select(choice, p1.wait_s, 2 * two_mb["wait"]) * 1e6,
+        "stream_a_us": np.where(two, two_mb["a"], np.nan) * 1e6,
+        "stream_b_us": np.where(two, two_mb["b"], np.nan) * 1e6,
         "tokens_per_iteration": emitted_tokens(g),
         "throughput_per_npu": throughput,
         "tokens_per_s_per_user": 1.0 / tpot,
         "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
         "microbatch_gain": it1 / it2 - 1.0,
-        "microbatch_layer_saving": 1.0 - p2.period_s / p1.period_s,
+        "microbatch_layer_saving": 1.0 - two_mb["period"] / p1.period_s,
         "_schedules": (s1, s2),
         "_choice": choice,
     }
+
+
+def either(a: Schedule, b: Schedule, use_b) -> Schedule:
+    """One schedule that is ``b`` on the rows where ``use_b`` and ``a`` elsewhere: each part
+    and section of the other kept with zero calls (the breakdown skips them, the total adds 0)."""
+    use_b = np.asarray(use_b, dtype=bool)
+    out = Schedule()
+    for sched, on in ((a, ~use_b), (b, use_b)):
+        out.parts += [Part(p.section, p.stream, p.calls * on, p.t) for p in sched.parts]
+        out.sections += [Section(x.name, x.rule, x.time_s, x.count * on) for x in sched.sections]
+    return out

@@ -9,7 +9,7 @@ from ..cost import arch
 from ..cost.collectives import route_of
 from ..cost.ops import (ASCEND_MESSAGE, Bytes, attention_decode_ops, attention_prefill_ops, combine_message_B,
                         dense_ffn_op, dispatch_message_B, head_op, kv_shards, moe_ops, mtp_proj_op, placement)
-from .decode import draft_tokens
+from .decode import chunk_geometry, draft_tokens
 
 
 def weight_bytes(m, g, phase: str) -> np.ndarray:
@@ -79,26 +79,56 @@ def decode_kv_bytes_per_token(m, g) -> np.ndarray:
             * tp / kv_shards(m, tp))
 
 
+def decode_kv_tokens(g) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens of KV cache one decode request holds (docs/model.md §7): (mean, peak).
+
+    ``kv_len`` is the mean context a decode step attends. Continuous batching holds requests
+    at every step of their output, so the context a request holds, averaged over the requests
+    in the batch at any moment, is that same mean (prompt + output/2 for fixed lengths, the
+    default of ``kv_len``; a given ``kv_len`` is requests at that context) — plus the draft
+    tokens whose KV the step writes. The peak is the longest context one request reaches:
+    prompt + output, or ``kv_len`` when that is given larger, plus the drafts."""
+    k = draft_tokens(g)
+    mean = np.asarray(g["kv_len"], dtype=float) + k
+    peak = np.maximum(np.asarray(g["prompt_len"], dtype=float) + g["output_len"], g["kv_len"]) + k
+    return mean, peak
+
+
 def decode_memory(hw, m, g) -> dict:
+    """HBM of a decode die (docs/model.md §7): weights, the KV its requests hold (mean
+    context, :func:`decode_kv_tokens`) and the prompts a co-located chunk is filling, the
+    dispatch/combine buffers and activations of every token of the iteration, the runtime
+    reserve. The rows add up to ``memory_per_die_bytes``."""
     dpp = hw.chip.dies_per_package
     R_die = g["batch"] / dpp
     tpr = 1 + draft_tokens(g)
     tp = np.asarray(g["tp"], dtype=float)
     kv_tok = decode_kv_bytes_per_token(m, g)
-    context = g["prompt_len"] + g["output_len"]
+    held, peak = decode_kv_tokens(g)
     weights = weight_bytes(m, g, "decode")
-    fixed = weights + hw.chip.memory.runtime_reserved_B
+    reserve = hw.chip.memory.runtime_reserved_B
     msg = route_of(hw, "decode").message
     buffers = buffer_bytes(m, 1.0, g["ep"], msg) if m.moe is not None else 0.0
-    per_request = context * kv_tok + tpr * (buffers + activation_bytes(m, tp) + m.vocab_size * 4)
-    total = fixed + R_die * per_request
+    act = activation_bytes(m, tp)  # per token of the die (a TP die works on its group's tokens)
+    logits = m.vocab_size * 4.0  # FP32 logits of one sampled token
+    chunk = chunk_geometry(hw, g)
+    # per request: its KV, and per token it runs (1 + drafts): buffers, activations, logits
+    per_request = held * kv_tok + tpr * (buffers + act + logits)
+    kv = R_die * held * kv_tok + chunk["kv_tokens"] * kv_tok
+    buf = R_die * tpr * buffers + chunk["tokens"] * buffers
+    acts = R_die * tpr * (act + logits) + chunk["tokens"] * act + chunk["prompts"] * logits
+    total = weights + kv + buf + acts + reserve
+    fixed = total - R_die * per_request  # everything that does not grow with the batch
     cap = hw.chip.die.hbm_capacity_B
     max_r = np.floor(np.maximum(cap - fixed, 0) / per_request)
     return {
         "memory_per_die_bytes": total,
         "weights_per_die_bytes": weights,
-        "kv_cache_per_die_bytes": R_die * context * kv_tok,
-        "buffers_per_die_bytes": R_die * tpr * buffers,
+        "kv_cache_per_die_bytes": kv,
+        "kv_cache_peak_per_die_bytes": R_die * peak * kv_tok + chunk["kv_peak_tokens"] * kv_tok,
+        "buffers_per_die_bytes": buf,
+        "activations_per_die_bytes": acts,
+        "runtime_reserve_per_die_bytes": np.broadcast_to(reserve, np.shape(total)).astype(float),
         "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(total)).astype(float),
         "max_batch_per_npu": max_r * dpp,
         "fits": total <= cap,
@@ -106,6 +136,9 @@ def decode_memory(hw, m, g) -> dict:
 
 
 def prefill_memory(hw, m, g, microbatches) -> dict:
+    """HBM of a prefill die (docs/model.md §7): weights, the KV of its prompts (cached prefix
+    included), one microbatch's buffers and activations, the runtime reserve; the rows add up
+    to ``memory_per_die_bytes``."""
     dpp = hw.chip.dies_per_package
     T_die = g["tokens_per_npu"] / dpp
     T_mb = T_die / microbatches
@@ -113,12 +146,14 @@ def prefill_memory(hw, m, g, microbatches) -> dict:
     shares = tp / kv_shards(m, tp) if not arch.is_mla(m) else 1.0  # GQA's K/V are made per head shard, MLA's latent per token
     kv_tok = arch.kv_bytes_per_token(m, Bytes.of(m).kv, arch.kv_layers(m, np.asarray(g["mtp"], dtype=float))) * shares
     weights = weight_bytes(m, g, "prefill")
-    fixed = weights + hw.chip.memory.runtime_reserved_B
+    reserve = hw.chip.memory.runtime_reserved_B
+    fixed = weights + reserve
     msg = route_of(hw, "prefill").message
     buffers = buffer_bytes(m, 1.0, g["ep"], msg) if m.moe is not None else 0.0
+    act = activation_bytes(m, 1.0)
     # a computed token's prompt brings its cached prefix's KV too: P / (P - cached) per token
     kv_tok = kv_tok * g["prompt_len"] / (g["prompt_len"] - g["cached_len"])
-    per_token = kv_tok + (buffers + activation_bytes(m, 1.0)) / microbatches
+    per_token = kv_tok + (buffers + act) / microbatches
     total = fixed + T_die * per_token
     cap = hw.chip.die.hbm_capacity_B
     return {
@@ -126,6 +161,8 @@ def prefill_memory(hw, m, g, microbatches) -> dict:
         "weights_per_die_bytes": weights,
         "kv_cache_per_die_bytes": T_die * kv_tok,
         "buffers_per_die_bytes": T_mb * buffers,
+        "activations_per_die_bytes": T_mb * act,
+        "runtime_reserve_per_die_bytes": np.broadcast_to(reserve, np.shape(total)).astype(float),
         "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(total)).astype(float),
         "max_tokens_per_npu": np.floor(np.maximum(cap - fixed, 0) / per_token) * dpp,
         "fits": total <= cap,
@@ -136,10 +173,11 @@ def afd_memory(hw, m, g) -> dict:
     """HBM of the two pools of an AFD instance (docs/model.md §5.4).
 
     Attention die: every weight but the experts (attention, dense FFN, gate, embedding,
-    head, MTP projections; TP 1), the KV cache of its requests, the e2a receive buffers
-    (each of the E expert dies may return each of its tokens once), activations, reserve.
-    Expert die: its expert instances per MoE layer (MTP block included), the a2e receive
-    buffers (each of the A attention dies may send each of its tokens once), reserve.
+    head, MTP projections; TP 1), the KV its requests hold (:func:`decode_kv_tokens`), the
+    e2a receive buffers (each of the E expert dies may return each of its tokens once),
+    activations, reserve. Expert die: its expert instances per MoE layer (MTP block
+    included), the a2e receive buffers (each of the A attention dies may send each of its
+    tokens once), reserve. Each pool's rows add up to its ``*_memory_per_die_bytes``.
     ``max_batch_per_npu``: the largest batch per attention NPU both pools can hold."""
     dpp = hw.chip.dies_per_package
     A, E = g["attention_dies"], g["expert_dies"]
@@ -151,12 +189,13 @@ def afd_memory(hw, m, g) -> dict:
     attention_w = parts["attention"] + parts["dense_ffn"] + parts["gate"] + parts["embedding_head"]
     expert_w = parts["experts"]
     msg = route_of(hw, "decode").message
-    context = g["prompt_len"] + g["output_len"]
+    held, peak = decode_kv_tokens(g)
     kv_tok = decode_kv_bytes_per_token(m, view)
     reserve = hw.chip.memory.runtime_reserved_B
     cap = hw.chip.die.hbm_capacity_B
-    per_request = context * kv_tok + tpr * (receive_buffer_bytes(1.0, E, combine_message_B(m)) + activation_bytes(m, one)
-                                            + m.vocab_size * 4)
+    e2a = receive_buffer_bytes(1.0, E, combine_message_B(m))
+    act = activation_bytes(m, one) + m.vocab_size * 4.0
+    per_request = held * kv_tok + tpr * (e2a + act)
     attention_total = attention_w + reserve + R_die * per_request
     expert_per_request = tpr * receive_buffer_bytes(1.0, A, dispatch_message_B(m, msg))  # per request of each attention die
     expert_total = expert_w + reserve + R_die * expert_per_request
@@ -165,11 +204,14 @@ def afd_memory(hw, m, g) -> dict:
     return {
         "attention_memory_per_die_bytes": attention_total,
         "attention_weights_per_die_bytes": attention_w,
-        "kv_cache_per_die_bytes": R_die * context * kv_tok,
-        "attention_buffers_per_die_bytes": R_die * tpr * receive_buffer_bytes(1.0, E, combine_message_B(m)),
+        "kv_cache_per_die_bytes": R_die * held * kv_tok,
+        "kv_cache_peak_per_die_bytes": R_die * peak * kv_tok,
+        "attention_buffers_per_die_bytes": R_die * tpr * e2a,
+        "attention_activations_per_die_bytes": R_die * tpr * act,
         "expert_memory_per_die_bytes": expert_total,
         "expert_weights_per_die_bytes": expert_w,
         "expert_buffers_per_die_bytes": R_die * expert_per_request,
+        "runtime_reserve_per_die_bytes": np.broadcast_to(reserve, np.shape(attention_total)).astype(float),
         "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(attention_total)).astype(float),
         "max_batch_per_npu": max_r * dpp,
         "attention_fits": attention_total <= cap,
