@@ -371,47 +371,96 @@ def available() -> bool:
 __all__: list[Any] = ["search_figure", "plan_figure", "compare_figure", "available"]
 
 
-def plan_figure(result, path: str | Path) -> None:
-    """Write the ``cmperf plan`` PNG: TTFT and TPOT against the arrival rate for the best
-    deployment of each shape (with the SLOs), the P:D split of the best deployments and where
-    their TTFT goes. Whole or not at all."""
+SHAPE_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
+
+
+def plan_lines(result, rates) -> list[dict]:
+    """The lines of the ``cmperf plan`` rate panels, best shape first: per shape that has a
+    deployment, its best deployment's TTFT and TPOT (ms; NaN where the queue grows without
+    bound) at each of ``rates`` (:func:`cmperf.plan.planner.curves`), and its operating point
+    (rate, TTFT, TPOT at the rate it is planned at); then the asked shapes without one."""
     from .plan.planner import curves, describe
 
+    table = result.table
+    out = []
+    for _, row in table.drop_duplicates("shape").iterrows():
+        c = curves(result, row, rates)
+        ms = lambda v: np.where(np.isfinite(v), v * 1e3, np.nan)  # noqa: E731
+        out.append({"shape": row["shape"], "label": f"#{int(row['rank'])} {row['shape']}: {describe(row)}",
+                    "ttft_ms": ms(c["ttft_s"]), "tpot_ms": ms(c["tpot_s"]), "rate_rps": float(row["goodput_rps"]),
+                    "at_ttft_ms": float(row["ttft_ms"]), "at_tpot_ms": float(row["tpot_ms"])})
+    for shape in result.settings.get("shapes", []):
+        if shape not in set(table["shape"]):
+            out.append({"shape": shape, "label": f"{shape}: no deployment of this shape in the plan", "ttft_ms": None,
+                        "tpot_ms": None, "rate_rps": 0.0, "at_ttft_ms": np.nan, "at_tpot_ms": np.nan})
+    return out
+
+
+def plan_figure(result, path: str | Path) -> None:
+    """Write the ``cmperf plan`` PNG: TTFT and TPOT against the arrival rate for the best
+    deployment of each shape (own colour, line style and marker; drawn widest first, so
+    coinciding lines stay visible), the SLOs and the chosen operating rate with its goodput;
+    below, the P:D split of the best deployments and where their TTFT goes. Whole or not at all."""
     plt = _pyplot()
     w = result.workload
     table = result.table
+    best = result.best
     lead = pd.concat([table.head(1), result.runners_up(5)]).drop_duplicates("rank").head(6)
-    per_shape = table.drop_duplicates("shape")
-    fig, axes = plt.subplots(2, 2, figsize=(14, 9.5), dpi=110)
-    top_rate = float(max(table["goodput_rps"].max(), w.arrival_rate_per_s or 0.0, 1e-3)) * 1.5
-    rates = np.linspace(0.0, top_rate, 200)
+    fig, axes = plt.subplots(2, 2, figsize=(15, 10.5), dpi=110)
+    # the rates up to past the largest any shape's best sustains in either phase (its goodput, or
+    # when the SLOs are not met, the rates its prefill and decode would carry)
+    heads = table.drop_duplicates("shape")
+    reach = [heads[c].max() for c in ("goodput_rps", "prefill_max_rps", "decode_max_rps") if c in heads.columns]
+    top_rate = float(max(*reach, w.arrival_rate_per_s or 0.0, 1e-3)) * 1.5
+    rates = np.linspace(0.0, top_rate, 400)
+    lines = plan_lines(result, rates)
+    colors = _sweep_colors(len(lines))
     ax_t, ax_p = axes[0]
-    for _, row in per_shape.iterrows():
-        c = curves(result, row, rates)
-        label = f"{row['shape']}: {describe(row)}"
-        ax_t.plot(rates, np.where(np.isfinite(c["ttft_s"]), c["ttft_s"] * 1e3, np.nan), label=label)
-        ax_p.plot(rates, np.where(np.isfinite(c["tpot_s"]), c["tpot_s"] * 1e3, np.nan), label=label)
-    for ax, slo, name in ((ax_t, w.slo.ttft_s, f"TTFT ({w.slo.ttft_stat})"), (ax_p, w.slo.tpot_s, "TPOT")):
-        ax.axhline(slo * 1e3, color="k", ls="--", lw=1, label=f"SLO {slo * 1e3:g} ms")
-        if w.arrival_rate_per_s:
-            ax.axvline(w.arrival_rate_per_s, color="grey", ls=":", lw=1, label="arrival rate")
+    drawn = [ln for ln in lines if ln["ttft_ms"] is not None]
+    for i, (ln, c) in enumerate(zip(lines, colors)):
+        style, marker = SHAPE_STYLES[i % len(SHAPE_STYLES)]
+        lw = 1.4 + 2.6 * (len(drawn) - 1 - i) / max(len(drawn) - 1, 1) if ln["ttft_ms"] is not None else 1.4
+        for ax, key in ((ax_t, "ttft_ms"), (ax_p, "tpot_ms")):
+            y = ln[key] if ln[key] is not None else []
+            ax.plot(rates[:len(y)], y, style, marker=marker, markevery=(i * 7, 40), ms=5, color=c, lw=lw,
+                    label=ln["label"], zorder=3 + i, alpha=0.95 if ln[key] is not None else 0.5)
+            if ln[key] is not None and ln["rate_rps"] > 0:
+                at = ln["at_ttft_ms"] if key == "ttft_ms" else ln["at_tpot_ms"]
+                ax.plot([ln["rate_rps"]], [at], marker, color=c, ms=9, mec="k", mew=0.8, zorder=20 + i)
+    for ax, slo, name, key in ((ax_t, w.slo.ttft_s, f"TTFT ({w.slo.ttft_stat})", "ttft_ms"), (ax_p, w.slo.tpot_s, "TPOT", "tpot_ms")):
+        ax.axhline(slo * 1e3, color="#d62728", ls="--", lw=1.3, label=f"{name} SLO {slo * 1e3:g} ms", zorder=2)
+        if best is not None:
+            ax.axvline(best["goodput_rps"], color="k", ls="-", lw=1.1, alpha=0.7, zorder=2,
+                       label=f"chosen rate: goodput {best['goodput_rps']:,.1f} req/s (#1 {best['shape']}, "
+                             f"bound by {best['binding']})")
+            ax.annotate(f"{best['goodput_rps']:,.1f} req/s", (best["goodput_rps"], 0), xytext=(4, 4),
+                        textcoords="offset points", ha="left", va="bottom", fontsize=9, weight="bold")
+        if w.arrival_rate_per_s and (best is None or abs(w.arrival_rate_per_s - best["goodput_rps"]) > 1e-9):
+            ax.axvline(w.arrival_rate_per_s, color="grey", ls=":", lw=1.3, label=f"asked rate {w.arrival_rate_per_s:g} req/s")
         ax.set_xlabel("arrival rate (requests/s)")
         ax.set_ylabel(f"{name} (ms)")
-        ax.set_ylim(0, slo * 1e3 * 2.5)
-        ax.legend(fontsize=7.5, loc="upper left")
-    ax_t.set_title("TTFT against the arrival rate (best deployment of each shape)", fontsize=10)
-    ax_p.set_title("TPOT against the arrival rate", fontsize=10)
+        ax.set_xlim(0, top_rate)
+        starts = [ln[key][0] for ln in drawn if np.isfinite(ln[key][0])]
+        ax.set_ylim(0, max(slo * 1e3 * 2.5, 1.3 * max(starts, default=0.0)))  # every curve's start is in view
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7.5, loc="best", framealpha=0.92)
+    ax_t.set_title("TTFT against the arrival rate (best deployment of each shape; big marker: its planned rate)",
+                   fontsize=10, loc="left")
+    ax_p.set_title("TPOT against the arrival rate", fontsize=10, loc="left")
     ax_s, ax_b = axes[1]
-    labels = [f"#{int(r['rank'])} {r['goodput_rps']:.0f} req/s" for _, r in lead.iterrows()]
+    labels = [f"#{int(r['rank'])} {r['shape']}, {r['goodput_rps']:,.0f} req/s" for _, r in lead.iterrows()]
     y = np.arange(len(lead))
     pre, dec = lead["prefill_npus"].to_numpy(float), lead["decode_npus"].to_numpy(float)
     ax_s.barh(y, pre, color="#1f77b4", label="prefill NPUs")
     ax_s.barh(y, dec, left=pre, color="#ff7f0e", label="decode (or co-located) NPUs")
+    for yi, a_, b_ in zip(y, pre, dec):
+        ax_s.text(a_ + b_, yi, f" {a_:g} : {b_:g}", va="center", fontsize=8.5)
+    ax_s.set_xlim(0, float((pre + dec).max()) * 1.3 if len(lead) else 1)
     ax_s.set_yticks(y, labels, fontsize=8)
     ax_s.invert_yaxis()
     ax_s.set_xlabel("NPUs")
-    ax_s.set_title("P:D split of the best deployments", fontsize=10)
-    ax_s.legend(fontsize=8)
+    ax_s.set_title("P:D split of the best deployments", fontsize=10, loc="left", pad=24)
+    ax_s.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False)
     left = np.zeros(len(lead))
     for col, color, name in (("ttft_queue_ms", "#d62728", "queue"), ("ttft_align_ms", "#9467bd", "pass alignment"),
                              ("ttft_prefill_ms", "#1f77b4", "prefill pass"), ("ttft_kv_transfer_ms", "#2ca02c", "KV transfer")):
@@ -419,17 +468,108 @@ def plan_figure(result, path: str | Path) -> None:
         v = np.where(np.isfinite(v), v, 0.0)
         ax_b.barh(y, v, left=left, color=color, label=name)
         left += v
-    ax_b.axvline(w.slo.ttft_s * 1e3, color="k", ls="--", lw=1)
+    ax_b.axvline(w.slo.ttft_s * 1e3, color="#d62728", ls="--", lw=1.3, label=f"TTFT SLO {w.slo.ttft_s * 1e3:g} ms")
+    ax_b.set_xlim(0, max(float(left.max()) if len(left) else 0.0, w.slo.ttft_s * 1e3) * 1.35)
     ax_b.set_yticks(y, labels, fontsize=8)
     ax_b.invert_yaxis()
-    ax_b.set_xlabel(f"TTFT at the plan's rate (ms; TPOT shown in the table)")
-    ax_b.set_title("where the TTFT goes", fontsize=10)
-    ax_b.legend(fontsize=8)
+    ax_b.set_xlabel(f"TTFT ({w.slo.ttft_stat}) at each deployment's planned rate (ms; TPOT in the table)")
+    ax_b.set_title("where the TTFT goes", fontsize=10, loc="left", pad=24)
+    ax_b.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, frameon=False)
     st = result.settings
-    fig.suptitle(f"cmperf plan: {st['npus']} NPUs of {st['hardware']}, {st['model']}", fontsize=12, x=0.01, ha="left")
+    fail = "" if best is not None else ": NO DEPLOYMENT MEETS THE SLOs (each shape's closest shown)"
+    fig.suptitle(f"cmperf plan: {st['npus']} NPUs of {st['hardware']}, {st['model']}{fail}", fontsize=12, x=0.01, ha="left")
     fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png"))
-    plt.close(fig)
+    try:
+        write_atomic(path, lambda tmp: fig.savefig(tmp, format="png"))
+    finally:
+        plt.close(fig)
+
+
+SHAPE_MARKERS = {"pd": "o", "afd": "s", "colocated": "^"}
+PLAN_AXES = {"rate": "asked arrival rate (requests/s; max: the largest within the SLOs)",
+             "prefix_hit": "prefix hit (share of prompt tokens in the KV cache pool)"}
+
+
+def plan_sweep_series(table: pd.DataFrame, varied: list[str]) -> tuple[str, list[tuple[str, pd.DataFrame]]]:
+    """How ``plan --sweep`` (or a list of rates / prefix hits) is drawn: the x axis is the
+    first of ``varied`` (swept spec fields first, then the workload lists) that takes more than
+    one value; every combination of the others is one series (its label, its rows by x)."""
+    moving = [k for k in varied if k in table.columns and table[k].nunique() > 1] or [varied[0]]
+    x, rest = moving[0], moving[1:]
+    if not rest:
+        return x, [("", table.sort_values(x, key=_x_order))]
+    out = []
+    for values, rows in table.groupby(rest, sort=False):
+        values = values if isinstance(values, tuple) else (values,)
+        label = ", ".join(f"{k.split('.')[-1]} = {human(v, unit_of(k)) if isinstance(v, float) else v}" for k, v in zip(rest, values))
+        out.append((label, rows.sort_values(x, key=_x_order)))
+    return x, out
+
+
+def _x_order(col: pd.Series) -> pd.Series:
+    """Numbers by value; a word (the rate 'max') after them."""
+    return pd.to_numeric(col, errors="coerce").fillna(np.inf)
+
+
+def plan_sweep_figure(table: pd.DataFrame, varied: list[str], slo, title: str, path: str | Path) -> None:
+    """``cmperf plan --sweep ... --plot``: the goodput of the best deployment against the swept
+    value (marker: its shape; one line per combination of the other varied values), and how
+    much of each SLO it uses at its planned rate (100 %: the SLO binds). Whole or not at all."""
+    plt = _pyplot()
+    x_key, series = plan_sweep_series(table, varied)
+    numeric = pd.to_numeric(table[x_key], errors="coerce").notna().all()
+    if numeric:
+        pos = lambda rows: pd.to_numeric(rows[x_key]).to_numpy(float)  # noqa: E731
+    else:
+        cats = list(dict.fromkeys(table.sort_values(x_key, key=_x_order)[x_key].astype(str)))
+        pos = lambda rows: np.array([cats.index(str(v)) for v in rows[x_key]], dtype=float)  # noqa: E731
+    colors = _sweep_colors(len(series))
+    fig, (ax_g, ax_s) = plt.subplots(1, 2, figsize=(14, 5.6), dpi=110)
+    for i, ((label, rows), c) in enumerate(zip(series, colors)):
+        xs, g = pos(rows), rows["goodput_rps"].to_numpy(float)
+        style = SHAPE_STYLES[i % len(SHAPE_STYLES)][0]
+        lw = 1.4 + 2.6 * (len(series) - 1 - i) / max(len(series) - 1, 1)  # widest first: equal lines stay visible
+        ax_g.plot(xs, g, style, color=c, lw=lw, label=label or None, zorder=2 + i)
+        for xi, gi, (_, r) in zip(xs, g, rows.iterrows()):
+            shape = r.get("shape") if gi > 0 else None
+            ax_g.plot([xi], [gi], SHAPE_MARKERS.get(shape, "x"), color=c, ms=8, mec="k", mew=0.6, zorder=3)
+            ax_g.annotate(f"{gi:,.0f}" + (f"\n{shape}, {r['binding']}" if shape else "\nnone meets the SLOs"), (xi, gi),
+                          xytext=(0, 7), textcoords="offset points", ha="center", va="bottom", fontsize=7.5)
+        for col, lim, ls, name in (("ttft_ms", slo.ttft_s * 1e3, "-", "TTFT"), ("tpot_ms", slo.tpot_s * 1e3, "--", "TPOT")):
+            v = pd.to_numeric(rows.get(col, pd.Series(np.nan, index=rows.index)), errors="coerce").to_numpy(float)
+            ax_s.plot(xs, 100 * v / lim, ls, marker="o" if name == "TTFT" else "s", ms=4 + lw, color=c, lw=lw,
+                      label=f"{name}" + (f" ({label})" if label else ""), zorder=2 + i)
+    for shape, m in SHAPE_MARKERS.items():
+        ax_g.plot([], [], m, color="0.6", mec="k", mew=0.6, ms=7, ls="none", label=f"best shape: {shape}")
+    ax_s.axhline(100, color="#d62728", ls=":", lw=1.0, zorder=1,
+                 label=f"the SLO (TTFT {slo.ttft_stat} {slo.ttft_s * 1e3:g} ms, TPOT {slo.tpot_s * 1e3:g} ms)")
+    for ax in (ax_g, ax_s):
+        ax.set_xlabel(PLAN_AXES.get(x_key, x_key))
+        if numeric:
+            xv = pd.to_numeric(table[x_key]).to_numpy(float)
+            if (xv > 0).all() and xv.max() / xv.min() >= 20:
+                ax.set_xscale("log")
+            ticks = sorted(set(xv))
+            ax.set_xticks(ticks, [human(v, unit_of(x_key)) for v in ticks], fontsize=8.5)
+            ax.minorticks_off()
+        else:
+            ax.set_xticks(range(len(cats)), cats)
+        ax.margins(x=0.08)
+        ax.grid(alpha=0.3)
+    ax_g.set_ylim(0, float(table["goodput_rps"].max()) * 1.3 or 1.0)
+    ax_g.set_ylabel("goodput of the best deployment (requests/s)")
+    ax_g.set_title("Goodput per value (label: requests/s, best shape, what limits it)", fontsize=10, loc="left")
+    ax_g.legend(fontsize=8, loc="lower right", framealpha=0.9)
+    ax_s.set_ylim(0, 130)
+    ax_s.set_ylabel("% of the SLO used at the planned rate")
+    ax_s.set_title("TTFT and TPOT at the planned rate, as % of their SLO (100 %: it binds)", fontsize=10, loc="left")
+    ax_s.legend(fontsize=8, loc="lower right", framealpha=0.9)
+    fig.suptitle(title, fontsize=12, x=0.01, ha="left")
+    fig.tight_layout()
+    try:
+        write_atomic(path, lambda tmp: fig.savefig(tmp, format="png"))
+    finally:
+        plt.close(fig)
 
 
 def compare_settings(phase: str, row: pd.Series) -> str:
