@@ -131,29 +131,3 @@ def _deployment_model(system: str) -> str:
 
 def _rank(c: str) -> int:
     return {"low": 0, "medium": 1, "high": 2}[c]
-
-
-def compare_figure(cmp: Comparison, path: str | Path) -> None:
-    """Two bar panels: tokens/s per chip and tokens/s per TFLOPS, one bar per system, with
-    the prediction band as an error bar."""
-    from .plots import _pyplot
-
-    plt = _pyplot()
-    t = cmp.table
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    x = np.arange(len(t))
-    err = np.vstack([t["throughput_per_chip"] - t["throughput_per_chip_lo"], t["throughput_per_chip_hi"] - t["throughput_per_chip"]])
-    axes[0].bar(x, t["throughput_per_chip"], yerr=err, color="#4c72b0", capsize=4)
-    axes[0].set_ylabel(f"{cmp.phase} tokens/s per chip")
-    per = t["tokens_per_s_per_tflops"]
-    axes[1].bar(x, per, yerr=err * per.to_numpy() / t["throughput_per_chip"].to_numpy(), color="#dd8452", capsize=4)
-    axes[1].set_ylabel("tokens/s per TFLOPS (chip peak in its dtype)")
-    for ax in axes:
-        ax.set_xticks(x, [f"{s}\n{d}" for s, d in zip(t["system"], t["dtype"])], fontsize=8)
-        ax.grid(alpha=0.3, axis="y")
-    fig.suptitle(f"cmperf compare {cmp.phase}", x=0.01, ha="left")
-    fig.tight_layout()
-    from .report import write_atomic
-
-    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=130, format="png"))
-    plt.close(fig)

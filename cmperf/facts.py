@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .cost import arch
 from .cost.ops import combine_message_B, dispatch_message_B, experts_dtype, flops_per_token
-from .cost.roofline import sync_round_s, tier_bandwidth_Bps
+from .cost.roofline import matmul_dtype, sync_round_s, tier_bandwidth_Bps
 from .specs.loader import Hardware
 from .specs.schema import DTYPE_BYTES, ChipSpec, ModelSpec
 from .specs.view import HardwareView, SpecView
@@ -72,15 +72,32 @@ def chip_facts(chip: ChipSpec) -> list[dict]:
         out.append(_r("ridge point", f"{dt} (peak / HBM bandwidth)", peak / d.hbm_bandwidth_Bps, "FLOP/B",
                       "operators with fewer FLOPs per byte are memory-bound"))
         out.append(_r("ridge point", f"{dt} achievable (with efficiencies)",
-                      peak * v.efficiency.matmul_compute / (d.hbm_bandwidth_Bps * v.efficiency.memory_bandwidth), "FLOP/B"))
+                      peak * matmul_dtype(HardwareView(None, v), dt)[0] / (d.hbm_bandwidth_Bps * v.efficiency.memory_bandwidth),
+                      "FLOP/B", "the dtype's GEMM efficiency x peak / (memory efficiency x HBM bandwidth)"))
     out.append(_r("vector", "element operations per die", d.vector_ops_per_s, "op/s", chip.die.vector_ops_per_s.source,
                   "chip.die.vector_ops_per_s"))
     for name in type(chip.efficiency).model_fields:
         field = getattr(chip.efficiency, name)
-        if field is not None:
+        if name == "matmul_by_dtype":
+            out += _per_dtype_efficiency(field or {})
+        elif field is not None:
             out.append(_r("efficiency", name, getattr(v.efficiency, name), "", field.source, f"chip.efficiency.{name}"))
     for name in type(chip.latency).model_fields:
         out.append(_r("latency", name, getattr(v.latency, name), "s", getattr(chip.latency, name).source, f"chip.latency.{name}"))
+    return out
+
+
+def _per_dtype_efficiency(by_dtype) -> list[dict]:
+    """``efficiency.matmul_by_dtype``: per dtype, its GEMM efficiency (replacing
+    matmul_compute for that dtype) and its extra fixed cost per kernel, each a sourced field."""
+    out = []
+    for dt, own in by_dtype.items():
+        for name, unit, what in (("compute", "", "replaces matmul_compute for this dtype"),
+                                 ("kernel_fixed_s", "s", "added to every GEMM kernel in this dtype")):
+            f = getattr(own, name)
+            if f is not None:
+                out.append(_r("efficiency", f"matmul_by_dtype {dt} {name}", f.value, unit, f"{f.source} ({what})",
+                              f"chip.efficiency.matmul_by_dtype.{dt}.{name}"))
     return out
 
 

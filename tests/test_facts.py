@@ -92,3 +92,101 @@ def test_system_totals(specs):
     assert _fact(f, "node uplink to L2") == pytest.approx(8 * 392e9)  # non-blocking
     assert _fact(f, "bisection (unidirectional)") == pytest.approx(192 * 392e9)
     assert _fact(f, "L2 port capacity") == pytest.approx(48 * 8 * 392e9)
+
+
+# --------------------------------------------------------------------------- hw show on every shipped spec
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+# systems first: a chip is judged on its system, whose judgement then serves it (judged_once)
+HARDWARE = sorted((Path(__file__).resolve().parent.parent / "hardware").glob("*.yaml"),
+                  key=lambda p: ("kind: chip" in p.read_text(), p.stem))
+_JUDGED: dict = {}
+
+
+@pytest.fixture
+def judged_once(monkeypatch):
+    """``hw show`` judges each spec field by re-running the default predictions (~1.7 s a
+    spec); the judgement does not depend on the output format, so the three formats of one
+    spec (and a chip shown after its system) share one judgement."""
+    import cmperf.predict as predict
+
+    real = predict.unused_fields
+
+    def once(specs, fields):
+        fields = list(fields)
+        key = specs.hardware.system.name
+        if key not in _JUDGED or not set(fields) <= _JUDGED[key][0]:
+            _JUDGED[key] = (set(fields), real(specs, fields))
+        unused = _JUDGED[key][1]
+        return None if unused is None else [f for f in fields if f in unused]
+
+    monkeypatch.setattr(predict, "unused_fields", once)
+
+
+def _yaml(path):
+    return yaml.safe_load(Path(path).read_text())
+
+
+def _in(records, section, quantity):
+    return next(r["value"] for r in records if (r["section"], r["quantity"]) == (section, quantity))
+
+
+def _num(field):
+    """A sourced value as written (YAML 1.1 reads 64.0e9, with no exponent sign, as text)."""
+    return float(field["value"])
+
+
+@pytest.mark.parametrize("path", HARDWARE, ids=[p.stem for p in HARDWARE])
+def test_hw_show_every_shipped_spec_in_every_format(cli, judged_once, path):
+    """No shipped chip or system ends ``hw show`` in a traceback (matmul_by_dtype did), in any
+    format, and what it shows is the file's own numbers: the chip's HBM capacity per die as
+    written, the system's chips = nodes x chips per node, its HBM = chips x dies x capacity."""
+    spec = _yaml(path)
+    outs = {}
+    for fmt in ("table", "json", "csv"):
+        code, out, err = cli("hw", "show", path.stem, "--format", fmt)
+        assert code == 0 and "Traceback" not in out + err, (fmt, err[-400:])
+        outs[fmt] = out
+    records = json.loads(outs["json"])
+    assert len(pd.read_csv(io.StringIO(outs["csv"]), comment="#")) == len(records)
+    chip = spec if spec["kind"] == "chip" else _yaml(path.parent / f"{spec['chip']}.yaml")
+    hbm_B = _num(chip["die"]["hbm_capacity_B"])
+    assert _in(records, "HBM", "capacity per die") == pytest.approx(hbm_B, rel=1e-12)
+    assert _in(records, "package", "dies") == _num(chip["dies_per_package"])
+    if spec["kind"] == "system":
+        chips = _num(spec["nodes"]) * _num(spec["node"]["chips"])
+        assert _in(records, "topology", "chips") == chips
+        assert _in(records, "topology", "dies") == chips * _num(chip["dies_per_package"])
+        assert _in(records, "totals", "HBM") == pytest.approx(chips * _num(chip["dies_per_package"]) * hbm_B, rel=1e-12)
+    # every per-dtype GEMM efficiency of the file is a fact with its source and --set path
+    for dt, own in (chip["efficiency"].get("matmul_by_dtype") or {}).items():
+        for name, f in own.items():
+            r = next(r for r in records if r.get("field") == f"chip.efficiency.matmul_by_dtype.{dt}.{name}")
+            assert r["value"] == pytest.approx(_num(f)) and f["source"] in r["note"]
+
+
+def test_hw_list_names_every_shipped_spec(cli):
+    code, out, err = cli("hw", "list", "--format", "json")
+    assert code == 0 and "Traceback" not in err, err
+    listed = {(r["section"], r["quantity"]) for r in json.loads(out)}
+    assert listed == {(_yaml(p)["kind"], p.stem) for p in HARDWARE}
+    for fmt in ("table", "csv"):
+        code, out, err = cli("hw", "list", "--format", fmt)
+        assert code == 0 and "Traceback" not in err and "gb200-nvl72" in out, err
+
+
+def test_hw_show_set_of_a_per_dtype_efficiency(cli):
+    """--set reaches a field inside matmul_by_dtype, and moves the FP4 achievable ridge with it:
+    ridge = FP4 peak x compute / (HBM bandwidth x memory efficiency), 10e15 x 0.5 / (8e12 x 0.7517)."""
+    path = "chip.efficiency.matmul_by_dtype.fp4.compute"
+    code, out, err = cli("hw", "show", "gb200", "--set", f"{path}=0.5", "--format", "json")
+    assert code == 0, err
+    records = json.loads(out)
+    assert next(r for r in records if r.get("field") == path)["value"] == 0.5
+    assert _fact(records, "fp4 achievable (with efficiencies)") == pytest.approx(10e15 * 0.5 / (8e12 * 0.7517), rel=1e-9)
+    assert _fact(records, "fp8 achievable (with efficiencies)") == pytest.approx(5e15 * 0.603 / (8e12 * 0.7517), rel=1e-9)

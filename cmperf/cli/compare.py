@@ -18,7 +18,8 @@ ConfigOpt = typer.Option(None, "--config", help="a set-up file of your own (YAML
 WithOpt = typer.Option(None, "--with", help="a scenario input for one system or all: [SYSTEM:]key=value, e.g. h800-cluster:batch=64 (repeatable)")
 SetsOpt = typer.Option(None, "--set", help="a spec override for one system or all: [SYSTEM:]key.path=value (repeatable)")
 ModelOpt = typer.Option(None, "--model", help="the model on every system (default: each set-up's)")
-PlotOpt = typer.Option(None, "--plot", help="draw tokens/s per chip and per TFLOPS to this PNG (needs: pip install 'cmperf\\[plot]')")
+PlotOpt = typer.Option(None, "--plot", help="draw tokens/s per chip, per TFLOPS and the TPOT/TTFT of each system, with its "
+                                            "settings, to this PNG (needs: pip install 'cmperf\\[plot]')")
 
 
 def _per_system(items: Optional[List[str]], flag: str, split_value: bool) -> dict:
@@ -38,7 +39,7 @@ def _per_system(items: Optional[List[str]], flag: str, split_value: bool) -> dic
 
 
 def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
-    from ..compare import LATENCY, SETUPS_FILE, compare, compare_figure, load_setups
+    from ..compare import LATENCY, SETUPS_FILE, compare, load_setups
     from ..report import check_format, check_parent_dir, human, print_csv, print_json, print_table, provenance, write_csv
 
     check_format(fmt)
@@ -54,6 +55,8 @@ def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
     if out:
         write_csv(t, out, prov)
     if plot:
+        from ..plots import compare_figure
+
         compare_figure(cmp, plot)
     if fmt == "json":
         print_json(t.to_dict(orient="records"))

@@ -52,7 +52,7 @@ def plan_cmd(
     sweep: Optional[List[str]] = typer.Option(None, "--sweep", help="plan once per value of a spec field, e.g. system.tiers.ub.bandwidth_Bps=100e9,200e9"),
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write every deployment evaluated (ranked) to this CSV file"),
-    plot: Optional[str] = typer.Option(None, "--plot", help="write a PNG: TTFT/TPOT against the rate per shape, the P:D split, the TTFT breakdown"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="write a PNG: TTFT/TPOT against the rate per shape, the P:D split, the TTFT breakdown (with --sweep or lists: goodput per value)"),
 ):
     """Plan a deployment: the P:D split, instance sizes, batch, requests/s within the SLOs and
     where the time goes (default: the paper's setting, 384 NPUs, 4K prompts, 256 outputs,
@@ -102,6 +102,12 @@ def plan_cmd(
     finally:
         progress.close()
     if sweep or len(variants) > 1:
+        if plot and len(result):
+            from ..plots import plan_sweep_figure
+            from ..search import parse_sweeps
+
+            plan_sweep_figure(result, [*parse_sweeps(sweep or []), "prefix_hit", "rate"], workload.slo,
+                              f"cmperf plan: the best deployment per value, {hardware}, {model}", plot)
         _render_sweep(result, fmt, out, prov)
         return
     _render(result, fmt, top, out, plot, prov)

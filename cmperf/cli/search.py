@@ -30,8 +30,9 @@ SweepOpt = typer.Option(None, "--sweep", help="vary a spec field over the grid, 
                                               "or =100e9:300e9:50e9 (repeatable)")
 TopOpt = typer.Option(10, "--top", help="how many of the best configurations to report")
 OutOpt = typer.Option(None, "--out", help="write every configuration (all inputs, outputs, slo_ms, meets_slo, on_pareto, rank) to this CSV")
-PlotOpt = typer.Option(None, "--plot", help="draw the Pareto frontier, roofline and per-operator time of the best configuration "
-                                            "to this PNG (needs: pip install 'cmperf\\[plot]')")
+PlotOpt = typer.Option(None, "--plot", help="draw the Pareto frontier (one per swept value), the roofline (peak and achievable "
+                                            "roofs) and per-operator time of the best configuration to this PNG "
+                                            "(needs: pip install 'cmperf\\[plot]')")
 
 MICROBATCHES = {"auto": 0}
 ONOFF = {"on": 1, "off": 0}
