@@ -3,21 +3,19 @@
 ``cmperf predict`` runs. Sizes follow the system: multiples of its node (16 dies on
 CloudMatrix384, 8 GPUs on an H100 node), tensor parallelism within the scale-up domain a
 node's collectives use (NVLink: the node; UB: the supernode), degrees that divide the heads.
+The experts of every option are laid out by the system's rule, as for any prediction that
+leaves them unset (cmperf/deployment.py ``expert_layout``, docs/model.md §10: the paper's
+256 + 32 + 32 at EP320 and 8 + 1 + 1 per die at EP32 on CloudMatrix384).
 
 * prefill instance: a MoE model's ``dies`` (EP = dies, attention TP as predict's default),
-  prompts per NPU per forward pass; a shared-expert copy on every die and one redundant
-  routed expert per die when 256 does not fill the dies evenly (paper §4.3: 8 + 1 + 1
-  experts per die at EP32). A dense model's instance is one TP group (``attn_tp`` = dies;
-  the dense FFN follows attention's TP, as predict does);
+  prompts per NPU per forward pass. A dense model's instance is one TP group (``attn_tp`` =
+  dies; the dense FFN follows attention's TP, as predict does);
 * decode instance: a MoE model's ``dies`` (EP = dies, data-parallel attention, or TP groups
-  inside the EP group where that helps fit), batch per NPU; shared copies about one per ten
-  dies and the routed experts topped up with redundant copies to whole experts per die
-  (paper §4.2: 256 + 32 redundant + 32 shared at EP320). A dense model's: one TP group;
+  inside the EP group where that helps fit), batch per NPU. A dense model's: one TP group;
 * co-located instance (chunked prefill): a decode instance whose every iteration also runs
   ``chunk_tokens`` prompt tokens per NPU in the same forward pass;
 * attention-FFN disaggregated decode instance (AFD): ``attention_dies`` holding the requests
-  and ``expert_dies`` holding one shared-expert copy each and the routed experts topped up to
-  whole experts per die, batch per attention NPU.
+  and ``expert_dies`` holding the experts, batch per attention NPU.
 
 Instances of expert parallelism stay inside one scale-up domain (the supernode's UB plane):
 predict drops the options beyond it as invalid.
@@ -39,7 +37,6 @@ PREFILL_PROMPTS_PER_NPU = (0.25, 0.5, 1, 2, 4, 8)
 DECODE_BATCHES = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 144, 160, 176,
                   192, 224, 256)
 CHUNK_TOKENS = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-SHARED_COPY_EVERY_DIES = 10  # paper §4.2: 32 shared-expert copies over 320 dies
 
 
 def node_dies(hw) -> int:
@@ -69,33 +66,6 @@ def dense_groups(hw, m, limit_dies: int) -> list[int]:
     return [t for t in tp_degrees(hw, m, limit_dies) if t % int(hw.chip.dies_per_package) == 0]
 
 
-def whole_experts(instances: int, ep: int) -> int:
-    """The expert instances ``ep`` dies hold when each holds whole experts: ``instances``
-    rounded up to a multiple of ``ep`` (the rest are redundant routed copies)."""
-    return math.ceil(instances / ep) * ep
-
-
-def decode_layout(m, ep: int) -> tuple[int, int]:
-    """(redundant routed experts, shared-expert copies) for a decode instance of EP ``ep``:
-    about one shared copy per ten dies, routed instances topped up to whole experts per die."""
-    mo = m.moe
-    if mo is None:
-        return 0, 0
-    shared = max(1, round(ep / SHARED_COPY_EVERY_DIES)) if mo.shared_experts else 0
-    return whole_experts(mo.routed_experts + shared, ep) - mo.routed_experts - shared, shared
-
-
-def prefill_layout(m, ep: int) -> tuple[int, int]:
-    """(redundant routed experts, shared copies) for a prefill instance: a shared copy on
-    every die and the routed experts topped up to whole experts per die, at least one
-    redundant copy per die when the model has a shared expert (paper §4.3)."""
-    mo = m.moe
-    if mo is None:
-        return 0, 0
-    spare = 1 if mo.shared_experts else 0
-    return whole_experts(mo.routed_experts + spare, ep) - mo.routed_experts, ep if mo.shared_experts else 0
-
-
 def prefill_rows(hw, m, limit_dies: int, prompt_tokens: float, prompt_len: float, common: dict) -> list[dict]:
     """Prefill options: instance size x prompts per NPU per pass (``prompt_tokens`` computed
     tokens each); a dense model's instance is one TP group."""
@@ -103,10 +73,7 @@ def prefill_rows(hw, m, limit_dies: int, prompt_tokens: float, prompt_len: float
         layouts = [{"dies": t, "ep": t, "attn_tp": t, "redundant_experts": 0, "shared_copies": 0}
                    for t in dense_groups(hw, m, limit_dies)]
     else:
-        layouts = []
-        for d in sizes(hw, PREFILL_NODES, limit_dies):
-            red, shared = prefill_layout(m, d)
-            layouts.append({"dies": d, "ep": d, "redundant_experts": red, "shared_copies": shared})
+        layouts = [{"dies": d, "ep": d} for d in sizes(hw, PREFILL_NODES, limit_dies)]
     return [{**lay, "tokens_per_npu": k * prompt_tokens, "prompt_len": prompt_len, **common}
             for lay in layouts for k in PREFILL_PROMPTS_PER_NPU]
 
@@ -117,27 +84,13 @@ def decode_layouts(hw, m, limit_dies: int) -> list[dict]:
     if m.moe is None:
         return [{"dies": t, "ep": t, "tp": t, "redundant_experts": 0, "shared_copies": 0}
                 for t in dense_groups(hw, m, limit_dies)]
-    out = []
-    for d in sizes(hw, DECODE_NODES, limit_dies):
-        red, shared = decode_layout(m, d)
-        out += [{"dies": d, "ep": d, "tp": t, "redundant_experts": red, "shared_copies": shared}
-                for t in tp_degrees(hw, m, d) if d % t == 0]
-    return out
+    return [{"dies": d, "ep": d, "tp": t} for d in sizes(hw, DECODE_NODES, limit_dies)
+            for t in tp_degrees(hw, m, d) if d % t == 0]
 
 
 def decode_rows(layouts: list[dict], common: dict, batches=DECODE_BATCHES, chunks=(0,)) -> list[dict]:
     """Every decode layout at every batch per NPU (and co-located chunk of prompt tokens per NPU)."""
     return [{**lay, "batch": b, "chunk_tokens": c, **common} for lay in layouts for c in chunks for b in batches]
-
-
-def afd_layout(m, expert_dies: int) -> tuple[int, int]:
-    """(redundant routed experts, shared copies) of an AFD instance: a shared copy on every
-    expert die, the routed experts topped up to whole experts per die."""
-    mo = m.moe
-    if mo is None:
-        return 0, 0
-    return (whole_experts(mo.routed_experts, expert_dies) - mo.routed_experts,
-            expert_dies if mo.shared_experts else 0)
 
 
 def afd_rows(hw, m, limit_dies: int, common: dict, batches=DECODE_BATCHES) -> list[dict]:
@@ -146,8 +99,6 @@ def afd_rows(hw, m, limit_dies: int, common: dict, batches=DECODE_BATCHES) -> li
         return []
     rows = []
     for e in sizes(hw, AFD_EXPERT_NODES, limit_dies):
-        red, shared = afd_layout(m, e)
         for a in sizes(hw, AFD_ATTENTION_NODES, limit_dies - e):
-            rows += [{"attention_dies": a, "expert_dies": e, "batch": b, "redundant_experts": red,
-                      "shared_copies": shared, **common} for b in batches]
+            rows += [{"attention_dies": a, "expert_dies": e, "batch": b, **common} for b in batches]
     return rows
