@@ -99,6 +99,9 @@ class RefFile(BaseModel):
     hardware: str = "cloudmatrix384"
     model: str = "deepseek-r1"
     sets: list[str] = Field(default_factory=list)  # spec overrides the rows assume (e.g. a precision)
+    # systems without evidence of their own that take this file's fitted hardware values as
+    # their proxy: `python -m cmperf.calibration --write` writes the values into their files too
+    proxies: list[str] = Field(default_factory=list)
     fit: list[FitParam] = Field(default_factory=list)
     measured: list[Measured] = Field(default_factory=list)
     rows: list[RefRow] = Field(min_length=1)
