@@ -86,7 +86,8 @@ def cross_validate(ref: RefFile | None = None, specs: Specs | None = None, full:
     fold_cols = [c for c in table.columns if c.startswith("without")]
     table["min"] = table[fold_cols].min(axis=1)
     table["max"] = table[fold_cols].max(axis=1)
-    table["spread_pct"] = 100 * (table["max"] - table["min"]) / table["full fit"].abs()
+    spread = 100 * (table["max"] - table["min"]) / table["full fit"].abs()
+    table["spread_pct"] = spread.where(table[fold_cols].notna().sum(axis=1) >= 2)  # a spread needs two folds
     table["kept"] = False
     if full.kept:  # held at their spec values: no fold fits them
         kept = pd.DataFrame({"parameter": list(full.kept), "full fit": [spec_value(specs, p) for p in full.kept],

@@ -2,15 +2,19 @@
 (docs/calibration.md). ``python -m cmperf.calibration`` re-fits and prints the values;
 ``--write`` stores them in the built-in spec files of a source checkout.
 
-The objective is a weighted least squares over the evidence rows, each error in units of
-its own tolerance (log(predicted / paper) / tolerance, or the absolute error / tolerance),
-each row weighted by 1 / sqrt(rows in its group) so that the twelve Table 7 rows count as
-one measurement series, not twelve. The search is a deterministic pattern search in the
+The objective is a weighted least squares over the evidence rows (known misses left out),
+each error in units of its own tolerance (log(predicted / paper) / tolerance, or the
+absolute error / tolerance), each row weighted by 1 / sqrt(rows in its group) so that the
+twelve Table 7 rows count as one measurement series, not twelve. The search is a deterministic pattern search in the
 log of each positive parameter (linear for fractions): a coarse grid of every combination,
 then, from its best points, steps along each axis that halve when no step improves. Every
 step evaluates all its candidate points in one vectorised ``predict`` call per phase. The
 model is piecewise smooth (max, ceil), where gradient solvers stall at kinks; a grid and a
 pattern search do not, and they give the same result from any state of the spec files.
+
+Each parameter of a fit is then checked (:func:`checks`): at a search bound, or unidentified
+(the objective rises by less than ``FLAT`` when it alone moves by ``PROBE``). A parameter the
+file's whole set of rows leaves so is not fitted: it keeps its spec value (:func:`fit_result`).
 """
 
 from __future__ import annotations

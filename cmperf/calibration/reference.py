@@ -7,9 +7,10 @@ the model predicts), ``derived`` (arithmetic on another row, or a row that sets 
 parameter it tests) or ``spec`` (a hardware-file number checked against its table).
 
 A row whose effect the model's structure cannot produce yet carries ``known_miss``: the
-reason, in words. It is still predicted, shown and fitted to, but reported as a known miss
-instead of failing ``cmperf validate`` (like a strict pytest xfail, a known miss that comes
-back within tolerance is reported so that the mark can be removed).
+reason, in words. It is still predicted, shown and cross-validated, but not fitted to (it
+would pull every parameter toward an effect the model lacks), and it is reported as a known
+miss instead of failing ``cmperf validate`` (like a strict pytest xfail, a known miss that
+comes back within tolerance is reported so that the mark can be removed).
 """
 
 from __future__ import annotations

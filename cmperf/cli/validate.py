@@ -172,6 +172,6 @@ def _print_file(r) -> None:
         p = cv.parameters[["parameter", "full fit", "min", "max", "spread_pct"]].copy()
         for c in ("full fit", "min", "max"):
             p[c] = p[c].map(lambda v: f"{v:.4g}")
-        p["spread_pct"] = p["spread_pct"].map(lambda v: f"{v:.1f} %")
+        p["spread_pct"] = p["spread_pct"].map(lambda v: f"{v:.1f} %" if v == v else "one fold identifies it")
         p.loc[cv.parameters["kept"].to_numpy(), ["min", "max", "spread_pct"]] = "not identified: spec value kept"
         print_table(p, "fitted parameters across the folds that identify them")
