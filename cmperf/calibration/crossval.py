@@ -87,11 +87,12 @@ def cross_validate(ref: RefFile | None = None, specs: Specs | None = None, full:
     table["min"] = table[fold_cols].min(axis=1)
     table["max"] = table[fold_cols].max(axis=1)
     spread = 100 * (table["max"] - table["min"]) / table["full fit"].abs()
-    table["spread_pct"] = spread.where(table[fold_cols].notna().sum(axis=1) >= 2)  # a spread needs two folds
+    table["identified_in"] = table[fold_cols].notna().sum(axis=1)  # folds whose rows pin it
+    table["spread_pct"] = spread.where(table["identified_in"] >= 2)  # a spread needs two folds
     table["kept"] = False
     if full.kept:  # held at their spec values: no fold fits them
         kept = pd.DataFrame({"parameter": list(full.kept), "full fit": [spec_value(specs, p) for p in full.kept],
-                             "kept": True})
+                             "identified_in": 0, "kept": True})
         table = pd.concat([table, kept], ignore_index=True)
     flags = pd.DataFrame(flags, columns=["group", "parameter", "value", "bound", "objective_rise", "why"])
     return CrossValidation(groups=groups, rows=rows, parameters=table, flags=flags)
