@@ -285,7 +285,7 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         if not k.startswith("_"):
             table[k] = np.broadcast_to(np.asarray(v), (n,))
     table.insert(0, "phase", phase)
-    add_bands(table, phase)
+    add_bands(table, phase, hw0.system.name, m0.name)
     bad = output_problems(table, list(grid.columns))
     if (bad != "").any():
         if strict:

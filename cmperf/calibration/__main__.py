@@ -1,8 +1,8 @@
 """``python -m cmperf.calibration [REFERENCE ...] [--write]``: re-fit the parameters a
 reference file calibrates (its ``fit`` and ``measured`` sections), print them and every row;
-with ``--write`` store them in the built-in spec files and, for the CloudMatrix384 paper, run
-the cross-validation and write the prediction bands (docs/calibration.md). With no file:
-every built-in reference file in turn."""
+with ``--write`` store them in the built-in spec files, run each file's cross-validation and
+write its system's prediction bands (docs/calibration.md). With no file: every built-in
+reference file in turn."""
 
 from __future__ import annotations
 
@@ -10,37 +10,52 @@ import argparse
 import sys
 from pathlib import Path
 
-from .crossval import bands_from, cross_validate, write_bands
-from .fit import evidence, fit, params_of, write
-from .reference import BUILTIN_REFERENCE, builtin_references, load_reference
-from .validate import evaluate, specs_for
+from ..errors import SpecError
+from ..predict import load_specs
+from .crossval import band_entry, cross_validate, write_bands
+from .fit import evidence, fit_result, params_of, write
+from .reference import builtin_references, load_reference
+from .validate import evaluate, spec_value, specs_for
 
 
-def calibrate_file(path, do_write: bool) -> None:
+def calibrate_file(path, do_write: bool) -> dict | None:
+    """Fit one file and print it; with ``do_write``, store the values and return its
+    system's band entry (None without ``--write``)."""
     ref = load_reference(path)
     specs = specs_for(ref)
-    values = fit(ref, specs)
+    result = fit_result(ref, specs)
+    values = result.values
     ev = evidence(ref)
     print(f"== {ref.name}: {len(ref.fit)} parameters fitted to {len(ev.rows)} evidence rows "
-          f"(groups {', '.join(sorted({r.fold for r in ev.rows}))})"
+          f"(groups {', '.join(sorted({r.fold for r in ev.rows}))}; known misses are not fitted to)"
           + "".join(f"; {mea.path} measured from {mea.row}" for mea in ref.measured))
     meaning = {p.path: p.meaning for p in params_of(ref)} | {mea.path: mea.meaning for mea in ref.measured}
     for field, v in values.items():
         print(f"  {field:45s} = {v:.4g}    # {meaning[field]}")
+    for field in result.kept:
+        print(f"  {field:45s} = {spec_value(specs, field):.4g}    # NOT IDENTIFIED by these rows: "
+              f"the spec file's value is kept")
     out = evaluate(ref, specs, values)
     print(out[["id", "kind", "predicted", "paper", "error", "pass"]].to_string(index=False))
-    if do_write:
-        name = f"cmperf/reference/{Path(path).name}"
-        groups = ", ".join(sorted({r.fold for r in ev.rows}))
-        sources = {p.path: f"fitted: {p.meaning}; jointly to the evidence rows of {name} ({groups}; docs/calibration.md)"
-                   for p in params_of(ref)}
-        sources |= {mea.path: f"measured from row {mea.row} of {name}: {mea.meaning}" for mea in ref.measured}
-        for line in write(values, specs, sources):
-            print("wrote", line)
-        if Path(path).resolve() == BUILTIN_REFERENCE.resolve():
-            cv = cross_validate(ref, specs_for(ref))
-            print(cv.groups.to_string(index=False))
-            print("wrote", write_bands(bands_from(cv, ref), cv, ref))
+    if not do_write:
+        return None
+    name = f"cmperf/reference/{Path(path).name}"
+    groups = ", ".join(sorted({r.fold for r in ev.rows}))
+    sources = {p.path: f"fitted: {p.meaning}; jointly to the evidence rows of {name} ({groups}; docs/calibration.md)"
+               for p in params_of(ref)}
+    sources |= {mea.path: f"measured from row {mea.row} of {name}: {mea.meaning}" for mea in ref.measured}
+    sources |= {p: f"ASSUMPTION: not identified by the evidence rows of {name} (the fit's objective does not move "
+                   f"when it moves by 10 %; docs/calibration.md): the value before the fit is kept" for p in result.kept}
+    kept = {p: spec_value(specs, p) for p in result.kept}
+    for line in write({**values, **kept}, specs, sources, force=result.kept):
+        print("wrote", line)
+    hardware_values = {k: v for k, v in values.items() if k.startswith(("chip.", "system."))}
+    for proxy in ref.proxies:  # their sources already say whose value they take
+        for line in write(hardware_values, load_specs(proxy, ref.model)):
+            print("wrote", line, "(proxy)")
+    cv = cross_validate(ref, specs_for(ref), result)
+    print(cv.groups.to_string(index=False))
+    return band_entry(cv, ref, Path(path).name)
 
 
 def main(argv=None) -> int:
@@ -48,11 +63,29 @@ def main(argv=None) -> int:
                                  description=__doc__.split(": ", 1)[1].replace("``", "'"))
     ap.add_argument("references", nargs="*", help="reference files (default: every built-in one)")
     ap.add_argument("--write", action="store_true",
-                    help="store the fitted values in the built-in spec files (and, for the paper, the prediction bands)")
+                    help="store the fitted values in the built-in spec files and each system's prediction bands")
     args = ap.parse_args(argv)
+    entries = {}
     for path in args.references or builtin_references():
-        calibrate_file(path, args.write)
+        entry = calibrate_file(path, args.write)
+        if entry is not None:
+            entries[load_reference(path).hardware] = entry
+    if entries:
+        print("wrote", write_bands({**_stored_entries(), **entries}))
     return 0
+
+
+def _stored_entries() -> dict[str, dict]:
+    """The bands file's calibrated systems as :func:`band_entry` gives them (the files not
+    re-run keep theirs); none when the file cannot be read."""
+    from ..bands import PHASES, load_bands
+
+    try:
+        systems = load_bands()["systems"]
+    except SpecError:
+        return {}
+    return {name: {"model": e["model"], "reference": e["reference"], **{ph: e[ph]._asdict() for ph in PHASES}}
+            for name, e in systems.items()}
 
 
 if __name__ == "__main__":

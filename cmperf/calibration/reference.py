@@ -7,9 +7,10 @@ the model predicts), ``derived`` (arithmetic on another row, or a row that sets 
 parameter it tests) or ``spec`` (a hardware-file number checked against its table).
 
 A row whose effect the model's structure cannot produce yet carries ``known_miss``: the
-reason, in words. It is still predicted, shown and fitted to, but reported as a known miss
-instead of failing ``cmperf validate`` (like a strict pytest xfail, a known miss that comes
-back within tolerance is reported so that the mark can be removed).
+reason, in words. It is still predicted, shown and cross-validated, but not fitted to (it
+would pull every parameter toward an effect the model lacks), and it is reported as a known
+miss instead of failing ``cmperf validate`` (like a strict pytest xfail, a known miss that
+comes back within tolerance is reported so that the mark can be removed).
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ class RefFile(BaseModel):
     hardware: str = "cloudmatrix384"
     model: str = "deepseek-r1"
     sets: list[str] = Field(default_factory=list)  # spec overrides the rows assume (e.g. a precision)
+    # systems without evidence of their own that take this file's fitted hardware values as
+    # their proxy: `python -m cmperf.calibration --write` writes the values into their files too
+    proxies: list[str] = Field(default_factory=list)
     fit: list[FitParam] = Field(default_factory=list)
     measured: list[Measured] = Field(default_factory=list)
     rows: list[RefRow] = Field(min_length=1)

@@ -65,16 +65,17 @@ def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
     else:
         lat = LATENCY[phase]
         shown = t[["system", "chip", "model", "dtype", "dies", "ep"]].copy()
-        shown[lat] = [f"{v:.4g} ± {(h - lo) / 2:.2g}" for v, lo, h in zip(t[lat], t[f"{lat}_lo"], t[f"{lat}_hi"])]
-        shown["tokens/s per chip"] = [f"{v:,.0f} ± {(h - lo) / 2:,.0f}" for v, lo, h in
-                                      zip(t["throughput_per_chip"], t["throughput_per_chip_lo"], t["throughput_per_chip_hi"])]
+        floor = [" (floor)" if f else "" for f in t["band_floor"]]
+        shown[lat] = [f"{v:.4g} ± {(h - lo) / 2:.2g}{f}" for v, lo, h, f in zip(t[lat], t[f"{lat}_lo"], t[f"{lat}_hi"], floor)]
+        shown["tokens/s per chip"] = [f"{v:,.0f} ± {(h - lo) / 2:,.0f}{f}" for v, lo, h, f in
+                                      zip(t["throughput_per_chip"], t["throughput_per_chip_lo"], t["throughput_per_chip_hi"], floor)]
         shown["peak TFLOPS"] = t["chip_peak_TFLOPS"].map(lambda v: f"{v:,.0f}")
         shown["tokens/s/TFLOPS"] = t["tokens_per_s_per_tflops"].map(lambda v: f"{v:.3g}")
         shown["memory/die"] = [human(v, "B") for v in t["memory_per_die_bytes"]]
         shown["fits"] = t["fits"].map(lambda v: "yes" if v else "NO")
         shown["bound"] = t["bound"]
         shown["confidence"] = t["confidence"]
-        print_table(shown, f"compare {phase}: each system at its own configuration (band: CloudMatrix384's held-out error, a lower bound for the other systems)")
+        print_table(shown, f"compare {phase}: each system at its own configuration (band: each system's own held-out error; floor: no end-to-end evidence, the error is at least this)")
 
 
 @compare_app.command("decode")

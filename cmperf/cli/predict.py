@@ -139,6 +139,7 @@ def _run_predict(phase: str, values: dict, hardware: str, model: Optional[str], 
             text = human(table[c].iat[0], unit_of(c))
             if f"{c}_lo" in table:
                 text += f" ± {human(half_width(table[f'{c}_lo'].iat[0], table[f'{c}_hi'].iat[0]), unit_of(c))}"
+                text += " (floor)" if bool(table["band_floor"].iat[0]) else ""
             return text
 
         shown = [{"quantity": c, "value": cell(c)} for c in summary if c in table]
