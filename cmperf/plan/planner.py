@@ -241,28 +241,23 @@ def _empty() -> pd.DataFrame:
 def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, computed, budget_dies: int,
                    dpp: int) -> pd.DataFrame:
     """Every deployment of prefill instances and separate decode instances (PD: decode
-    instances; AFD: attention/expert split instances): prefill option x count x decode option x count."""
+    instances; AFD: attention/expert split instances): prefill option x count x decode option,
+    each decode option at the fewest instances that carry the prefill side's rate (or all that
+    fit in what is left): rows grow with the budget, not with its square."""
     slo = workload.slo
     pre = pre[pre["fits"]] if len(pre) else pre
     if len(pre) == 0 or len(curves.dies) == 0:
         return _empty()
     d_max, d_memory = curves.max_rate(slo.tpot_s)
-    # prefill option i with n_p instances, then decode size k with n_d instances in what is left
+    # prefill option i with n_p instances (the prefill side depends only on this pair: its
+    # largest rate once per pair), then decode size k in what is left, with the fewest
+    # instances n_d that carry the prefill side's rate (more add NPUs, never goodput)
     p_dies = pre["dies"].to_numpy(dtype=float)
-    n_p_max = np.floor(budget_dies / p_dies).astype(int)
-    i_idx = np.repeat(np.arange(len(pre)), n_p_max)
-    n_p = np.concatenate([np.arange(1, n + 1) for n in n_p_max]).astype(float) if n_p_max.sum() else np.array([])
-    left = budget_dies - n_p * p_dies[i_idx]
-    k_dies = curves.dies.astype(float)
-    n_d_max = np.floor(left[:, None] / k_dies[None, :]).astype(int)  # (prefill combos, decode sizes)
-    rows_a, rows_k = np.nonzero(n_d_max > 0)
-    counts = n_d_max[rows_a, rows_k]
-    a = np.repeat(rows_a, counts)
-    k = np.repeat(rows_k, counts)
-    n_d = np.concatenate([np.arange(1, c + 1) for c in counts]).astype(float) if counts.sum() else np.array([])
-    if len(a) == 0:
+    counts = [instance_counts(int(x)) for x in np.floor(budget_dies / p_dies)]
+    i_idx = np.repeat(np.arange(len(pre)), [len(c) for c in counts])
+    if len(i_idx) == 0:
         return _empty()
-    # the prefill side depends only on (option, count): its largest rate once per such pair
+    n_p = np.concatenate(counts).astype(float)
     prompts = instances.prompts_per_pass(pre["tokens_per_npu"].to_numpy(dtype=float)[i_idx], p_dies[i_idx] / dpp,
                                          computed.mean)
     pass_p = pre["forward_ms"].to_numpy(dtype=float)[i_idx] / 1e3
@@ -272,7 +267,18 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     def ttft_p(rate):
         return ttft_terms(rate, servers_p, pass_p, computed.scv, pass_p, pass_p + kv_p, slo.ttft_stat)["ttft_s"]
 
-    rate_p = (largest_rate(lambda r: ttft_p(r) <= slo.ttft_s, servers_p / pass_p) * (prompts >= 1))[a]
+    rate_p_all = largest_rate(lambda r: ttft_p(r) <= slo.ttft_s, servers_p / pass_p) * (prompts >= 1)
+    given = workload.arrival_rate_per_s
+    target = rate_p_all if given is None else np.minimum(rate_p_all, given)
+    left = budget_dies - n_p * p_dies[i_idx]
+    k_dies = curves.dies.astype(float)
+    n_d_max = np.floor(left[:, None] / k_dies[None, :])  # (prefill pairs, decode sizes)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        need = np.where(d_max[None, :] > 0, np.ceil(target[:, None] / d_max[None, :] - 1e-9), 1.0)
+    n_d_best = np.clip(need, 1.0, np.maximum(n_d_max, 1.0))
+    a, k = np.nonzero(n_d_max > 0)
+    n_d = n_d_best[a, k]
+    rate_p = rate_p_all[a]
     i = i_idx[a]
     pass_s, kv_s, servers = pass_p[a], kv_p[a], servers_p[a]
     ttft = lambda rate: ttft_terms(rate, servers, pass_s, computed.scv, pass_s, pass_s + kv_s, slo.ttft_stat)  # noqa: E731
@@ -290,6 +296,24 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
                   tokens_per_npu=pre["tokens_per_npu"].to_numpy(dtype=float)[i], n_d=n_d, d_dies=k_dies[k],
                   batch=batch, tpot=tpot, t=t, pass_s=pass_s, kv_s=kv_s, dpp=dpp,
                   rate_p=rate_p, rate_d=rate_d, queue=queue)
+
+
+EVERY_COUNT_UP_TO = 64  # instance counts evaluated one by one; above, a geometric ladder
+COUNT_STEP = 1.05  # the ladder's ratio: the fewest instances that meet a rate are found within 5 %
+
+
+def instance_counts(n_max: int) -> np.ndarray:
+    """The counts of one instance option a plan evaluates: every count up to
+    EVERY_COUNT_UP_TO, then a geometric ladder (ratio COUNT_STEP) to ``n_max``, which is
+    always one: rows grow with the log of the budget, and the largest deployment of each
+    option (the most goodput) is always evaluated."""
+    if n_max < 1:
+        return np.zeros(0, dtype=int)
+    if n_max <= EVERY_COUNT_UP_TO:
+        return np.arange(1, n_max + 1)
+    steps = np.ceil(np.log(n_max / EVERY_COUNT_UP_TO) / np.log(COUNT_STEP))
+    ladder = np.unique(np.floor(EVERY_COUNT_UP_TO * COUNT_STEP ** np.arange(1, steps + 1)).astype(int))
+    return np.unique(np.concatenate([np.arange(1, EVERY_COUNT_UP_TO + 1), ladder[ladder < n_max], [n_max]]))
 
 
 def _colocated_rows(dec: pd.DataFrame, common: dict, tpot_slo_s: float) -> list[dict]:
@@ -332,11 +356,11 @@ def _colocated(colo: pd.DataFrame, workload: Workload, budget_dies: int, dpp: in
     service = np.where(per_die >= 1, it_s, np.ceil(1.0 / np.maximum(per_die, 1e-12)) * it_s)
     batch = rows["batch"].to_numpy(dtype=float)
     cap_d = batch * npus_i / (workload.output.mean * tpot)
-    n_max = np.floor(budget_dies / dies).astype(int)
-    idx = np.repeat(np.arange(len(rows)), n_max)
+    counts = [instance_counts(int(x)) for x in np.floor(budget_dies / dies)]
+    idx = np.repeat(np.arange(len(rows)), [len(c) for c in counts])
     if len(idx) == 0:
         return _empty()
-    n = np.concatenate([np.arange(1, x + 1) for x in n_max if x > 0]).astype(float)
+    n = np.concatenate(counts).astype(float)
     servers = servers_i[idx] * n
     ttft = lambda rate: ttft_terms(rate, servers, service[idx], prompt.scv, it_s[idx], service[idx], slo.ttft_stat)  # noqa: E731
     rate_p = largest_rate(lambda r: ttft(r)["ttft_s"] <= slo.ttft_s, servers / service[idx])
