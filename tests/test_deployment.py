@@ -184,3 +184,20 @@ def test_every_system_searches_and_compares_from_its_own_defaults(cli, system):
         for command in (("search", "decode"), ("compare", "decode")):
             code, out, err = cli(*command, "--hardware", system, "--model", model, "--format", "json")
             assert code == 0 and "Traceback" not in err, (command, model, err)
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_every_system_plans_every_model_from_its_own_defaults(cli, system):
+    """`cmperf plan` with no flag beyond --hardware/--model finds a deployment of each model
+    on each system (exit 0), or says in one line why not (exit 1). Its best deployment's NPUs
+    stay within the budget and its latencies within the default SLOs."""
+    for model in MODELS:
+        code, out, err = cli("plan", "--hardware", system, "--model", model, "--format", "json")
+        assert "Traceback" not in err and code in (0, 1), (model, err)
+        if code == 1:
+            assert len([line for line in err.splitlines() if not line.startswith("cmperf: note:")]) == 1, err
+            continue
+        best = json.loads(out)["best"]
+        budget = json.loads(out)["settings"]["npus"]
+        assert 0 < best["npus"] <= budget and best["goodput_rps"] > 0, (model, best)
+        assert best["ttft_ms"] <= 2000 * (1 + 1e-9) and best["tpot_ms"] <= 50 * (1 + 1e-9), (model, best)

@@ -7,16 +7,17 @@ time). A request's service time has mean ``E[S]`` and squared coefficient of var
 tail of prompt lengths). The offered load is ``a = λ·E[S]`` (busy servers on average), the
 utilisation ``ρ = a / c``; the queue is stable only when ``ρ < 1``.
 
-**Probability of waiting (Erlang C, exact for M/M/c).** With ``π_c = e^(-a)·a^c / c!``,
+**Probability of waiting (Erlang C, exact for M/M/c).** With ``π_c = e^(-a)·a^c / c!`` and
+``Q(c, a) = Σ_{k<c} e^(-a)·a^k/k!`` (the regularized upper incomplete gamma function, the
+probability that a Poisson(a) count is below c),
 
-    1/C(c, a) = 1 + (1 - ρ)·R,   R = Σ_{k<c} a^k/k! / (a^c/c!) = 1/π_c - T,
-    T = Σ_{n≥0} a^n·c!/(c+n)!   (T = P(N ≥ c)/π_c for N ~ Poisson(a)),
+    1/C(c, a) = 1 + (1 - ρ)·Q(c, a)/π_c,
 
-and C = 1 when ``a ≥ c``. cmperf evaluates it in log space (``ln(1/π_c) = a + lnΓ(c+1) -
-c·ln a``, a Stirling series for lnΓ) and sums ``T`` term by term: its terms fall at least as
-fast as ``exp(-n²/2c)``, so about ``9·√c`` terms reach double precision — 1,300 at 20,000
-servers — in blocks of 32, vectorised over all configurations. No overflow at any ``c``; a
-non-integer ``c`` gets the usual gamma-function extension.
+and C = 1 when ``a ≥ c``. cmperf evaluates it in log space, ``ln C = -ln(1 + e^x)`` with
+``x = ln(1 - ρ) + ln Q - ln π_c`` and ``ln π_c = c·ln a - a - lnΓ(c+1)``, from SciPy's
+``gammaincc`` and ``gammaln`` (uniform asymptotic expansions: accurate at any ``c``, in
+constant time per configuration, vectorised): no overflow at any ``c``; a non-integer ``c``
+gets the usual gamma-function extension.
 
 **Mean wait (Allen–Cunneen).** The exact M/M/c mean wait scaled by the variability of the
 arrivals and the service, ``(c_a² + scv)/2`` with ``c_a² = 1`` for Poisson arrivals:
@@ -58,64 +59,21 @@ from __future__ import annotations
 import numpy as np
 
 _BISECTION_STEPS = 60
-_TERM_BLOCK = 32
-_HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
-
-
-def _log_gamma(x: np.ndarray) -> np.ndarray:
-    """lnΓ(x) for x ≥ 1, vectorised: Stirling's series at z ≥ 9 (error < 3e-15), shifting
-    small arguments up by 8 with Γ(x) = Γ(x+8) / (x(x+1)...(x+7))."""
-    x = np.asarray(x, dtype=float)
-    small = x < 9.0
-    shift = np.zeros_like(x)
-    if np.any(small):
-        xs = x[small]
-        shift[small] = np.log(np.prod(xs[:, None] + np.arange(8.0), axis=1))
-    z = np.where(small, x + 8.0, x)
-    inv = 1.0 / z
-    inv2 = inv * inv
-    series = inv * (
-        1 / 12 + inv2 * (-1 / 360 + inv2 * (1 / 1260 + inv2 * (-1 / 1680 + inv2 * (1 / 1188 - inv2 * 691 / 360360))))
-    )
-    return (z - 0.5) * np.log(z) - z + _HALF_LOG_2PI + series - shift
-
-
-def _poisson_tail_ratio(servers: np.ndarray, offered_load: np.ndarray) -> np.ndarray:
-    """T = Σ_{n≥0} a^n·c!/(c+n)! for 0 < a < c, summed in vectorised blocks of terms until
-    the geometric bound on what is left is below 1e-17 of the sum."""
-    total = np.ones_like(servers)
-    todo = np.arange(servers.size)
-    term = np.ones_like(servers)
-    c, a, acc = servers.copy(), offered_load.copy(), np.ones_like(servers)
-    steps = np.arange(1.0, _TERM_BLOCK + 1.0)
-    n0 = 0.0
-    while todo.size:
-        ratios = a[:, None] / (c[:, None] + n0 + steps)
-        terms = term[:, None] * np.cumprod(ratios, axis=1)
-        acc = acc + terms.sum(axis=1)
-        term = terms[:, -1]
-        n0 += _TERM_BLOCK
-        r = a / (c + n0 + 1.0)
-        left = term * r / (1.0 - r)
-        done = left <= 1e-17 * acc
-        total[todo[done]] = acc[done]
-        keep = ~done
-        todo, c, a, acc, term = todo[keep], c[keep], a[keep], acc[keep], term[keep]
-    return total
 
 
 def _log_erlang_c(servers, offered_load) -> np.ndarray:
-    """ln C(c, a), exact, in log space (module docstring); 0 when a ≥ c, -inf when a = 0."""
+    """ln C(c, a), in log space (module docstring); 0 when a ≥ c, -inf when a = 0."""
+    from scipy.special import gammaincc, gammaln  # imported where a plan queues: SciPy costs ~0.3 s to load
+
     c, a = np.broadcast_arrays(np.asarray(servers, dtype=float), np.asarray(offered_load, dtype=float))
     out = np.zeros(c.shape)
     out[a <= 0] = -np.inf
     live = (a > 0) & (a < c)
     if np.any(live):
         cl, al = c[live], a[live]
-        log_inv_pmf = al + _log_gamma(cl + 1.0) - cl * np.log(al)  # ln(1/π_c) ≥ 0
-        tail = _poisson_tail_ratio(cl, al)
-        log_r = log_inv_pmf + np.log1p(-tail * np.exp(-log_inv_pmf))
-        x = np.log((cl - al) / cl) + log_r
+        log_pmf = cl * np.log(al) - al - gammaln(cl + 1.0)  # ln π_c
+        with np.errstate(divide="ignore"):
+            x = np.log((cl - al) / cl) + np.log(gammaincc(cl, al)) - log_pmf
         out[live] = -np.logaddexp(0.0, x)
     return out
 
