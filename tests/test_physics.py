@@ -14,6 +14,7 @@ import pytest
 from cmperf.cost.collectives import barrier_wait_s, expected_max_normal
 from cmperf.cost.ops import attention_decode_ops, moe_ops, placement
 from cmperf.cost.roofline import op_time
+from cmperf.errors import SpecError
 from cmperf.predict import load_specs, predict
 
 FIXED = ["chip.latency.kernel_launch_s=2e-6", "chip.die.vector_ops_per_s=1e12",
@@ -396,3 +397,24 @@ def test_the_fused_pass_reads_the_weights_once_and_beats_two_passes(system, mode
         p = predict("prefill", {"tokens_per_npu": 4096 * dpp, "attn_tp": 1, **layout}, specs).table
         t = predict("decode", rows=[base, {**base, "chunk_tokens": 4096 * dpp}], specs=specs).table["iteration_ms"]
         assert t.iat[1] < t.iat[0] + p["forward_ms"].iat[0]
+
+
+def test_w4a8_stores_half_the_weight_bytes_and_keeps_the_int8_gemms():
+    """W4A8 (Ascend): INT4 expert weights dequantised into INT8 GEMMs. At EP320 a die holds
+    one expert instance per MoE layer (58 + the MTP block): 59 x 3 x 7168 x 2048 weights, at
+    1 B in INT8 and 0.5 B in INT4; the GEMMs' FLOPs and compute dtype do not change, and the
+    expert op reads exactly the weight bytes it saves less."""
+    layout = {"redundant_experts": 32, "shared_copies": 32, "batch": 96}
+    w8 = load_specs(sets=FIXED)
+    w4 = load_specs(sets=[*FIXED, "model.precision.expert_weights=int4"])
+    t8, t4 = (predict("decode", layout, s) for s in (w8, w4))
+    saved = t8.table["weights_per_die_bytes"].iat[0] - t4.table["weights_per_die_bytes"].iat[0]
+    assert saved == pytest.approx(59 * EXPERT * 0.5, rel=1e-12)
+    ops8, ops4 = (t.breakdown(0)[0].set_index(["section", "stream", "op"]) for t in (t8, t4))
+    e8, e4 = ops8.xs("experts", level="op"), ops4.xs("experts", level="op")
+    assert (e8["flops"] == e4["flops"]).all()
+    assert np.allclose(e8["weight_bytes"] - e4["weight_bytes"], EXPERT * 0.5, rtol=1e-12)
+    assert t4.table["tpot_ms"].iat[0] <= t8.table["tpot_ms"].iat[0]  # fewer bytes never slower
+    # int4 as a compute dtype needs an INT4 peak: the 910C has none
+    with pytest.raises(SpecError, match="int4"):
+        load_specs(sets=[*FIXED, "model.precision.matmul=int4"])

@@ -76,12 +76,15 @@ def _ascii_numbers(cmd) -> None:
 
 
 def _ascii_only(t):
-    """The number type ``t`` (a copy: click's own is shared), converting ASCII text only."""
+    """The number type ``t`` (a copy: click's own is shared), converting ASCII text only and
+    no digit groups: int()/float() read '1_000' as 1000, which nobody types for a count."""
     convert = t.convert
 
     def ascii_convert(value, param, ctx):
         if isinstance(value, str) and not value.isascii():
             t.fail(f"{value!r} is not a valid {t.name}: ASCII digits only", param, ctx)
+        if isinstance(value, str) and "_" in value:
+            t.fail(f"{value!r} is not a valid {t.name}: digits without '_' separators", param, ctx)
         return convert(value, param, ctx)
 
     t.convert = ascii_convert

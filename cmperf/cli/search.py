@@ -83,7 +83,7 @@ def search_decode(
         "redundant_experts": None if redundant_experts is None else parse_list(redundant_experts, "--redundant-experts", integer=True),
         "shared_copies": None if shared_copies is None else parse_list(shared_copies, "--shared-copies", integer=True),
     }
-    _run("decode", values, math.inf if tpot_slo is None else tpot_slo, top, sweep, sets, hardware, model, fmt, out, plot)
+    _run("decode", values, _slo(tpot_slo, "--tpot-slo"), top, sweep, sets, hardware, model, fmt, out, plot)
 
 
 @search_app.command("prefill")
@@ -121,7 +121,7 @@ def search_prefill(
         "redundant_experts": None if redundant_experts is None else parse_list(redundant_experts, "--redundant-experts", integer=True),
         "shared_copies": None if shared_copies is None else parse_list(shared_copies, "--shared-copies", integer=True),
     }
-    _run("prefill", values, math.inf if ttft_slo is None else ttft_slo, top, sweep, sets, hardware, model, fmt, out, plot)
+    _run("prefill", values, _slo(ttft_slo, "--ttft-slo"), top, sweep, sets, hardware, model, fmt, out, plot)
 
 
 @search_app.command("report")
@@ -256,6 +256,18 @@ def _render(result, fmt: str, inert: list[str], why: str, prov: dict) -> None:
     title = f"Pareto frontier: throughput per NPU vs {lat} ({len(shown)} of {len(pareto)} points" + \
             ("; all in --format json / --out)" if len(shown) < len(pareto) else ")")
     print_table(_for_table(shown, [*cols, "meets_slo"]), title, units)
+
+
+def _slo(given: Optional[float], flag: str) -> float:
+    """The SLO in ms: none given is no SLO (inf: every configuration that fits ranks); a given
+    one is a finite positive number."""
+    if given is None:
+        return math.inf
+    if not (math.isfinite(given) and given > 0):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"{flag} {given:g}: the SLO must be a positive number of milliseconds")
+    return given
 
 
 def _slo_text(slo_ms: float) -> str:

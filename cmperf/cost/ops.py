@@ -20,21 +20,25 @@ from .roofline import Gemm, Op, dtype_bytes, ratio
 class Bytes:
     """Bytes per element of each tensor family, from the model's precision section."""
 
-    weight: float
-    act: float
+    weight: float  # projection weights as stored (W4A8: 0.5)
+    act: float  # the projections' compute dtype: their activations and streamed operands
     hidden: float
     attn: float
     kv: float
     head: float
     emb: float
-    expert: float  # expert weights and their activations (= weight unless the model says otherwise)
+    expert: float  # the experts' compute dtype: their activations and dispatched tokens
+    expert_weight: float  # expert weights as stored
 
     @classmethod
     def of(cls, m) -> "Bytes":
         p = m.precision
-        return cls(weight=dtype_bytes(p.matmul), act=dtype_bytes(p.matmul), hidden=dtype_bytes(p.hidden),
+        weights = getattr(p, "weights", None) or p.matmul
+        expert_weights = getattr(p, "expert_weights", None) or getattr(p, "weights", None) or experts_dtype(m)
+        return cls(weight=dtype_bytes(weights), act=dtype_bytes(p.matmul), hidden=dtype_bytes(p.hidden),
                    attn=dtype_bytes(p.attention), kv=dtype_bytes(p.kv_cache), head=dtype_bytes(p.head),
-                   emb=dtype_bytes(p.embedding), expert=dtype_bytes(experts_dtype(m)))
+                   emb=dtype_bytes(p.embedding), expert=dtype_bytes(experts_dtype(m)),
+                   expert_weight=dtype_bytes(expert_weights))
 
 
 def experts_dtype(m) -> str:
@@ -214,7 +218,7 @@ def _mla_decode_ops(m, T, R, L, tp) -> list[Op]:
                   + VEC_RMSNORM * (r_q + a.kv_lora_rank) + VEC_QUANT * r_q
                   + VEC_DEQUANT * H * qk_dim + VEC_ROPE * (H + 1) * rope + VEC_QUANT * H * nope
                   + VEC_DEQUANT * H * a.kv_lora_rank)
-    gm = partial(Gemm, in_B=b.weight, out_B=b.hidden)
+    gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
     q_in = [gm(T, r_q, h), gm(T, H * qk_dim, r_q)] if r_q else [gm(T, H * qk_dim, h)]
     prolog = Op(
         "mla_prolog", "cube", flops=2 * T * prolog_w, dtype=m.precision.matmul, vector_ops=T * prolog_vec,
@@ -252,7 +256,7 @@ def _gqa_decode_ops(m, T, R, L, tp) -> list[Op]:
     qkv_w = w["q"] / tp + (w["k"] + w["v"]) / shards
     qkv_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (H + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d
                + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0))
-    gm = partial(Gemm, in_B=b.weight, out_B=b.hidden)
+    gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
     qkv = Op("qkv_proj", "cube", flops=2 * T * qkv_w, dtype=m.precision.matmul, vector_ops=T * qkv_vec,
              gemm=gm(T, (H + 2 * Hkv) * d, h),
              outputs=2 * T * (H + 2 * Hkv) * d,
@@ -298,7 +302,7 @@ def _mla_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
     up_vec = (VEC_QUANT * (r_q + a.kv_lora_rank) + VEC_DEQUANT * H * (qk + a.qk_nope_head_dim + a.v_head_dim)
               + VEC_ROPE * H * rope)
     o_vec = VEC_QUANT * H * a.v_head_dim + VEC_DEQUANT * h + VEC_RESIDUAL * h
-    gm = partial(Gemm, in_B=b.weight, out_B=b.hidden)
+    gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
     Hd, rows = H / tp, tp * T  # each die: 1/tp of the heads for the TP group's tokens
     down = Op("mla_down", "cube", flops=2 * T * down_w, dtype=m.precision.matmul, vector_ops=T * down_vec,
               gemm=(gm(T, r_q, h), gm(T, lat, h)) if r_q else gm(T, lat, h),
@@ -343,7 +347,7 @@ def _prefix_kv_up(m, C, tp) -> dict:
     tp = np.asarray(tp, dtype=float)
     kv_dims = a.qk_nope_head_dim + a.v_head_dim
     return {"flops": 2 * C * (w["kv_b_k"] + w["kv_b_v"]),
-            "gemm": Gemm(tp * C, a.num_heads / tp * kv_dims, a.kv_lora_rank, in_B=b.weight, out_B=b.hidden),
+            "gemm": Gemm(tp * C, a.num_heads / tp * kv_dims, a.kv_lora_rank, in_B=b.act, w_B=b.weight, out_B=b.hidden),
             "outputs": 2 * C * a.num_heads * kv_dims,
             "hbm_bytes": C * lat * b.kv + C * a.num_heads * (qk + a.v_head_dim) * b.attn}
 
@@ -393,7 +397,7 @@ def _gqa_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
     gather = Op("attn_allgather", "dma", launches=1, tier=tier, net_bytes=(tp - 1) * T * h * b.act,
                 hbm_bytes=tp * T * h * b.act, sync_group=tp)
     qkv_vec = VEC_DEQUANT * (H + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0)
-    gm = partial(Gemm, in_B=b.weight, out_B=b.hidden)
+    gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
     up = Op("qkv_proj", "cube", flops=qkv_flops, dtype=m.precision.matmul, vector_ops=T * qkv_vec,
             gemm=gm(tp * T, (H / tp + 2 * Hkv / shards) * d, h),
             outputs=2 * T * tp * (H / tp + 2 * Hkv / shards) * d,
@@ -497,10 +501,10 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route(), comm_units=None) ->
                  vector_ops=rows * (VEC_SWIGLU * I + VEC_QUANT * I + VEC_DEQUANT * (2 * I + h)),
                  tile_efficiency=rows / np.maximum(pl.padded_rows, 1e-30),
                  # the instances' rows stacked along M, each padded to whole tiles (contiguous layout)
-                 gemm=(Gemm(pl.padded_rows, 2 * I, h, in_B=b.expert, out_B=b.hidden),
-                       Gemm(pl.padded_rows, h, I, in_B=b.expert, out_B=b.hidden)),
-                 hbm_bytes=pl.instances_per_die * e_w * b.expert + swiglu_activation_bytes(m, rows, I, b.expert),
-                 weight_bytes=pl.instances_per_die * e_w * b.expert)
+                 gemm=(Gemm(pl.padded_rows, 2 * I, h, in_B=b.expert, w_B=b.expert_weight, out_B=b.hidden),
+                       Gemm(pl.padded_rows, h, I, in_B=b.expert, w_B=b.expert_weight, out_B=b.hidden)),
+                 hbm_bytes=pl.instances_per_die * e_w * b.expert_weight + swiglu_activation_bytes(m, rows, I, b.expert),
+                 weight_bytes=pl.instances_per_die * e_w * b.expert_weight)
     combine = Op("combine", "vector", tier=route.tiers[-1], vector_ops=T * h * (VEC_COMBINE * (fanout + 1) + VEC_RESIDUAL),
                  net_messages=c_msgs, tier_bytes=c_tiers,
                  net_bytes=sum(c_tiers.values()),
@@ -518,7 +522,7 @@ def dense_ffn_op(m, T, tp=1.0) -> Op:
     Ip = I / tp
     vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (2 * Ip + h) + VEC_SWIGLU * Ip + VEC_QUANT * Ip
            + VEC_RESIDUAL * h)
-    gm = partial(Gemm, in_B=b.weight, out_B=b.hidden)
+    gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
     return Op("dense_ffn", "cube", flops=2 * T * w, dtype=m.precision.matmul, vector_ops=T * vec, outputs=2 * T * (2 * Ip + h),
               gemm=(gm(T, 2 * Ip, h), gm(T, h, Ip)),
               hbm_bytes=w * b.weight + swiglu_activation_bytes(m, T, Ip),
@@ -547,7 +551,7 @@ def mtp_proj_op(m, T) -> Op:
     b, h = Bytes.of(m), m.hidden_size
     w = arch.mtp_eh_proj_params(m)
     return Op("mtp_eh_proj", "cube", flops=2 * T * w, dtype=m.precision.matmul, outputs=2 * T * h,
-              gemm=Gemm(T, h, 2 * h, in_B=b.weight, out_B=b.hidden),
+              gemm=Gemm(T, h, 2 * h, in_B=b.act, w_B=b.weight, out_B=b.hidden),
               vector_ops=T * (2 * VEC_RMSNORM * h + VEC_QUANT * 2 * h + VEC_DEQUANT * h),
               hbm_bytes=w * b.weight + 3 * T * h * b.hidden, weight_bytes=w * b.weight)
 

@@ -99,6 +99,7 @@ class Gemm:
     masked: Any = False
     in_B: Any = 1.0
     out_B: Any = 2.0
+    w_B: Any = None  # bytes of the B operand (the weights) as stored, when not ``in_B`` (W4A8: 0.5)
 
 
 # DeepGEMM's candidate block N (deep_gemm 1.0.0, jit_kernels/gemm.py get_best_configs)
@@ -289,7 +290,8 @@ def gemm_terms(gemms, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.nd
     _, pool = compute(units)
     if eff.matmul_stream_Bps is None:
         return stream_compute, pool, np.zeros_like(pool)
-    tile_B = (t.block_m * k / t.multicast + t.block_n * k) * np.asarray(g.in_B, dtype=float) \
+    w_B = g.in_B if g.w_B is None else g.w_B
+    tile_B = t.block_m * k / t.multicast * np.asarray(g.in_B, dtype=float) + t.block_n * k * np.asarray(w_B, dtype=float) \
         + t.block_m * t.block_n * np.asarray(g.out_B, dtype=float)
     return stream_compute, pool, t.waves * tile_B / eff.matmul_stream_Bps
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .dtypes import DTYPE_BYTES, dtypes_of
 
-Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4"]
+Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 Confidence = Literal["high", "medium", "low"]
 
 
@@ -78,6 +78,7 @@ class PeakFlops(Strict):
     fp8: Optional[Positive] = None
     int8: Optional[Positive] = None
     fp4: Optional[Positive] = None
+    int4: Optional[Positive] = None
 
     def dtypes(self) -> list[str]:
         """The dtypes the chip has a peak for, in DTYPE_BYTES order (widest first)."""
@@ -86,7 +87,7 @@ class PeakFlops(Strict):
     @model_validator(mode="after")
     def _some(self):
         if not self.dtypes():
-            raise ValueError("give the dense peak of at least one dtype (bf16, fp16, fp8, int8, fp4)")
+            raise ValueError("give the dense peak of at least one dtype (bf16, fp16, fp8, int8, fp4, int4)")
         return self
 
 
@@ -450,15 +451,20 @@ class MTP(Strict):
 
 class Precision(Strict):
     """Dtype of each tensor family. ``experts`` (the MoE grouped GEMMs and the dispatched
-    tokens) defaults to ``matmul``: set it for FP4 experts under FP8 attention (Blackwell)."""
+    tokens) defaults to ``matmul``: set it for FP4 experts under FP8 attention (Blackwell).
+    ``weights`` and ``expert_weights`` are how weights are *stored* when that differs from the
+    dtype their GEMMs compute in: W4A8 stores INT4 weights and dequantises them into INT8 GEMMs
+    (Ascend W4A8); they default to ``matmul`` and to ``weights`` (else ``experts``)."""
 
-    matmul: Dtype  # attention and dense projections
+    matmul: Dtype  # attention and dense projections: the GEMMs' compute dtype
     attention: Dtype  # attention core (QK^T, softmax, PV)
     hidden: Dtype  # residual stream and matmul outputs (combine messages)
     embedding: Dtype
     head: Dtype
     kv_cache: Dtype
     experts: Optional[Dtype] = None
+    weights: Optional[Dtype] = None  # storage of the attention / dense / MTP projection weights
+    expert_weights: Optional[Dtype] = None  # storage of the expert weights
 
 
 class Imbalance(Sourced):
