@@ -105,11 +105,11 @@ def compare(phase: str, systems: list[str] | None = None, setups: Setups | None 
             "microbatches_used": row["microbatches_used"],
             LATENCY[phase]: row[LATENCY[phase]],
             f"{LATENCY[phase]}_lo": row[f"{LATENCY[phase]}_lo"], f"{LATENCY[phase]}_hi": row[f"{LATENCY[phase]}_hi"],
-            "throughput_per_chip": row["throughput_per_npu"],
-            "throughput_per_chip_lo": row["throughput_per_npu_lo"], "throughput_per_chip_hi": row["throughput_per_npu_hi"],
+            "throughput_per_npu": row["throughput_per_npu"],
+            "throughput_per_npu_lo": row["throughput_per_npu_lo"], "throughput_per_npu_hi": row["throughput_per_npu_hi"],
             "band_floor": bool(row["band_floor"]),  # the system's own band; a floor without end-to-end evidence
             # the package peak predict normalised by (schedule/common.py tokens_per_s_per_tflops)
-            "chip_peak_TFLOPS": row["throughput_per_npu"] / row["tokens_per_s_per_tflops"],
+            "npu_peak_TFLOPS": row["throughput_per_npu"] / row["tokens_per_s_per_tflops"],
             "tokens_per_s_per_tflops": row["tokens_per_s_per_tflops"],
             "memory_per_die_bytes": row["memory_per_die_bytes"], "fits": bool(row["fits"]),
             "bound": f"{top['op']} ({top['bound']}, {100 * top['total_ms'] / ops['total_ms'].sum():.0f} % of op time)",

@@ -600,29 +600,29 @@ def _banded(v: float, lo: float, hi: float) -> str:
 
 def compare_bars(cmp) -> list[dict]:
     """The three panels of ``cmperf compare --plot``, one value per system with its band (lo,
-    hi): throughput per chip, tokens/s per TFLOPS of the chip's peak in its dtype (the same band
+    hi): throughput per NPU, tokens/s per TFLOPS of the chip's peak in its dtype (the same band
     scaled by the same peak: tokens/s/TFLOPS = throughput / peak), and the latency (TPOT for
     decode, TTFT for prefill)."""
     from .compare import LATENCY
 
     t = cmp.table
     lat = LATENCY[cmp.phase]
-    thr = t["throughput_per_chip"].to_numpy(float)
+    thr = t["throughput_per_npu"].to_numpy(float)
     per = t["tokens_per_s_per_tflops"].to_numpy(float)
     scale = np.divide(per, thr, out=np.zeros_like(per), where=thr > 0)
     name = "TPOT" if lat == "tpot_ms" else "TTFT"
     return [
-        {"title": f"{cmp.phase} tokens/s per chip", "unit": "tokens/s", "value": thr,
-         "lo": t["throughput_per_chip_lo"].to_numpy(float), "hi": t["throughput_per_chip_hi"].to_numpy(float)},
+        {"title": f"{cmp.phase} tokens/s per NPU", "unit": "tokens/s", "value": thr,
+         "lo": t["throughput_per_npu_lo"].to_numpy(float), "hi": t["throughput_per_npu_hi"].to_numpy(float)},
         {"title": "tokens/s per TFLOPS (chip peak in its dtype)", "unit": "tokens/s/TFLOPS", "value": per,
-         "lo": t["throughput_per_chip_lo"].to_numpy(float) * scale, "hi": t["throughput_per_chip_hi"].to_numpy(float) * scale},
+         "lo": t["throughput_per_npu_lo"].to_numpy(float) * scale, "hi": t["throughput_per_npu_hi"].to_numpy(float) * scale},
         {"title": f"{name} (lower is better)", "unit": "ms", "value": t[lat].to_numpy(float),
          "lo": t[f"{lat}_lo"].to_numpy(float), "hi": t[f"{lat}_hi"].to_numpy(float)},
     ]
 
 
 def compare_figure(cmp, path: str | Path) -> None:
-    """``cmperf compare --plot``: per system (one colour each) its tokens/s per chip, tokens/s
+    """``cmperf compare --plot``: per system (one colour each) its tokens/s per NPU, tokens/s
     per TFLOPS and TPOT (decode) or TTFT (prefill), each with the prediction band as an error
     bar and written on the bar; below, each system's settings. Whole or not at all."""
     plt = _pyplot()

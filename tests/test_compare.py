@@ -5,7 +5,7 @@ Tables 3-4).
 What is pinned here, and from where:
 - the set-ups each system runs (EP320 / EP128 / EP72 decode, 32-die prefill), from setups.yaml
   and hardware-reference §7 (DeepSeek profile-data, SGLang's 96 x H100 blog);
-- tokens/s per TFLOPS = tokens/s per chip / the chip's dense peak in the dtype it computes in,
+- tokens/s per TFLOPS = tokens/s per NPU / the chip's dense peak in the dtype it computes in,
   with the peaks written out from the datasheets the hardware files cite (910C: 2 dies x 752
   INT8 TFLOPS = the paper's 1,504 divisor; H800/H100: 1,979 dense FP8 = INT8 TFLOPS);
 - CloudMatrix384's rows against the paper's published Table 3-4 values, within the held-out
@@ -69,10 +69,10 @@ def _check_default_rows(phase, rows):
     for system, r in rows.items():
         assert (int(r["dies"]), int(r["ep"])) == (DIES[phase][system], DIES[phase][system])
         assert (r["chip"], r["model"], r["dtype"]) == (CHIP[system], MODEL[system], DTYPE[system])
-        assert float(r["chip_peak_TFLOPS"]) == pytest.approx(PEAK_TFLOPS[system], rel=1e-9)
+        assert float(r["npu_peak_TFLOPS"]) == pytest.approx(PEAK_TFLOPS[system], rel=1e-9)
         assert float(r["tokens_per_s_per_tflops"]) == pytest.approx(
-            float(r["throughput_per_chip"]) / PEAK_TFLOPS[system], rel=1e-9)
-        assert float(r["throughput_per_chip_lo"]) < float(r["throughput_per_chip"]) < float(r["throughput_per_chip_hi"])
+            float(r["throughput_per_npu"]) / PEAK_TFLOPS[system], rel=1e-9)
+        assert float(r["throughput_per_npu_lo"]) < float(r["throughput_per_npu"]) < float(r["throughput_per_npu_hi"])
         assert float(r["memory_per_die_bytes"]) > 0 and str(r["fits"]) in ("True", "False")
         assert r["bound"].split(" (")[0] and "% of op time" in r["bound"]
         assert r["confidence"] in ("high", "medium", "low") and r["setup_source"]
@@ -107,10 +107,10 @@ def test_cloudmatrix_rows_match_the_papers_tables_3_and_4(default_rows):
     """Paper Table 4 (D1): 1,943 tokens/s per NPU, 1.29 tokens/s/TFLOPS, TPOT 49.4 ms; Table 3
     (P1): 6,688 tokens/s per NPU, 4.45 tokens/s/TFLOPS. Within the README's held-out bands."""
     d, p = default_rows["decode"]["cloudmatrix384"], default_rows["prefill"]["cloudmatrix384"]
-    assert d["throughput_per_chip"] == pytest.approx(1943, rel=BAND["decode"])
+    assert d["throughput_per_npu"] == pytest.approx(1943, rel=BAND["decode"])
     assert d["tokens_per_s_per_tflops"] == pytest.approx(1.29, rel=BAND["decode"])
     assert d["tpot_ms"] == pytest.approx(49.4, rel=BAND["decode"])
-    assert p["throughput_per_chip"] == pytest.approx(6688, rel=BAND["prefill"])
+    assert p["throughput_per_npu"] == pytest.approx(6688, rel=BAND["prefill"])
     assert p["tokens_per_s_per_tflops"] == pytest.approx(4.45, rel=BAND["prefill"])
 
 
@@ -151,9 +151,9 @@ def test_with_and_set_reach_only_the_named_system(cli, default_rows):
     rows = _json(cli, "decode", "--hardware", "cloudmatrix384,h800-cluster",
                  "--with", "h800-cluster:batch=64", "--set", "h800-cluster:chip.die.hbm_bandwidth_Bps=6.7e12")
     assert rows["h800-cluster"]["batch"] == 64
-    moved = rows["h800-cluster"]["throughput_per_chip"] / base["h800-cluster"]["throughput_per_chip"]
+    moved = rows["h800-cluster"]["throughput_per_npu"] / base["h800-cluster"]["throughput_per_npu"]
     assert abs(moved - 1) > 1e-3
-    for k in ("batch", "throughput_per_chip", "tpot_ms", "memory_per_die_bytes"):
+    for k in ("batch", "throughput_per_npu", "tpot_ms", "memory_per_die_bytes"):
         assert rows["cloudmatrix384"][k] == pytest.approx(base["cloudmatrix384"][k], rel=1e-12)
 
 
@@ -165,7 +165,7 @@ def test_an_unsetup_system_runs_with_model_and_with(cli):
                  "--with", "gb200-nvl72:dies=72", "--with", "gb200-nvl72:shared_copies=72")
     r = rows["gb200-nvl72"]
     assert (r["dies"], r["ep"], r["dtype"], r["chip"]) == (72, 72, "fp8", "gb200")
-    assert r["tokens_per_s_per_tflops"] == pytest.approx(r["throughput_per_chip"] / 5000.0, rel=1e-9)
+    assert r["tokens_per_s_per_tflops"] == pytest.approx(r["throughput_per_npu"] / 5000.0, rel=1e-9)
 
 
 def test_model_for_every_system_changes_the_dtype_and_its_peak(cli):
@@ -173,7 +173,7 @@ def test_model_for_every_system_changes_the_dtype_and_its_peak(cli):
     rate on Hopper) and the dtype column says int8."""
     r = _json(cli, "decode", "--hardware", "h800-cluster", "--model", "deepseek-r1")["h800-cluster"]
     assert (r["model"], r["dtype"]) == ("deepseek-r1", "int8")
-    assert r["chip_peak_TFLOPS"] == pytest.approx(1979.0)
+    assert r["npu_peak_TFLOPS"] == pytest.approx(1979.0)
 
 
 def test_config_file_replaces_the_setups(cli, tmp_path):
@@ -190,7 +190,7 @@ def test_config_file_replaces_the_setups(cli, tmp_path):
         r = rows["h20-cluster"]
         assert (r["dies"], r["ep"], r["chip"], r["dtype"]) == (16, 16, "h20", "fp8")
         # H20: 296 dense FP8 TFLOPS (third-party tables; the H100's 1,979 / 6.68)
-        assert r["tokens_per_s_per_tflops"] == pytest.approx(r["throughput_per_chip"] / 296.0, rel=1e-9)
+        assert r["tokens_per_s_per_tflops"] == pytest.approx(r["throughput_per_npu"] / 296.0, rel=1e-9)
 
 
 def test_peak_is_the_peak_of_the_dtype_shown(default_rows):
@@ -200,7 +200,7 @@ def test_peak_is_the_peak_of_the_dtype_shown(default_rows):
         for r in rows.values():
             chip = yaml.load((REPO / "hardware" / f"{r['chip']}.yaml").read_text(), Loader=LOADER)
             peak = float(chip["die"]["peak_flops_per_s"][r["dtype"]]["value"]) * chip["dies_per_package"]["value"]
-            assert r["chip_peak_TFLOPS"] == pytest.approx(peak / 1e12, rel=1e-9)
+            assert r["npu_peak_TFLOPS"] == pytest.approx(peak / 1e12, rel=1e-9)
 
 
 def test_peak_matches_the_dtype_shown_for_fp4_experts(cli, tmp_path):
@@ -214,13 +214,13 @@ def test_peak_matches_the_dtype_shown_for_fp4_experts(cli, tmp_path):
                                        "shared_copies": 16}}}}))
     r = _json(cli, "decode", "--config", cfg)["b200-cluster"]
     peaks = {"fp8": 4500.0, "fp4": 9000.0}  # B200 dense (NVIDIA: 9 / 18 PFLOPS sparse)
-    assert r["chip_peak_TFLOPS"] == pytest.approx(peaks[r["dtype"]])
+    assert r["npu_peak_TFLOPS"] == pytest.approx(peaks[r["dtype"]])
 
 
 # --------------------------------------------------------------------------- structure
 def _throughput(cli, system, *sets):
     args = [a for s in sets for a in ("--set", f"{system}:{s}")]
-    return _json(cli, "decode", "--hardware", system, *args)[system]["throughput_per_chip"]
+    return _json(cli, "decode", "--hardware", system, *args)[system]["throughput_per_npu"]
 
 
 def _tier_bw(system, tier):
@@ -233,7 +233,7 @@ def test_scale_out_bandwidth_speeds_up_nvidia_decode(cli, default_rows):
     InfiniBand (one 400G NIC per GPU): twice the IB bandwidth is more tokens/s per GPU; twice
     NVLink, which carries 7/(EP-1) of them, never less, and less gain than IB."""
     for system in ("h800-cluster", "h100-cluster"):
-        base = default_rows["decode"][system]["throughput_per_chip"]
+        base = default_rows["decode"][system]["throughput_per_npu"]
         ib2 = _throughput(cli, system, f"system.tiers.ib.bandwidth_Bps={2 * _tier_bw(system, 'ib')}")
         assert ib2 > 1.05 * base, system
     nv2 = _throughput(cli, system, f"system.tiers.nvlink.bandwidth_Bps={2 * _tier_bw(system, 'nvlink')}")
@@ -242,7 +242,7 @@ def test_scale_out_bandwidth_speeds_up_nvidia_decode(cli, default_rows):
 
 def test_faster_ub_does_not_help_message_bound_cloudmatrix_decode(cli, default_rows):
     """README: 'UB 2x faster: ~no change, dispatch/combine are message-bound'."""
-    base = default_rows["decode"]["cloudmatrix384"]["throughput_per_chip"]
+    base = default_rows["decode"]["cloudmatrix384"]["throughput_per_npu"]
     fast = _throughput(cli, "cloudmatrix384", f"system.tiers.ub.bandwidth_Bps={2 * _tier_bw('cloudmatrix384', 'ub')}")
     assert base * (1 - 1e-9) <= fast <= base * 1.01
 

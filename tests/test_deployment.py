@@ -201,3 +201,14 @@ def test_every_system_plans_every_model_from_its_own_defaults(cli, system):
         budget = json.loads(out)["settings"]["npus"]
         assert 0 < best["npus"] <= budget and best["goodput_rps"] > 0, (model, best)
         assert best["ttft_ms"] <= 2000 * (1 + 1e-9) and best["tpot_ms"] <= 50 * (1 + 1e-9), (model, best)
+
+
+def test_deepseek_v3_takes_deepseek_r1s_measured_imbalance():
+    """The same architecture and router: one default real-traffic balance for both, kept equal
+    by the calibration (the paper file's model_proxies)."""
+    from cmperf.calibration.reference import load_reference
+
+    r1, v3 = (load_specs("cloudmatrix384", m).model.serving.default_expert_imbalance for m in ("deepseek-r1", "deepseek-v3"))
+    assert r1.value == v3.value > 1.0
+    ref = load_reference(REPO / "cmperf" / "reference" / "cloudmatrix384-paper.yaml")
+    assert "deepseek-v3" in ref.model_proxies and ref.model == "deepseek-r1"

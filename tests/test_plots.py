@@ -147,11 +147,11 @@ def test_compare_bars_show_throughput_per_tflops_and_latency_with_bands(comparis
     cmp = comparisons[phase]
     t = cmp.table
     thr, per, lat = plots.compare_bars(cmp)
-    assert list(thr["value"]) == list(t["throughput_per_chip"]) and list(lat["value"]) == list(t[latency])
+    assert list(thr["value"]) == list(t["throughput_per_npu"]) and list(lat["value"]) == list(t[latency])
     assert list(lat["lo"]) == list(t[f"{latency}_lo"]) and list(lat["hi"]) == list(t[f"{latency}_hi"])
     assert ("TPOT" if phase == "decode" else "TTFT") in lat["title"]
     # tokens/s per TFLOPS = throughput / the chip's peak: the same relative band
-    np.testing.assert_allclose(per["value"], t["throughput_per_chip"] / t["chip_peak_TFLOPS"], rtol=1e-12)
+    np.testing.assert_allclose(per["value"], t["throughput_per_npu"] / t["npu_peak_TFLOPS"], rtol=1e-12)
     np.testing.assert_allclose(per["hi"] / per["value"], thr["hi"] / thr["value"], rtol=1e-12)
     np.testing.assert_allclose(per["lo"] / per["value"], thr["lo"] / thr["value"], rtol=1e-12)
     for _, row in t.iterrows():

@@ -53,6 +53,10 @@ def calibrate_file(path, do_write: bool) -> dict | None:
     for proxy in ref.proxies:  # their sources already say whose value they take
         for line in write(hardware_values, load_specs(proxy, ref.model)):
             print("wrote", line, "(proxy)")
+    model_values = {k: v for k, v in values.items() if k.startswith("model.")}
+    for proxy in ref.model_proxies:
+        for line in write(model_values, load_specs(ref.hardware, proxy)):
+            print("wrote", line, "(model proxy)")
     cv = cross_validate(ref, specs_for(ref), result)
     print(cv.groups.to_string(index=False))
     return band_entry(cv, ref, Path(path).name)

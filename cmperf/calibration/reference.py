@@ -103,6 +103,9 @@ class RefFile(BaseModel):
     # systems without evidence of their own that take this file's fitted hardware values as
     # their proxy: `python -m cmperf.calibration --write` writes the values into their files too
     proxies: list[str] = Field(default_factory=list)
+    # models of the same architecture that take this file's measured model values (DeepSeek-V3
+    # takes DeepSeek-R1's default expert imbalance): written by --write too
+    model_proxies: list[str] = Field(default_factory=list)
     fit: list[FitParam] = Field(default_factory=list)
     measured: list[Measured] = Field(default_factory=list)
     rows: list[RefRow] = Field(min_length=1)

@@ -18,7 +18,7 @@ ConfigOpt = typer.Option(None, "--config", help="a set-up file of your own (YAML
 WithOpt = typer.Option(None, "--with", help="a scenario input for one system or all: [SYSTEM:]key=value, e.g. h800-cluster:batch=64 (repeatable)")
 SetsOpt = typer.Option(None, "--set", help="a spec override for one system or all: [SYSTEM:]key.path=value (repeatable)")
 ModelOpt = typer.Option(None, "--model", help="the model on every system (default: each set-up's)")
-PlotOpt = typer.Option(None, "--plot", help="draw tokens/s per chip, per TFLOPS and the TPOT/TTFT of each system, with its "
+PlotOpt = typer.Option(None, "--plot", help="draw tokens/s per NPU, per TFLOPS and the TPOT/TTFT of each system, with its "
                                             "settings, to this PNG (needs: pip install 'cmperf\\[plot]')")
 
 
@@ -67,9 +67,9 @@ def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
         shown = t[["system", "chip", "model", "dtype", "dies", "ep"]].copy()
         floor = [" (floor)" if f else "" for f in t["band_floor"]]
         shown[lat] = [f"{v:.4g} ± {(h - lo) / 2:.2g}{f}" for v, lo, h, f in zip(t[lat], t[f"{lat}_lo"], t[f"{lat}_hi"], floor)]
-        shown["tokens/s per chip"] = [f"{v:,.0f} ± {(h - lo) / 2:,.0f}{f}" for v, lo, h, f in
-                                      zip(t["throughput_per_chip"], t["throughput_per_chip_lo"], t["throughput_per_chip_hi"], floor)]
-        shown["peak TFLOPS"] = t["chip_peak_TFLOPS"].map(lambda v: f"{v:,.0f}")
+        shown["tokens/s per NPU"] = [f"{v:,.0f} ± {(h - lo) / 2:,.0f}{f}" for v, lo, h, f in
+                                      zip(t["throughput_per_npu"], t["throughput_per_npu_lo"], t["throughput_per_npu_hi"], floor)]
+        shown["peak TFLOPS"] = t["npu_peak_TFLOPS"].map(lambda v: f"{v:,.0f}")
         shown["tokens/s/TFLOPS"] = t["tokens_per_s_per_tflops"].map(lambda v: f"{v:.3g}")
         shown["memory/die"] = [human(v, "B") for v in t["memory_per_die_bytes"]]
         shown["fits"] = t["fits"].map(lambda v: "yes" if v else "NO")
@@ -83,7 +83,7 @@ def compare_decode(hardware: Optional[str] = HardwareListOpt, config: Optional[s
                    model: Optional[str] = ModelOpt, withs: Optional[List[str]] = WithOpt,
                    sets: Optional[List[str]] = SetsOpt, fmt: str = FormatOpt, plot: Optional[str] = PlotOpt,
                    out: Optional[str] = typer.Option(None, "--out", help="also write the table to this CSV file")):
-    """TPOT, tokens/s per chip and per TFLOPS of each system's decode deployment (default: the
+    """TPOT, tokens/s per NPU and per TFLOPS of each system's decode deployment (default: the
     paper's Table 4 set-ups). Example: cmperf compare decode --with h800-cluster:batch=64"""
     _run("decode", hardware, config, model, withs, sets, fmt, plot, out)
 
@@ -93,6 +93,6 @@ def compare_prefill(hardware: Optional[str] = HardwareListOpt, config: Optional[
                     model: Optional[str] = ModelOpt, withs: Optional[List[str]] = WithOpt,
                     sets: Optional[List[str]] = SetsOpt, fmt: str = FormatOpt, plot: Optional[str] = PlotOpt,
                     out: Optional[str] = typer.Option(None, "--out", help="also write the table to this CSV file")):
-    """TTFT, tokens/s per chip and per TFLOPS of each system's prefill deployment (default: the
+    """TTFT, tokens/s per NPU and per TFLOPS of each system's prefill deployment (default: the
     paper's Table 3 set-ups). Example: cmperf compare prefill --plot prefill.png"""
     _run("prefill", hardware, config, model, withs, sets, fmt, plot, out)
