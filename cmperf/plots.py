@@ -644,10 +644,12 @@ def compare_figure(cmp, path: str | Path) -> None:
         ax.set_ylim(0, float(np.nanmax(p["hi"])) * 1.15 if len(t) else 1)
         ax.set_xticks(x, t["system"], fontsize=9, rotation=15 if len(t) > 3 else 0)
         ax.grid(alpha=0.3, axis="y")
-    handles = [Patch(facecolor=c, edgecolor="k", lw=0.5, label=f"{s}: {compare_settings(cmp.phase, r)}")
-               for c, s, (_, r) in zip(colors, t["system"], t.iterrows())]
+    floor = t["band_floor"].to_numpy(bool) if "band_floor" in t else np.zeros(len(t), bool)
+    handles = [Patch(facecolor=c, edgecolor="k", lw=0.5,
+                     label=f"{s}: {compare_settings(cmp.phase, r)}" + ("; band a floor" if f else ""))
+               for c, s, (_, r), f in zip(colors, t["system"], t.iterrows(), floor)]
     fig.suptitle(f"cmperf compare {cmp.phase}: each system at its own configuration "
-                 f"(error bars: CloudMatrix384's held-out error band, a lower bound for the other systems)",
+                 f"(error bars: each system's own held-out band; a floor where only micro-benchmarks calibrate it)",
                  x=0.01, ha="left", fontsize=11.5)
     fig.tight_layout(rect=(0, 0.04 + 0.045 * len(t), 1, 1))
     fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.01, 0.0), fontsize=9.5, frameon=False,

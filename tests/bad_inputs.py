@@ -96,7 +96,8 @@ def flag_cases() -> list[tuple[str, list[str], str]]:
               "chip.efficiency.matmul_compute=1.5", "gpu.x=1", "chip.die.hbm_bandwidth_Bps", "=1", "chip.=1"]:
         out.append((f"--set {s[:60]}", ["predict", "decode", "--set", s, "-f", "json"], "error"))
     out += [
-        ("predict decode --dies 7", ["predict", "decode", "--dies", "7"], "error"),
+        ("predict decode --dies 7 (32+32 experts)", ["predict", "decode", "--dies", "7", "--redundant-experts", "32",
+                                                     "--shared-copies", "32"], "error"),
         ("predict decode --expert-imbalance 500", ["predict", "decode", "--expert-imbalance", "500"], "error"),
         ("predict prefill --tokens-per-npu 100", ["predict", "prefill", "--tokens-per-npu", "100"], "error"),
         ("predict decode --attention-share 1e-300", ["predict", "decode", "--attention-share", "1e-300"], "error"),
@@ -196,7 +197,7 @@ def reference_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ("decode", "tpot_ms", "50", "tolerance: 0.1", "{batch: 0}"),
         ("decode", "tpot_ms", "50", "tolerance: 0.1", "{ep: 0}"),
         ("decode", "tpot_ms", "50", "tolerance: 0.1", "{ep: -1}"),
-        ("decode", "tpot_ms", "50", "tolerance: 0.1", "{dies: 7}"),
+        ("decode", "tpot_ms", "50", "tolerance: 0.1", "{dies: 7, redundant_experts: 32, shared_copies: 32}"),
         ("decode", "tpot_ms", "50", "tolerance: 0.1", "{kv_len: .inf}"),
         ("decode", "tpot_ms", "50", "tolerance: 0.1", "{expert_imbalance: 1000}"),
         ("decode", "tpot_ms", "50", "tolerance: 0.1", "{batchh: 8}"),

@@ -89,7 +89,8 @@ def test_each_system_runs_its_published_instance(system, phase, expected):
 def test_the_default_model_is_the_systems():
     assert system_model("cloudmatrix384") == "deepseek-r1"
     assert system_model("h800-cluster") == "deepseek-v3"  # DeepSeek serves the FP8 checkpoint
-    assert system_model("b200-cluster") == "deepseek-r1"  # no deployment published: the paper's model
+    assert system_model("b200-cluster") == "deepseek-v3"  # none published: the FP8 checkpoint NVIDIA systems serve
+    assert system_model("atlas-800t-a2") == "deepseek-r1"  # the 910B: INT8 W8A8 as the 910C
 
 
 def test_the_batch_is_the_published_one_capped_by_memory():
