@@ -31,7 +31,7 @@ from .schedule.decode import decode
 from .schedule.kernels import attention, gemm
 from .schedule.memory import afd_memory, decode_memory, prefill_memory
 from .schedule.prefill import prefill
-from . import deployment
+from . import deployment, stack
 from .scenario import check_inputs, grid_from_rows, make_grid, validate
 from .specs.dtypes import DTYPE_BYTES, dtypes_of
 from .specs.loader import Hardware, cached_spec, load_hardware_parts, load_model, split_overrides
@@ -54,11 +54,13 @@ class Specs:
     prediction from cached specs never imports pydantic (~50 ms of a cold start)."""
 
     def __init__(self, hardware: Hardware | None = None, model: ModelSpec | None = None, *,
-                 plain: Mapping[str, Any] | None = None, notes: Iterable[str] = ()):
+                 plain: Mapping[str, Any] | None = None, notes: Iterable[str] = (), stack: Mapping | None = None,
+                 stack_name: str | None = None):
         if plain is None and (hardware is None or model is None):
             raise TypeError("Specs needs hardware and model (or the plain data of both)")
         self._hardware, self._model, self._plain = hardware, model, plain
         self.notes = list(notes)  # what loading chose for the user (a dtype the chip lacks, adapted)
+        self.stack, self.stack_name = stack, stack_name  # the serving stack (plain data; cmperf/stack.py) or None
 
     @classmethod
     def from_plain(cls, system: dict, chip: dict, model: dict, system_path: Path, chip_path: Path,
@@ -85,15 +87,26 @@ class Specs:
             self._model = ModelSpec.model_validate(self._plain["model"])
         return self._model
 
-    def views(self, sweeps: Mapping[str, np.ndarray] | None = None):
+    def views(self, sweeps: Mapping[str, np.ndarray] | None = None, phase: str | None = None):
+        """(hardware view, model view) with swept fields as arrays; for ``phase``, the
+        serving stack's host time put into the chip's latency (cmperf/stack.py)."""
         sweeps = sweeps or {}
         pick = lambda prefix: {k[len(prefix):]: v for k, v in sweeps.items() if k.startswith(prefix)}
         if self._plain is not None:
             system, chip, model = self._plain["system"], self._plain["chip"], self._plain["model"]
         else:
             system, chip, model = self.hardware.system, self.hardware.chip, self.model
-        hw = HardwareView(SpecView(system, pick("system.")), SpecView(chip, pick("chip.")))
+        chip_view = SpecView(chip, pick("chip."))
+        if self.stack is not None and phase is not None:
+            from .stack import host_overrides
+
+            chip_view = SpecView(chip, {**pick("chip."), **host_overrides(SpecView(self.stack), phase, chip_view.latency)})
+        hw = HardwareView(SpecView(system, pick("system.")), chip_view)
         return hw, SpecView(model, pick("model."))
+
+    def stack_view(self):
+        """The serving stack as a view (values unwrapped), or None."""
+        return None if self.stack is None else SpecView(self.stack)
 
     def __repr__(self) -> str:
         return f"Specs(hardware={self.hardware!r}, model={self.model!r})"
@@ -117,7 +130,34 @@ def system_model(hardware: str) -> str:
     return dep.model if dep is not None and dep.model else DEFAULT_MODEL
 
 
-def load_specs(hardware: str = "cloudmatrix384", model: str | None = None, sets: Iterable[str] = ()) -> Specs:
+def system_stack(hardware: str) -> str | None:
+    """The serving stack a system usually runs (its ``deployment.stack``), or None."""
+    hit = cached_spec("system", hardware)
+    if hit is not None:
+        return (hit[0].get("deployment") or {}).get("stack")
+    try:
+        dep = load_hardware_parts(hardware, {})[0][0].deployment
+    except (CmperfError, AttributeError, TypeError):
+        return None
+    return dep.stack if dep is not None else None
+
+
+def _with_stack(specs: "Specs", hardware: str, stack: str | None, overrides: Mapping[str, Any]) -> "Specs":
+    """``specs`` with the serving stack (``stack``: a name or path; None: the system's;
+    'none': no stack) and its ``--set stack.*`` overrides."""
+    from .stack import NONE, load_stack
+
+    name = stack if stack is not None else system_stack(hardware)
+    if name is None or name == NONE:
+        if overrides:
+            raise SpecError(f"--set stack.{next(iter(overrides))}: no serving stack to set (give --stack NAME)")
+        return specs
+    specs.stack, specs.stack_name = load_stack(name, overrides), name
+    return specs
+
+
+def load_specs(hardware: str = "cloudmatrix384", model: str | None = None, sets: Iterable[str] = (),
+               stack: str | None = None) -> Specs:
     """The system, its chip and the model (default: the system's, :func:`system_model`),
     validated together: every problem of the three files named in one error (not the first
     alone); a dtype of the model file the chip lacks adapted (:func:`adapted_precision`, with
@@ -128,7 +168,7 @@ def load_specs(hardware: str = "cloudmatrix384", model: str | None = None, sets:
     if not sets:
         cached = _cached_specs(hardware, model)
         if cached is not None:
-            return cached
+            return _with_stack(cached, hardware, stack, {})
     overrides = split_overrides(sets)
     (system, chip, spath, cpath), problems = load_hardware_parts(hardware, overrides)
     m = None
@@ -144,7 +184,8 @@ def load_specs(hardware: str = "cloudmatrix384", model: str | None = None, sets:
         problems += precision_problems(chip, m)
     if problems:
         raise SpecError(" | ".join(problems))
-    return Specs(hardware=Hardware(system=system, chip=chip, system_path=spath, chip_path=cpath), model=m, notes=notes)
+    specs = Specs(hardware=Hardware(system=system, chip=chip, system_path=spath, chip_path=cpath), model=m, notes=notes)
+    return _with_stack(specs, hardware, stack, overrides["stack"])
 
 
 def _cached_specs(hardware: str, model: str) -> Specs | None:
@@ -241,11 +282,12 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     values = {k: v for k, v in (values or {}).items() if v is not None}
     sweep_cols = {k: list(v) for k, v in (sweeps or {}).items()}
     given = set(values) if rows is None else set().union(*(set(r) for r in rows)) if rows else set()
-    hw0, m0 = specs.views()
+    hw0, m0 = specs.views(phase=phase)
+    st = specs.stack_view()
     if rows is None:  # the instance the system runs the model with, for what is not given
-        values = deployment.with_instance(phase, check_inputs(phase, values), hw0, m0)
+        values = deployment.with_instance(phase, check_inputs(phase, stack.input_defaults(phase, st, values)), hw0, m0)
     else:
-        rows = _rows_with_instance(phase, rows, hw0, m0)
+        rows = _rows_with_instance(phase, [stack.input_defaults(phase, st, r) for r in rows], hw0, m0)
     base = grid_from_rows(phase, rows) if rows is not None else make_grid(phase, values)
     grid = _with_sweeps(base, sweep_cols, zip_sweeps) if sweep_cols else base
     if phase in ("decode", "prefill", "afd"):
@@ -257,7 +299,7 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         is_default = np.zeros(len(grid), dtype=bool) if col.dtype != object else col.astype(str) == "default"
         grid["_default_imbalance"] = is_default
         grid["expert_imbalance"] = _numeric(np.where(is_default, default, col), "--expert-imbalance")
-    hw_rows, m_rows = specs.views({k: grid[k].to_numpy(dtype=float) for k in sweep_cols}) if sweep_cols else (hw0, m0)
+    hw_rows, m_rows = specs.views({k: grid[k].to_numpy(dtype=float) for k in sweep_cols}, phase) if sweep_cols else (hw0, m0)
     with np.errstate(all="ignore"):
         deployment.resolve(phase, grid, hw_rows, m_rows)  # MTP, expert layout, batch capped by HBM
     valid, reason = validate(phase, grid, m_rows, hw_rows, given)  # each row with its own swept spec values
@@ -269,7 +311,7 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     if len(g) == 0:
         return Prediction(phase, g, invalid, None)
     cols = g.arrays()
-    hw, m = specs.views({k: cols[k].astype(float) for k in sweep_cols})
+    hw, m = specs.views({k: cols[k].astype(float) for k in sweep_cols}, phase)
     if "_default_imbalance" in cols:  # a swept default balance reaches the rows that asked for it
         default = m.serving.default_expert_imbalance if m0.serving is not None else 1.0
         cols["expert_imbalance"] = np.where(cols.pop("_default_imbalance"), default, cols["expert_imbalance"]).astype(float)
@@ -337,8 +379,8 @@ def inert_overrides(phase: str, values: Mapping[str, Any], specs: Specs, sets: I
     at: dict[str, float] = {}
     for prefix, fields in split_overrides(sets).items():
         for path, v in fields.items():
-            if f"{prefix}.{path}".startswith("system.deployment."):
-                continue  # it chooses inputs (docs/model.md §10), not a number the cost model reads
+            if f"{prefix}.{path}".startswith(("system.deployment.", "stack.")):
+                continue  # it chooses inputs or limits (docs/model.md §10-§11), not a number the cost model reads
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 at[f"{prefix}.{path.removesuffix('.value')}"] = float(v)
     return inert_specs(phase, values, specs, at) or []

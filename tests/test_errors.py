@@ -93,7 +93,7 @@ def test_set_unknown_path(cli):
 
 
 def test_set_bad_prefix_and_syntax(cli):
-    assert_error(cli("predict", "decode", "--set", "gpu.x=1"), "chip., system. or model.")
+    assert_error(cli("predict", "decode", "--set", "gpu.x=1"), "chip., system., model. or stack.")
     assert_error(cli("predict", "decode", "--set", "chip.die.hbm_bandwidth_Bps"), "KEY.PATH=VALUE")
 
 

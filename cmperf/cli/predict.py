@@ -8,7 +8,7 @@ import typer
 
 from ..defaults import help_text
 from ..errors import CmperfError, short
-from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt
+from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt, StackOpt
 
 predict_app = typer.Typer(no_args_is_help=True, help="Predict one configuration (grids: cmperf search). Example: cmperf predict decode --batch 8")
 
@@ -97,7 +97,7 @@ def _misfit(row, phase: str) -> str:
 
 
 def _run_predict(phase: str, values: dict, hardware: str, model: Optional[str], sets: list[str], breakdown: bool,
-                 fmt: str, out: Optional[str]):
+                 fmt: str, out: Optional[str], stack: Optional[str] = None):
     """Predict one configuration and render it from the result's numpy columns (pandas is
     imported only to write CSV)."""
     from ..predict import inert_overrides, load_specs, predict, system_model
@@ -109,7 +109,7 @@ def _run_predict(phase: str, values: dict, hardware: str, model: Optional[str], 
     if out is not None:
         check_parent_dir(out, "--out")
     model = model or system_model(hardware)
-    specs = load_specs(hardware, model, sets)
+    specs = load_specs(hardware, model, sets, stack)
     for note in specs.notes:
         note_line(note)
     given = {k: v for k, v in values.items() if v is not None}
@@ -121,7 +121,7 @@ def _run_predict(phase: str, values: dict, hardware: str, model: Optional[str], 
     for path in inert_overrides(phase, given, specs, sets):
         warn(f"--set {path} changes no output of this prediction (the cost model does not read it, "
              f"or it never limits this configuration)")
-    prov = provenance(f"predict {phase}", hardware, model, sets)
+    prov = provenance(f"predict {phase}", hardware, model, sets, stack=specs.stack_name or "none")
     ops, sections = result.breakdown_records(0) if breakdown else (None, None)
     tables = {"summary": table.records(), "operators": ops, "sections": sections} if breakdown else table.records()
     if out is not None:
@@ -174,7 +174,7 @@ def predict_decode(
     shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help=help_text("decode", "shared_copies")),
     attention_share: Optional[float] = typer.Option(None, "--attention-share", help=help_text("decode", "attention_share")),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help=KV_HELP),
-    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt,
+    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt, stack: Optional[str] = StackOpt,
     breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write the result table to this CSV file"),
@@ -185,7 +185,7 @@ def predict_decode(
                   microbatches=_microbatches(microbatches), mtp=None if mtp is None else int(mtp), mtp_k=mtp_k,
                   mtp_acceptance=mtp_acceptance, expert_imbalance=_imbalance(expert_imbalance),
                   redundant_experts=redundant_experts, shared_copies=shared_copies, attention_share=attention_share)
-    _run_predict("decode", values, hardware, model, _kv_sets(sets, kv_dtype, hardware), breakdown, fmt, out)
+    _run_predict("decode", values, hardware, model, _kv_sets(sets, kv_dtype, hardware), breakdown, fmt, out, stack)
 
 
 @predict_app.command("prefill")
@@ -202,7 +202,7 @@ def predict_prefill(
     redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help=help_text("prefill", "redundant_experts")),
     shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help=help_text("prefill", "shared_copies")),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help=KV_HELP),
-    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt,
+    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt, stack: Optional[str] = StackOpt,
     breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write the result table to this CSV file"),
@@ -213,7 +213,7 @@ def predict_prefill(
                   microbatches=_microbatches(microbatches), mtp=None if mtp is None else int(mtp),
                   expert_imbalance=_imbalance(expert_imbalance), redundant_experts=redundant_experts,
                   shared_copies=shared_copies)
-    _run_predict("prefill", values, hardware, model, _kv_sets(sets, kv_dtype, hardware), breakdown, fmt, out)
+    _run_predict("prefill", values, hardware, model, _kv_sets(sets, kv_dtype, hardware), breakdown, fmt, out, stack)
 
 
 
@@ -233,7 +233,7 @@ def predict_afd(
     redundant_experts: Optional[int] = typer.Option(None, "--redundant-experts", help=help_text("afd", "redundant_experts")),
     shared_copies: Optional[int] = typer.Option(None, "--shared-copies", help=help_text("afd", "shared_copies")),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help=KV_HELP),
-    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt,
+    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt, stack: Optional[str] = StackOpt,
     breakdown: bool = typer.Option(False, "--breakdown", help="per-operator table: time and bounding term"),
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write the result table to this CSV file"),
@@ -247,4 +247,4 @@ def predict_afd(
                   expert_dies=expert_dies, microbatches=_microbatches(microbatches, 4), mtp=None if mtp is None else int(mtp),
                   mtp_k=mtp_k, mtp_acceptance=mtp_acceptance, expert_imbalance=_imbalance(expert_imbalance),
                   redundant_experts=redundant_experts, shared_copies=shared_copies)
-    _run_predict("afd", values, hardware, model, _kv_sets(sets, kv_dtype, hardware), breakdown, fmt, out)
+    _run_predict("afd", values, hardware, model, _kv_sets(sets, kv_dtype, hardware), breakdown, fmt, out, stack)

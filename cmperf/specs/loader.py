@@ -27,7 +27,7 @@ from . import cache
 # PyYAML, pydantic and the schema classes are imported where a file is parsed or validated:
 # a prediction from specs already in the cache (:mod:`.cache`) needs none of them.
 
-SPEC_DIRS = {"chip": "hardware", "system": "hardware", "model": "models"}
+SPEC_DIRS = {"chip": "hardware", "system": "hardware", "model": "models", "stack": "stacks"}
 
 
 # Limits of what a spec, reference or set-up file may be (docs/specs.md, "Input checks"): the
@@ -421,14 +421,14 @@ class Hardware:
 
 def split_overrides(sets: Iterable[str]) -> dict[str, dict[str, Any]]:
     """``["chip.die.hbm_bandwidth_Bps=3.2e12", ...]`` -> {"chip": {"die.hbm_bandwidth_Bps": 3.2e12}}."""
-    out: dict[str, dict[str, Any]] = {"chip": {}, "system": {}, "model": {}}
+    out: dict[str, dict[str, Any]] = {"chip": {}, "system": {}, "model": {}, "stack": {}}
     for item in sets:
         if "=" not in item:
             raise SpecError(f"--set {short(item)}: expected KEY.PATH=VALUE, e.g. chip.die.hbm_bandwidth_Bps=3.2e12")
         key, value = item.split("=", 1)
         prefix, _, rest = key.strip().partition(".")
         if prefix not in out or not rest:
-            raise SpecError(f"--set {short(item)}: the path must start with chip., system. or model. (e.g. system.tiers.ub.bandwidth_Bps=270e9)")
+            raise SpecError(f"--set {short(item)}: the path must start with chip., system., model. or stack. (e.g. system.tiers.ub.bandwidth_Bps=270e9)")
         out[prefix][rest] = parse_value(value, f"--set {short(key.strip(), 80)}")
     return out
 

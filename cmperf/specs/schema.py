@@ -319,6 +319,7 @@ class Deployment(Strict):
     they were published with) and the rules that adapt them to another model (docs/model.md §10)."""
 
     model: Optional[str] = None  # the reference model of the published instance sizes
+    stack: Optional[str] = None  # the serving stack the system usually runs (stacks/NAME.yaml); none: the bare cost model
     max_weight_share: Fraction  # an instance is at least large enough that weights take this share of a die's HBM
     decode: DecodeInstance
     prefill: PrefillInstance
@@ -513,4 +514,62 @@ class ModelSpec(Strict):
         return self
 
 
-SPEC_KINDS = {"chip": ChipSpec, "system": SystemSpec, "model": ModelSpec}
+# --------------------------------------------------------------------------- serving stack
+class SourcedInt(Strict):
+    value: int = Field(ge=0)
+    source: str = Field(min_length=3)
+
+
+class SourcedBool(Strict):
+    value: bool
+    source: str = Field(min_length=3)
+
+
+class GraphMode(SourcedChoice):
+    value: Literal["graph", "eager"]
+
+
+class DPBalance(SourcedChoice):
+    """How a decode instance's router places a new request on a data-parallel attention rank:
+    ``round_robin`` (SGLang's decode_round_robin) or ``least_kv`` (the rank with the least KV
+    in use, xDeepServe)."""
+
+    value: Literal["round_robin", "least_kv"]
+
+
+class ExpertBalance(SourcedChoice):
+    """``eplb``: redundant experts re-placed from load statistics (the cost model's balanced
+    load, imbalance 1.0); ``none``: the model's measured default imbalance."""
+
+    value: Literal["eplb", "none"]
+
+
+class StackSpec(Strict):
+    """A serving stack (CloudMatrix-Infer, xDeepServe, SGLang, vLLM, ...): facts of the
+    software that runs the model, each with its source (docs/model.md §11). A profile states
+    what the stack does — graph mode, its host time per iteration, its batching limits, its
+    MTP and balancing — never a throughput factor."""
+
+    kind: Literal["stack"]
+    name: str
+    description: str
+    confidence: Confidence
+    source: str = Field(min_length=3)
+    decode_graph: GraphMode  # graph: one launch per decode graph (the chip's kernel_launch_s per op); eager: host-paced
+    prefill_graph: GraphMode
+    eager_launch_s: NonNegative  # host time to launch one operator in eager mode
+    scheduler_overhead_s: NonNegative  # host time per decode iteration the device waits for (0 when overlapped)
+    prefill_overhead_s: NonNegative  # host time per prefill pass the device waits for
+    two_batch_overlap: SourcedBool  # two microbatches in decode and prefill (the faster, 'auto'), else one
+    mtp_draft_tokens: SourcedInt  # speculative tokens verified per request and step (0: no MTP)
+    mtp_acceptance: Fraction  # acceptance of each draft token (accept length 1 + a + ... + a^k)
+    max_running_per_rank: Optional[SourcedInt] = None  # decode requests one DP-attention rank holds at most
+    max_prefill_tokens: SourcedInt  # prompt tokens one prefill pass takes at most (per instance)
+    max_prefill_requests: Optional[SourcedInt] = None  # prompts one prefill pass takes at most (per instance)
+    chunked_prefill_tokens: SourcedInt  # 0: a prompt is prefilled whole; else chunks of at most this many
+    kv_block_tokens: SourcedInt  # tokens per KV page / block
+    dp_balance: DPBalance
+    expert_balance: ExpertBalance
+
+
+SPEC_KINDS = {"chip": ChipSpec, "system": SystemSpec, "model": ModelSpec, "stack": StackSpec}
