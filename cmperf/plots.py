@@ -658,3 +658,68 @@ def compare_figure(cmp, path: str | Path) -> None:
         write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", bbox_inches="tight"))
     finally:
         plt.close(fig)
+
+
+def simulate_figure(res, path: str | Path, title: str = "") -> None:
+    """``cmperf simulate --plot``: the latency CDFs over requests (TTFT, TPOT, E2E, with the
+    SLOs), and over time the output throughput (1-second buckets of finished tokens), the
+    requests in flight (prefill queue, decode waiting and running)."""
+    plt = _pyplot()
+    r = res.requests
+    m = res.metrics
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    ttft = (r.first_token_s - r.send_s) * 1e3
+    e2e = (r.finish_s - r.send_s) * 1e3
+    out = r.output
+    tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
+    slo = res.settings.get("slo", {})
+    for ax, x, name, key in ((axes[0, 0], ttft, "TTFT (ms)", "ttft"), (axes[0, 1], tpot, "TPOT (ms)", "tpot"),
+                             (axes[0, 2], e2e, "E2E latency (ms)", "e2e")):
+        x = np.sort(x[np.isfinite(x)])
+        if len(x):
+            ax.plot(x, np.arange(1, len(x) + 1) / len(x), color="#1f77b4", lw=2)
+        for q, ls in (("mean", "-"), ("p99", "--")):
+            v = m.get(f"{q}_{key}_ms")
+            if v is not None and np.isfinite(v):
+                ax.axvline(v, color="#d62728", ls=ls, lw=1, label=f"{q} {v:,.1f} ms")
+        if key in slo:
+            ax.axvline(slo[key], color="k", ls=":", lw=1.2, label=f"SLO {slo[key]:g} ms")
+        ax.set_xlabel(name)
+        ax.set_ylabel("share of requests")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    done = np.isfinite(r.finish_s)
+    t0 = np.nanmin(r.send_s)
+    if done.any():
+        end = np.nanmax(r.finish_s) - t0
+        edges = np.arange(0.0, end + 1.0, 1.0)
+        tok, _ = np.histogram(r.finish_s[done] - t0, bins=edges, weights=out[done])
+        axes[1, 0].step(edges[:-1], tok, where="post", color="#2ca02c")
+    axes[1, 0].set_xlabel("time (s)")
+    axes[1, 0].set_ylabel("output tokens finished per second")
+    axes[1, 0].set_title(f"output throughput (mean {m['output_throughput_tps']:,.0f} tok/s)", fontsize=10)
+    axes[1, 0].grid(alpha=0.3)
+    q = np.asarray(res.stats.queue, dtype=float)
+    if len(q):
+        for j, (label, c) in enumerate((("prefill queue", "#ff7f0e"), ("decode waiting", "#9467bd"), ("decode running", "#1f77b4")),
+                                       start=1):
+            axes[1, 1].plot(q[:, 0] - t0, q[:, j], label=label, color=c, lw=1.2)
+    axes[1, 1].set_xlabel("time (s)")
+    axes[1, 1].set_ylabel("requests")
+    axes[1, 1].set_title("requests over time", fontsize=10)
+    axes[1, 1].legend(fontsize=8)
+    axes[1, 1].grid(alpha=0.3)
+    parts = [("waiting for prefill", m["mean_queue_ms"]), ("prefill pass", m["mean_prefill_ms"]),
+             ("KV transfer", m["mean_kv_transfer_ms"]), ("waiting for decode", m["mean_decode_wait_ms"])]
+    left = 0.0
+    for (label, v), c in zip(parts, ("#d62728", "#1f77b4", "#2ca02c", "#9467bd")):
+        v = v if np.isfinite(v) else 0.0
+        axes[1, 2].barh([0], [v], left=left, color=c, label=f"{label} {v:,.0f} ms")
+        left += v
+    axes[1, 2].set_yticks([])
+    axes[1, 2].set_xlabel("mean TTFT, by part (ms)")
+    axes[1, 2].legend(fontsize=8, loc="upper right")
+    fig.suptitle(title, x=0.01, ha="left", fontsize=11)
+    fig.tight_layout()
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)

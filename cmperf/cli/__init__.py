@@ -26,7 +26,8 @@ from ..errors import CmperfError
 # predict decode` builds predict alone (building every command took ~15 ms of start-up).
 COMMANDS = {"hw": (".hw", "hw_app"), "model": (".model", "model_app"), "predict": (".predict", "predict_app"),
             "search": (".search", "search_app"), "compare": (".compare", "compare_app"),
-            "validate": (".validate", "validate_cmd"), "plan": (".plan", "plan_cmd")}
+            "validate": (".validate", "validate_cmd"), "plan": (".plan", "plan_cmd"),
+            "simulate": (".simulate", "simulate_cmd")}
 
 
 class _Commands(Mapping):

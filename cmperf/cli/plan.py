@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import ConfigError
-from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt
+from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt, StackOpt
 
 MAX_SLO_MS = 1e9  # eleven days: beyond it an SLO bounds nothing
 BEST_ROWS = [("shape", "shape", ""), ("split", "split", ""), ("npus_split", "NPUs used (prefill : decode)", ""),
@@ -48,7 +48,13 @@ def plan_cmd(
     shapes: str = typer.Option("pd,colocated,afd", "--shapes", help="deployment shapes to consider: pd (prefill/decode disaggregated), colocated (chunked prefill), afd (PD with attention-FFN disaggregated decode); comma-separated"),
     kv_tier: Optional[str] = typer.Option(None, "--kv-tier", help="tier of the prefill-to-decode KV transfer, e.g. rdma (paper) or ub (default: the system's)"),
     top: int = typer.Option(5, "--top", help="runner-up deployments shown"),
-    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt,
+    prefill: Optional[List[str]] = typer.Option(None, "--prefill", help="evaluate this deployment: prefill instances COUNTxDIES[:tp=T], e.g. 7x16"),
+    decode: Optional[List[str]] = typer.Option(None, "--decode", help="... and decode instances COUNTxDIES[:tp=T], e.g. 1x64"),
+    afd: Optional[List[str]] = typer.Option(None, "--afd", help="... or AFD decode instances COUNTxATTENTION+EXPERT, e.g. 1x224+96"),
+    deployment: Optional[str] = typer.Option(None, "--deployment", help="evaluate the deployment of this YAML (prefill:, decode: or afd:)"),
+    verify: bool = typer.Option(False, "--verify", help="also simulate the best (or given) deployment at its planned rate (cmperf simulate): closed form and simulation side by side, with p90/p99"),
+    verify_prompts: int = typer.Option(4000, "--verify-prompts", help="requests the --verify simulation runs"),
+    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt, stack: Optional[str] = StackOpt,
     sweep: Optional[List[str]] = typer.Option(None, "--sweep", help="plan once per value of a spec field, e.g. system.tiers.ub.bandwidth_Bps=100e9,200e9"),
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write every deployment evaluated (ranked) to this CSV file"),
@@ -80,9 +86,14 @@ def plan_cmd(
     if top < 0:
         raise ConfigError(f"--top {top}: expected 0 or more")
     sets = list(sets or [])
+    from ..simulate.deployment import from_file, from_flags
+
+    given = from_file(deployment) if deployment else from_flags(prefill or [], decode or [], afd or [])
+    if given is not None and (sweep or len(variants) > 1):
+        raise ConfigError("--prefill/--decode (or --deployment) evaluate one deployment: not with --sweep or lists")
     kwargs = dict(hardware=hardware, model=model, sets=sets, npus=npus, supernode=supernode,
                   shape_names=_shapes(shapes), kv_tier=kv_tier, pool_path=pool_path, working_set_tokens=working_set,
-                  block_tokens=block_tokens)
+                  block_tokens=block_tokens, stack=stack, deployment=given)
     from ..report import provenance
     from .search import _ChunkProgress
 
@@ -96,6 +107,7 @@ def plan_cmd(
         if sweep or len(variants) > 1:
             from ..search import parse_sweeps
 
+            kwargs.pop("deployment")
             result = plan_sweep(variants, parse_sweeps(sweep or []), progress=progress, **kwargs)
         else:
             result = plan(workload, progress=progress, **kwargs)
@@ -110,7 +122,34 @@ def plan_cmd(
                               f"cmperf plan: the best deployment per value, {hardware}, {model}", plot)
         _render_sweep(result, fmt, out, prov)
         return
-    _render(result, fmt, top, out, plot, prov)
+    verified = _verify(result, verify_prompts) if verify else None
+    _render(result, fmt, top, out, plot, prov, verified)
+
+
+def _verify(result, prompts: int) -> dict | None:
+    """The best deployment simulated at its planned rate: the closed form's TTFT and TPOT
+    beside the simulation's mean, p90 and p99 (docs/model.md §12.5)."""
+    from ..simulate import Traffic, simulate
+    from ..simulate.deployment import DeploymentSpec, InstanceGroup
+
+    b = result.best
+    if b is None or b["shape"] == "colocated":
+        return None
+    if b["shape"] == "afd":
+        dec = InstanceGroup(int(b["decode_instances"]), {"attention_dies": int(b["attention_dies"]),
+                                                         "expert_dies": int(b["expert_dies"])})
+    else:
+        dec = InstanceGroup(int(b["decode_instances"]), {"dies": int(b["decode_dies"]), "tp": int(b["decode_tp"])})
+    dep = DeploymentSpec(prefill=[InstanceGroup(int(b["prefill_instances"]), {"dies": int(b["prefill_dies"]),
+                                                                               "attn_tp": int(b["prefill_tp"])})],
+                         decode=[dec], decode_phase="afd" if b["shape"] == "afd" else "decode")
+    sim = simulate(result.specs, result.workload, dep, Traffic(rate_rps=float(b["goodput_rps"]), num_prompts=prompts),
+                   warmup=0.1)
+    m = sim.metrics
+    return {"deployment": dep.describe(), "rate_rps": float(b["goodput_rps"]), "requests": prompts,
+            "closed_form": {"ttft_ms": float(b["ttft_ms"]), "tpot_ms": float(b["tpot_ms"]), "goodput_rps": float(b["goodput_rps"])},
+            "simulated": {k: m[k] for k in ("mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+                                            "p90_tpot_ms", "p99_tpot_ms", "request_throughput_rps", "goodput_rps")}}
 
 
 def _list(text: str, flag: str) -> list[str]:
@@ -158,7 +197,7 @@ def _shapes(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
 
 
-def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str], prov: dict) -> None:
+def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str], prov: dict, verified: dict | None = None) -> None:
     import pandas as pd
 
     from ..report import human, print_json, print_table, write_csv
@@ -177,7 +216,7 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
     runners = public(result.runners_up(top))
     ratio = s["aggregated_vs_disaggregated"]
     if fmt == "json":
-        print_json({**s, "runners_up": runners.to_dict(orient="records"), "provenance": prov})
+        print_json({**s, "runners_up": runners.to_dict(orient="records"), "verify": verified, "provenance": prov})
     elif fmt == "csv":
         from ..report import print_csv
 
@@ -211,6 +250,17 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
                     "growth, pool": up["growth_rps_per_min_pool"].map(lambda v: f"{v:,.0f} req/s per min"),
                     "growth, OBS": up["growth_rps_per_min_object_storage"].map(lambda v: f"{v:,.1f} req/s per min")})
                 print_table(shown, "bringing up one more instance (paper §4.4, Table 2), one at a time")
+            if verified:
+                c, v = verified["closed_form"], verified["simulated"]
+                rows = [("TTFT (ms)", _shown(c["ttft_ms"]), _shown(v["mean_ttft_ms"]), _shown(v["median_ttft_ms"]),
+                         _shown(v["p90_ttft_ms"]), _shown(v["p99_ttft_ms"])),
+                        ("TPOT (ms)", _shown(c["tpot_ms"]), _shown(v["mean_tpot_ms"]), "", _shown(v["p90_tpot_ms"]),
+                         _shown(v["p99_tpot_ms"])),
+                        ("requests/s (within the SLOs)", _shown(c["goodput_rps"]), _shown(v["request_throughput_rps"]) + " (" +
+                         _shown(v["goodput_rps"]) + ")", "", "", "")]
+                print_table(pd.DataFrame(rows, columns=["", "closed form", "simulated mean", "median", "p90", "p99"]),
+                            f"--verify: {verified['deployment']} simulated at {verified['rate_rps']:.4g} requests/s "
+                            f"({verified['requests']:,} requests, Poisson; first 10 % left out)")
             if s["context_cache"]:
                 cc = s["context_cache"]
                 print_table(pd.DataFrame([(k, human(v) if isinstance(v, float) else str(v)) for k, v in cc.items()],

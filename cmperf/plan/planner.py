@@ -99,16 +99,29 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
          sets: Iterable[str] = (), npus: int | None = None, supernode: int | None = None,
          shape_names: Iterable[str] = SHAPES, kv_tier: str | None = None, pool_path: str | None = None,
          working_set_tokens: float | None = None, block_tokens: int | None = None,
-         progress: Callable[[int, int], None] | None = None) -> Plan:
-    """The best deployment of ``npus`` NPUs (default: one whole supernode) for ``workload``."""
+         progress: Callable[[int, int], None] | None = None, deployment=None, specs: Specs | None = None,
+         stack: str | None = None) -> Plan:
+    """The best deployment of ``npus`` NPUs (default: one whole supernode) for ``workload``;
+    with ``deployment`` (a :class:`cmperf.simulate.deployment.DeploymentSpec`), that
+    deployment alone, evaluated (its instances and counts fixed; the planner still picks the
+    prompts per prefill pass and reads the decode batch off Little's law). ``specs`` replaces
+    loading ``hardware``/``model``/``sets``/``stack``."""
     workload = workload or default_workload()
+    if deployment is not None:
+        shape_names = ("afd",) if deployment.decode_phase == "afd" else ("pd",)
+        if len(deployment.prefill) != 1 or len(deployment.decode) != 1:
+            raise ConfigError("plan evaluates a deployment of one prefill and one decode instance kind (give one "
+                              "--prefill and one --decode)")
     shape_names = tuple(shape_names)
     unknown = [s for s in shape_names if s not in SHAPES]
     if unknown or not shape_names:
         raise ConfigError(f"--shapes {','.join(shape_names)}: expected some of {', '.join(SHAPES)}")
     sets = list(sets)
-    model = model or system_model(hardware)
-    specs = load_specs(hardware, model, sets)
+    if specs is not None:
+        hardware, model = specs.hardware.system.name, specs.model.name
+    else:
+        model = model or system_model(hardware)
+        specs = load_specs(hardware, model, sets, stack)
     hw, m = specs.views()
     node_npus = int(hw.system.node.chips)
     system_npus = int(hw.system.nodes) * node_npus
@@ -123,9 +136,12 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
             raise ConfigError(f"--block-tokens {block_tokens}: expected a whole number of tokens from 1 to 1,000,000")
         extra.append(f"system.memory_pool.block_tokens={block_tokens}")
     if extra:
-        specs = load_specs(hardware, model, sets + extra)
+        specs = load_specs(hardware, model, sets + extra, specs.stack_name or "none")
         hw, m = specs.views()
         system_npus = supernode or system_npus
+    dpp = int(hw.chip.dies_per_package)
+    if deployment is not None:
+        npus = _deployment_npus(deployment, dpp)
     npus = system_npus if npus is None else npus
     if not 1 <= npus <= MAX_NPUS:
         raise ConfigError(f"--npus {npus}: expected 1 to {MAX_NPUS:,} NPUs")
@@ -165,16 +181,25 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     prompt_len = max(round(workload.prompt.mean), 1)
     cached_len = min(round(workload.prompt.mean - computed.mean), prompt_len - 1)
     cached = {"cached_len": cached_len} if cached_len > 0 else {}
-    pre = instances.run("prefill", shapes.prefill_rows(hw, m, limit_dies, prompt_len - cached_len, prompt_len, cached),
-                        specs)
+    pre_rows = shapes.prefill_rows(hw, m, limit_dies, prompt_len - cached_len, prompt_len, cached)
+    layouts = shapes.decode_layouts(hw, m, limit_dies)
+    fixed = None
+    if deployment is not None:  # the given instances only
+        pg, dg = deployment.prefill[0], deployment.decode[0]
+        per_pass = [{"tokens_per_npu": k * (prompt_len - cached_len), "prompt_len": prompt_len, **cached}
+                    for k in shapes.PREFILL_PROMPTS_PER_NPU]
+        pre_rows = [{**r, **pg.inputs, "ep": pg.inputs.get("ep", pg.inputs["dies"])} for r in per_pass]
+        layouts = [dict(dg.inputs)] if deployment.decode_phase == "decode" else []
+        fixed = (pg.count, dg.count)
+    pre_rows = _within_stack("prefill", pre_rows, specs, dpp)
+    pre = instances.run("prefill", pre_rows, specs)
     tick(1, steps)
     dec_common = {"prompt_len": prompt_len, "output_len": max(round(workload.output.mean), 1),
                   "kv_len": workload.decode_kv_len}
-    layouts = shapes.decode_layouts(hw, m, limit_dies)
-    dec = instances.run("decode", shapes.decode_rows(layouts, dec_common), specs)
+    dec = instances.run("decode", _within_stack("decode", shapes.decode_rows(layouts, dec_common), specs, dpp), specs)
     tick(2, steps)
     curves = instances.decode_curves(dec, dpp, workload.output.mean)
-    tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp)] if "pd" in shape_names else []
+    tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp, fixed)] if "pd" in shape_names else []
     colo = afd = pd.DataFrame()
     afd_curves = None
     if "colocated" in shape_names:
@@ -182,10 +207,13 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
         tables.append(_colocated(colo, workload, budget_dies, dpp))
         tick(3, steps)
     if "afd" in shape_names:
-        afd = instances.run("afd", shapes.afd_rows(hw, m, limit_dies, dec_common), specs)
+        afd_rows = shapes.afd_rows(hw, m, limit_dies, dec_common)
+        if deployment is not None:
+            afd_rows = [{**dec_common, **deployment.decode[0].inputs, "batch": b} for b in shapes.DECODE_BATCHES]
+        afd = instances.run("afd", _within_stack("afd", afd_rows, specs, dpp), specs)
         afd_curves = instances.decode_curves(afd, dpp, workload.output.mean, ("attention_dies", "expert_dies"),
                                              "attention_dies", ("attention_dies", "expert_dies"))
-        tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp))
+        tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp, fixed))
         tick(steps, steps)
     table = pd.concat([t for t in tables if len(t)], ignore_index=True) if any(len(t) for t in tables) else _empty()
     table = _rank(table, workload)
@@ -238,8 +266,49 @@ def _empty() -> pd.DataFrame:
     return pd.DataFrame(columns=["rank", "shape", "goodput_rps"])
 
 
+def _deployment_npus(deployment, dpp: int) -> int:
+    """NPUs a given deployment uses."""
+    dies = sum(g.count * g.inputs["dies"] for g in deployment.prefill)
+    for g in deployment.decode:
+        dies += g.count * (g.inputs["attention_dies"] + g.inputs["expert_dies"] if deployment.decode_phase == "afd"
+                           else g.inputs["dies"])
+    return max(math.ceil(dies / dpp), 1)
+
+
+def _within_stack(phase: str, rows: list[dict], specs: Specs, dpp: int) -> list[dict]:
+    """The instance options the serving stack's limits allow (cmperf/stack.py): a decode batch
+    of at most ``max_running_per_rank`` requests per DP-attention rank, a prefill pass of at
+    most ``max_prefill_tokens`` per attention DP group (at least one prompt per group)."""
+    st = specs.stack_view()
+    if st is None or not rows:
+        return rows
+    out = []
+    for r in rows:
+        if phase in ("decode", "afd") and st.max_running_per_rank is not None:
+            rank_dies = (r.get("tp") or 1) if phase == "decode" else 1
+            if r["batch"] * rank_dies / dpp > st.max_running_per_rank + 1e-9:
+                continue
+        if phase == "prefill":
+            tp = r.get("attn_tp") or 1
+            per_group = r["tokens_per_npu"] / dpp * tp
+            if per_group > st.max_prefill_tokens + 1e-9 and per_group > r["prompt_len"] - r.get("cached_len", 0) + 1e-9:
+                continue
+        out.append(r)
+    return out or rows[:1]
+
+
+def evaluate(specs: Specs, workload: Workload, deployment) -> dict:
+    """The closed-form plan of one given deployment (:func:`plan` with ``deployment``): its
+    best row as plain data, goodput 0 when it meets the SLOs at no rate."""
+    p = plan(workload, specs=specs, deployment=deployment)
+    if not len(p.table):
+        return {"goodput_rps": 0.0, "binding": p.message}
+    row = public(p.table).iloc[0].to_dict()
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+
+
 def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, computed, budget_dies: int,
-                   dpp: int) -> pd.DataFrame:
+                   dpp: int, fixed: tuple | None = None) -> pd.DataFrame:
     """Every deployment of prefill instances and separate decode instances (PD: decode
     instances; AFD: attention/expert split instances): prefill option x count x decode option,
     each decode option at the fewest instances that carry the prefill side's rate (or all that
@@ -253,7 +322,8 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     # largest rate once per pair), then decode size k in what is left, with the fewest
     # instances n_d that carry the prefill side's rate (more add NPUs, never goodput)
     p_dies = pre["dies"].to_numpy(dtype=float)
-    counts = [instance_counts(int(x)) for x in np.floor(budget_dies / p_dies)]
+    counts = ([np.array([fixed[0]])] * len(p_dies) if fixed is not None
+              else [instance_counts(int(x)) for x in np.floor(budget_dies / p_dies)])
     i_idx = np.repeat(np.arange(len(pre)), [len(c) for c in counts])
     if len(i_idx) == 0:
         return _empty()
@@ -275,7 +345,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     n_d_max = np.floor(left[:, None] / k_dies[None, :])  # (prefill pairs, decode sizes)
     with np.errstate(divide="ignore", invalid="ignore"):
         need = np.where(d_max[None, :] > 0, np.ceil(target[:, None] / d_max[None, :] - 1e-9), 1.0)
-    n_d_best = np.clip(need, 1.0, np.maximum(n_d_max, 1.0))
+    n_d_best = np.clip(need, 1.0, np.maximum(n_d_max, 1.0)) if fixed is None else np.full(need.shape, float(fixed[1]))
     a, k = np.nonzero(n_d_max > 0)
     n_d = n_d_best[a, k]
     rate_p = rate_p_all[a]

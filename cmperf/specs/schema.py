@@ -295,6 +295,7 @@ class DecodeInstance(Strict):
     ``predict decode`` input the user may leave unset. Absent fields are derived."""
 
     dies: Optional[int] = Field(default=None, gt=0)  # for the system's reference model; other models scale it
+    instances: Optional[int] = Field(default=None, gt=0)  # decode instances of the published deployment (simulate's default)
     tp: Optional[int] = Field(default=None, gt=0)  # attention/dense-FFN tensor parallelism of a MoE model
     batch: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)  # requests per NPU (capped by memory)
     mtp: Optional[bool] = None  # multi-token prediction (off for a model without an MTP module)
@@ -307,6 +308,7 @@ class PrefillInstance(Strict):
     """The prefill instance a system is usually run with (docs/model.md §10)."""
 
     dies: Optional[int] = Field(default=None, gt=0)
+    instances: Optional[int] = Field(default=None, gt=0)  # prefill instances of the published deployment
     attn_tp: Optional[int] = Field(default=None, gt=0)
     tokens_per_npu: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)  # capped by memory
     shared_copies_per_die: float = Field(gt=0, le=1, allow_inf_nan=False)

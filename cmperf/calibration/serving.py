@@ -1,0 +1,67 @@
+"""Serving evidence: released end-to-end runs replayed through ``cmperf simulate``
+(docs/calibration.md#serving-evidence). Each row gives a deployment, the stack's per-run flags,
+the workload and bench_serving's traffic; the simulation predicts the metrics the run logged.
+Nothing is fitted to these rows: their errors are held-out errors of the hardware model, the
+stack's facts and the simulation together."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..errors import SpecError
+from ..specs.loader import read_yaml
+from .reference import REFERENCE_DIR
+
+SERVING_FILES = sorted(REFERENCE_DIR.glob("*-serving.yaml"))
+METRICS = ("output_throughput_tps", "mean_tpot_ms", "mean_ttft_ms")
+
+
+def load_serving(path: Path) -> dict:
+    raw = read_yaml(Path(path))
+    if not isinstance(raw, dict) or not isinstance(raw.get("rows"), list) or not raw["rows"]:
+        raise SpecError(f"{path}: expected a serving-evidence file with `rows:`")
+    for key in ("name", "hardware", "model", "stack", "targets"):
+        if key not in raw:
+            raise SpecError(f"{path}: field '{key}' is missing")
+    for r in raw["rows"]:
+        for key in ("id", "deployment", "workload", "traffic", "measured"):
+            if key not in r:
+                raise SpecError(f"{path}: row {r.get('id', '?')}: field '{key}' is missing")
+    return raw
+
+
+def replay(path: Path, seed: int = 0):
+    """One row per (run, metric): measured, simulated, error (%), target, within."""
+    import pandas as pd
+
+    from ..plan.workload import SLO, Workload, fixed
+    from ..predict import load_specs
+    from ..simulate import Traffic, simulate
+    from ..simulate.deployment import DeploymentSpec, InstanceGroup
+
+    ref = load_serving(path)
+    out = []
+    for r in ref["rows"]:
+        sets = [f"stack.{s}" for s in r.get("stack_sets", [])]
+        specs = load_specs(ref["hardware"], ref["model"], sets, ref["stack"])
+        d = r["deployment"]
+        phase = "afd" if "afd" in d else "decode"
+        dep = DeploymentSpec(prefill=[InstanceGroup(g["count"], {k: v for k, v in g.items() if k != "count"}) for g in d["prefill"]],
+                             decode=[InstanceGroup(g["count"], {k: v for k, v in g.items() if k != "count"}) for g in d.get(phase, [])],
+                             decode_phase=phase)
+        w = r["workload"]
+        workload = Workload(prompt=fixed(w["prompt_len"]), output=fixed(w["output_len"]), prefix_hit=0.0,
+                            slo=SLO(ttft_s=1e6, tpot_s=1e6))
+        t = r["traffic"]
+        rate = t.get("request_rate")
+        traffic = Traffic(rate_rps=None if rate in (None, "inf") else float(rate), max_concurrency=t.get("max_concurrency"),
+                          num_prompts=t["num_prompts"])
+        m = simulate(specs, workload, dep, traffic, seed).metrics
+        for metric, measured in r["measured"].items():
+            sim = m[metric]
+            err = 100 * (sim / measured - 1)
+            target = 100 * ref["targets"][metric]
+            out.append({"id": r["id"], "metric": metric, "measured": measured, "simulated": sim, "error_pct": err,
+                        "target_pct": target, "within": bool(math.isfinite(err) and abs(err) <= target)})
+    return pd.DataFrame(out)

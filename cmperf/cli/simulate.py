@@ -1,0 +1,178 @@
+"""``cmperf simulate``: a request-level simulation of one deployment, with bench_serving's
+metrics (docs/model.md §12). Parses flags, calls :func:`cmperf.simulate.simulate`, renders."""
+
+from __future__ import annotations
+
+import math
+from typing import List, Optional
+
+import typer
+
+from ..errors import ConfigError
+from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt, StackOpt
+
+SHOWN = [("completed", "successful requests", ""), ("duration_s", "benchmark duration", "s"),
+         ("total_input_tokens", "total input tokens", ""), ("total_output_tokens", "total generated tokens", ""),
+         ("request_throughput_rps", "request throughput", "req/s"), ("input_throughput_tps", "input token throughput", "tok/s"),
+         ("output_throughput_tps", "output token throughput", "tok/s"), ("total_throughput_tps", "total token throughput", "tok/s"),
+         ("output_throughput_per_npu", "output tokens/s per NPU", "tok/s"), ("concurrency", "concurrency", ""),
+         ("goodput_rps", "goodput (within the SLOs)", "req/s"), ("accept_length", "accept length (tokens per step)", ""),
+         ("mean_ttft_ms", "mean TTFT", "ms"), ("median_ttft_ms", "median TTFT", "ms"), ("p99_ttft_ms", "P99 TTFT", "ms"),
+         ("mean_tpot_ms", "mean TPOT", "ms"), ("median_tpot_ms", "median TPOT", "ms"), ("p99_tpot_ms", "P99 TPOT", "ms"),
+         ("mean_itl_ms", "mean ITL (per step)", "ms"), ("median_itl_ms", "median ITL", "ms"), ("p99_itl_ms", "P99 ITL", "ms"),
+         ("mean_e2e_ms", "mean E2E latency", "ms"), ("median_e2e_ms", "median E2E latency", "ms"), ("p99_e2e_ms", "P99 E2E latency", "ms"),
+         ("mean_queue_ms", "  TTFT: waiting for prefill", "ms"), ("mean_prefill_ms", "  TTFT: prefill pass", "ms"),
+         ("mean_kv_transfer_ms", "  TTFT: KV transfer", "ms"), ("mean_decode_wait_ms", "  TTFT: waiting for a decode slot", "ms"),
+         ("prefill_utilisation", "prefill instances busy", ""), ("decode_utilisation", "decode instances busy", "")]
+
+
+def simulate_cmd(
+    prefill: Optional[List[str]] = typer.Option(None, "--prefill", help="prefill instances COUNTxDIES[:tp=T], e.g. 6x32 (repeatable)"),
+    decode: Optional[List[str]] = typer.Option(None, "--decode", help="decode instances COUNTxDIES[:tp=T], e.g. 1x320 (repeatable)"),
+    afd: Optional[List[str]] = typer.Option(None, "--afd", help="AFD decode instances COUNTxATTENTION+EXPERT dies, e.g. 1x224+96"),
+    deployment: Optional[str] = typer.Option(None, "--deployment", help="a deployment YAML (prefill:, decode: or afd: lists of {count, dies, ...})"),
+    request_rate: str = typer.Option("plan", "--request-rate", help="requests/s (Poisson), inf (all at once), or plan: the rate the planner's closed form finds for this deployment"),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="coefficient of variation of the arrival gaps (1: Poisson; >1: bursty, gamma)"),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="requests in flight at most (a closed loop, as bench_serving)"),
+    num_prompts: int = typer.Option(2000, "--num-prompts", help="requests to simulate"),
+    prompt_len: str = typer.Option("4096", "--prompt-len", help="prompt tokens: N, MEAN:P90 (log-normal) or exp:MEAN"),
+    output_len: str = typer.Option("256", "--output-len", help="output tokens: N, MEAN:P90 (log-normal) or exp:MEAN"),
+    trace: Optional[str] = typer.Option(None, "--trace", help="CSV of prompt_len,output_len[,prefix_hit_tokens] per request"),
+    prefix_hit: str = typer.Option("0", "--prefix-hit", help="share of prompt tokens found in the KV pool, 0-1"),
+    ttft_slo: float = typer.Option(2000.0, "--ttft-slo", help="TTFT SLO in ms, for the goodput (and the plan rate)"),
+    tpot_slo: float = typer.Option(50.0, "--tpot-slo", help="TPOT SLO in ms, for the goodput (and the plan rate)"),
+    warmup: float = typer.Option(0.0, "--warmup", help="share of the first requests left out of the latency statistics"),
+    seed: int = typer.Option(0, "--seed", help="random seed (the same seed gives the same run)"),
+    hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt, stack: Optional[str] = StackOpt,
+    fmt: str = FormatOpt,
+    out: Optional[str] = typer.Option(None, "--out", help="write one row per request (send, first token, finish, lengths) to this CSV"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="draw latency CDFs and throughput over time to this PNG"),
+):
+    """Simulate one deployment request by request and print bench_serving's metrics (default:
+    the system's published deployment, the paper's 6 x 32 + 1 x 320 dies on CloudMatrix384,
+    at the rate the planner promises for it). Example: cmperf simulate --max-concurrency 832
+    --num-prompts 3328 --request-rate inf --prompt-len 3500 --output-len 1500"""
+    from ..plan.planner import evaluate
+    from ..predict import load_specs, system_model
+    from ..report import check_format, check_parent_dir, note_line, print_json, print_table, provenance, write_csv
+    from ..simulate import Traffic, simulate
+    from ..simulate.deployment import default_deployment, from_file, from_flags
+    from .plan import _workload
+
+    check_format(fmt)
+    for path, flag in ((out, "--out"), (plot, "--plot")):
+        if path is not None:
+            check_parent_dir(path, flag)
+    if plot:
+        from ..plots import _pyplot
+
+        _pyplot()
+    model = model or system_model(hardware)
+    workload = _workload("max", prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, "mean")
+    specs = load_specs(hardware, model, sets or [], stack)
+    for note in specs.notes:
+        note_line(note)
+    dep = from_file(deployment) if deployment else from_flags(prefill or [], decode or [], afd or [])
+    if dep is None:
+        dep = default_deployment(specs, workload)
+    Traffic(rate_rps=None, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)  # checked first
+    rate = _rate(request_rate)
+    if rate == "plan" and max_concurrency is not None:
+        rate = math.inf  # a closed loop: bench_serving's --request-rate inf with --max-concurrency
+    if rate == "plan":
+        ev = evaluate(specs, workload, dep)
+        rate = ev["goodput_rps"]
+        if not rate > 0:
+            raise ConfigError(f"--request-rate plan: the planner finds no rate within the SLOs for {dep.describe()} "
+                              f"({ev.get('binding', '')}); give --request-rate or --max-concurrency")
+        note_line(f"request rate {rate:.4g}/s: the planner's closed form for this deployment within the SLOs "
+                  f"(binding: {ev['binding']})")
+    traffic = Traffic(rate_rps=rate, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)
+    progress = _Progress()
+    try:
+        res = simulate(specs, workload, dep, traffic, seed, progress, warmup)
+    finally:
+        progress.close()
+    prov = provenance("simulate", hardware, model, sets or [], stack=specs.stack_name or "none",
+                      deployment=res.settings["deployment"], traffic=res.settings["traffic"], seed=seed)
+    if out:
+        write_csv(_rows(res), out, prov, "--out")
+    if plot:
+        from ..plots import simulate_figure
+
+        simulate_figure(res, plot, f"cmperf simulate: {res.settings['deployment']}, {res.settings['traffic']}")
+    m = res.metrics
+    if fmt == "json":
+        print_json({**m, "settings": res.settings, "provenance": prov})
+    elif fmt == "csv":
+        from ..report import print_csv
+
+        print_csv([m], prov)
+    else:
+        typer.echo(f"simulate: {res.settings['deployment']} on {hardware}, {model}, stack {res.settings['stack']}; "
+                   f"{res.settings['traffic']}; seed {seed}")
+        shown = [{"metric": label, "value": _value(m.get(key), unit)} for key, label, unit in SHOWN if key in m]
+        print_table(shown, "serving benchmark result (bench_serving's metrics)")
+
+
+def _rate(text: str):
+    if text == "plan":
+        return "plan"
+    if text == "inf":
+        return math.inf
+    from ..search import parse_number
+
+    v = parse_number(text, "--request-rate")
+    if not v > 0:
+        raise ConfigError(f"--request-rate {text[:40]}: expected requests/s > 0, inf or plan")
+    return v
+
+
+def _value(v, unit: str) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    if isinstance(v, int):
+        return f"{v:,}" + (f" {unit}" if unit else "")
+    text = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:,.4g}" if abs(v) >= 1 or v == 0 else f"{v:.3f}"
+    return text + (f" {unit}" if unit else "")
+
+
+def _rows(res) -> list[dict]:
+    r = res.requests
+    return [{"request": i, "prompt_len": int(r.prompt[i]), "output_len": int(r.output[i]), "cached_len": int(r.cached[i]),
+             "send_s": r.send_s[i], "prefill_start_s": r.prefill_start_s[i], "prefill_end_s": r.prefill_end_s[i],
+             "kv_arrive_s": r.kv_arrive_s[i], "first_token_s": r.first_token_s[i], "finish_s": r.finish_s[i],
+             "decode_steps": int(r.steps[i])} for i in range(len(r.prompt))]
+
+
+class _Progress:
+    """A progress bar on stderr for runs longer than a second (a terminal only)."""
+
+    def __init__(self):
+        import time
+
+        self.t0, self.bar, self.task = time.perf_counter(), None, None
+
+    def __call__(self, done: int, total: int) -> None:
+        import time
+
+        if self.bar is None:
+            if done >= total or (time.perf_counter() - self.t0) * total / max(done, 1) < 1.0:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            console = Console(stderr=True)
+            if not console.is_terminal:
+                self.bar = False
+                return
+            self.bar = Progress(TextColumn("simulating requests"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                console=console, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("sim", total=total)
+        if self.bar:
+            self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar:
+            self.bar.stop()

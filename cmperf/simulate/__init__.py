@@ -1,0 +1,148 @@
+"""``cmperf simulate``: what a deployment serves, request by request (docs/model.md §12).
+
+    >>> from cmperf.simulate import simulate, Traffic
+    >>> r = simulate(traffic=Traffic(rate_rps=100, num_prompts=2000))
+    >>> r.metrics["mean_ttft_ms"], r.metrics["p99_tpot_ms"]
+
+The parts, each in its own place (the layout of Vidur): the requests and their arrivals
+(:mod:`.requests`), the deployment's instances (:mod:`.deployment`), the step-time predictor
+that evaluates the one cost model once on a grid (:mod:`.predictor`), the event-driven engine
+(:mod:`.engine`) and bench_serving's metrics (:mod:`.metrics`). The serving stack's facts
+(cmperf/stack.py) set the engine's limits: requests per DP rank, prefill budgets, DP balance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..predict import Specs, load_specs, predict
+from ..plan.workload import Workload
+from .deployment import DeploymentSpec, InstanceGroup, default_deployment
+from .engine import DecodeInstance, PrefillInstance, Requests, Simulation, Stats, draw_steps, mtp_tokens_per_step
+from .metrics import metrics
+from .predictor import decode_predictor, prefill_predictor
+from .requests import Traffic, make_requests
+
+__all__ = ["simulate", "Traffic", "DeploymentSpec", "InstanceGroup", "SimResult", "default_deployment"]
+
+
+@dataclass
+class SimResult:
+    metrics: dict
+    requests: Requests
+    stats: Stats
+    deployment: DeploymentSpec
+    settings: dict = field(default_factory=dict)
+    instances: dict = field(default_factory=dict)  # the resolved predict inputs of each instance kind
+
+
+def resolved(phase: str, inputs: dict, specs: Specs) -> dict:
+    """The full predict inputs of an instance (what the deployment defaults derive for what
+    ``inputs`` leave unset): one predict row, read back."""
+    r = predict(phase, inputs, specs)
+    row = r.columns.records()[0]
+    return {k: row[k] for k in _INPUTS[phase] if k in row and not (isinstance(row[k], float) and math.isnan(row[k]))}
+
+
+_INPUTS = {
+    "decode": ("dies", "ep", "tp", "microbatches", "mtp", "mtp_k", "mtp_acceptance", "expert_imbalance",
+               "redundant_experts", "shared_copies", "attention_share"),
+    "afd": ("attention_dies", "expert_dies", "microbatches", "mtp", "mtp_k", "mtp_acceptance", "expert_imbalance",
+            "redundant_experts", "shared_copies"),
+    "prefill": ("dies", "ep", "attn_tp", "microbatches", "mtp", "expert_imbalance", "redundant_experts", "shared_copies"),
+}
+
+
+def simulate(specs: Specs | None = None, workload: Workload | None = None, deployment: DeploymentSpec | None = None,
+             traffic: Traffic | None = None, seed: int = 0, progress: Callable[[int, int], None] | None = None,
+             warmup: float = 0.0) -> SimResult:
+    """Simulate ``deployment`` (default: the system's, :func:`.deployment.default_deployment`)
+    serving ``workload``'s requests under ``traffic`` (module docstring)."""
+    from ..plan.planner import default_workload
+
+    specs = specs or load_specs()
+    workload = workload or default_workload()
+    traffic = traffic or Traffic()
+    deployment = deployment or default_deployment(specs, workload)
+    rng = np.random.default_rng(seed)
+    st = specs.stack_view()
+    hw, _ = specs.views()
+    dpp = int(hw.chip.dies_per_package)
+
+    prompt, output, cached = make_requests(workload, traffic, rng)
+    max_ctx = float(np.max(prompt + output))
+    dec_phase = deployment.decode_phase
+    dec_inputs = [resolved(dec_phase, g.inputs, specs) for g in deployment.decode]
+    pre_inputs = [resolved("prefill", g.inputs, specs) for g in deployment.prefill]
+    k = int(dec_inputs[0]["mtp_k"]) if dec_inputs[0].get("mtp") else 0
+    a = float(dec_inputs[0]["mtp_acceptance"])
+    mu, _ = mtp_tokens_per_step(k, a)
+    steps = draw_steps(output, k, a, rng)
+    arrivals = _arrivals(traffic, len(prompt), rng)
+    req = Requests(arrival_s=arrivals, prompt=prompt.astype(float), output=output.astype(float),
+                   cached=cached.astype(float), steps=steps)
+    stats = Stats()
+    decode = []
+    cap_rank = float(st.max_running_per_rank) if st is not None and st.max_running_per_rank is not None else math.inf
+    policy = st.dp_balance if st is not None else "round_robin"
+    for g, inp in zip(deployment.decode, dec_inputs):
+        ranks = _ranks(dec_phase, inp)
+        npus = (inp["attention_dies"] if dec_phase == "afd" else inp["dies"]) / dpp
+        cap = min(cap_rank, 4096.0)
+        pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
+                                ref_kv=float(workload.decode_kv_len))
+        for _ in range(g.count):
+            decode.append(DecodeInstance(len(decode), pred, ranks, mu, cap, policy, req, stats))
+    prefill = []
+    for g, inp in zip(deployment.prefill, pre_inputs):
+        groups = max(int(inp["dies"]) // int(inp.get("attn_tp") or 1), 1)
+        if st is not None:
+            budget_t = groups * float(st.max_prefill_tokens)
+            budget_r = groups * float(st.max_prefill_requests) if st.max_prefill_requests is not None else math.inf
+        else:
+            budget_t, budget_r = 16384.0 * inp["dies"] / dpp, math.inf  # the paper's 16K tokens per NPU
+        pred = prefill_predictor(specs, inp, budget_t, prompt - cached + 0.0, float(np.mean(cached)))
+        for _ in range(g.count):
+            prefill.append(PrefillInstance(len(prefill), pred, budget_t, budget_r))
+    conc = float(traffic.max_concurrency) if traffic.max_concurrency else math.inf
+    sim = Simulation(req, prefill, decode, conc, stats)
+    sim.run(progress)
+    res = metrics(req, stats, workload.slo.ttft_s * 1e3, workload.slo.tpot_s * 1e3, warmup)
+    res["accept_length"] = float(mu)
+    dur = res["duration_s"]
+    res["prefill_utilisation"] = float(np.mean([p.busy for p in prefill]) / dur) if prefill else 0.0
+    res["decode_utilisation"] = float(np.mean([d.busy for d in decode]) / dur) if decode else 0.0
+    npus = deployment.npus(dpp, dec_inputs, pre_inputs)
+    res["npus"] = npus
+    res["output_throughput_per_npu"] = res["output_throughput_tps"] / npus
+    settings = {"traffic": traffic.describe(), "seed": seed, "stack": specs.stack_name or "none",
+                "deployment": deployment.describe(dec_inputs, pre_inputs), "requests": len(prompt),
+                "slo": {"ttft": workload.slo.ttft_s * 1e3, "tpot": workload.slo.tpot_s * 1e3}}
+    return SimResult(metrics=res, requests=req, stats=stats, deployment=deployment, settings=settings,
+                     instances={"decode": dec_inputs, "prefill": pre_inputs})
+
+
+def _ranks(phase: str, inp: dict) -> int:
+    if phase == "afd":
+        return int(inp["attention_dies"])
+    return max(int(inp["dies"]) // int(inp.get("tp") or 1), 1)
+
+
+def _arrivals(traffic: Traffic, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times: all at 0 (rate inf: as fast as the client may send), Poisson, or gamma
+    (burstier than Poisson when its coefficient of variation exceeds 1)."""
+    if traffic.rate_rps is None or math.isinf(traffic.rate_rps):
+        return np.zeros(n)
+    mean = 1.0 / traffic.rate_rps
+    cv = traffic.burstiness
+    if cv == 1.0:
+        gaps = rng.exponential(mean, n)
+    else:
+        shape = 1.0 / (cv * cv)
+        gaps = rng.gamma(shape, mean / shape, n)
+    return np.cumsum(gaps) - gaps[0]

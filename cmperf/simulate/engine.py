@@ -1,0 +1,358 @@
+"""The request-level simulation of one deployment (docs/model.md §12): requests, prefill
+instances with batched passes, KV transfers, decode instances with data-parallel attention
+ranks and continuous batching, driven by event times.
+
+Events (one global clock, a heap):
+
+    send        a request reaches the deployment (the client's arrival process, or a free
+                slot of a closed loop at a maximum concurrency)
+    pass end    a prefill instance finishes a pass: each prompt's KV then leaves over the
+                instance's link, one after another (the tier is shared by its transfers);
+                the instance starts its next pass from the queue (FCFS, within the stack's
+                token and request budgets)
+    boundary    a decode instance reaches the end of a step at which a request completes or
+                a request whose KV has arrived can be admitted
+
+Between two boundaries a decode instance's batch is fixed, so its step time follows the KV in
+closed form: every request gains mu tokens per step (mu = the mean tokens an MTP step emits),
+each rank's KV sum S_r(s) = A_r + n_r mu s grows linearly in the step s, and a step runs at
+the hot rank's load:
+
+    T(s) = T_d(b, L_hot(s)),   b = n / NPUs,   L_hot(s) = max_r S_r(s) / (n / R)
+
+(every die waits at the MoE barrier for the die with the most KV to read: the spread of KV
+lengths across the R ranks costs time; with equal ranks L_hot is the mean). T is linear in s
+between grid points, so k steps take k T(s0) + d k (k - 1) / 2 (d the growth per step), and
+the simulation jumps from boundary to boundary instead of stepping token by token. A request
+needs N steps for its O - 1 decode tokens (the first comes from prefill); N is drawn at
+admission from the renewal law of the MTP tokens per step (mean M / mu, variance M sigma^2 /
+mu^3, clipped to [M / (k + 1), M]), so acceptance varies per request as it does per step.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .predictor import DecodePredictor, PrefillPredictor
+
+
+def mtp_tokens_per_step(k: int, a: float) -> tuple[float, float]:
+    """(mean, variance) of the tokens a request emits per step with k draft tokens each
+    accepted with probability a, a draft kept only if all before it were: P(1 + j) = a^j (1 - a)
+    for j < k, P(1 + k) = a^k."""
+    if k <= 0:
+        return 1.0, 0.0
+    js = np.arange(k + 1)
+    p = np.where(js < k, a ** js * (1 - a), a ** k)
+    x = 1.0 + js
+    mean = float((p * x).sum())
+    return mean, float((p * x * x).sum() - mean * mean)
+
+
+@dataclass
+class Requests:
+    """One entry per request (arrays); filled as the simulation runs."""
+
+    arrival_s: np.ndarray  # when the client may send it
+    prompt: np.ndarray
+    output: np.ndarray
+    cached: np.ndarray
+    steps: np.ndarray  # decode steps it needs (drawn)
+    send_s: np.ndarray = None
+    prefill_start_s: np.ndarray = None
+    prefill_end_s: np.ndarray = None
+    kv_arrive_s: np.ndarray = None
+    first_token_s: np.ndarray = None
+    finish_s: np.ndarray = None
+
+    def __post_init__(self):
+        n = len(self.prompt)
+        for name in ("send_s", "prefill_start_s", "prefill_end_s", "kv_arrive_s", "first_token_s", "finish_s"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.full(n, np.nan))
+
+
+@dataclass
+class Stats:
+    """What the instances record while they run (for utilisation, ITL and queues)."""
+
+    prefill_busy_s: list = field(default_factory=list)
+    decode_busy_s: list = field(default_factory=list)
+    intervals: list = field(default_factory=list)  # (first step time, growth per step, steps, requests)
+    queue: list = field(default_factory=list)  # (time, prefill queue, decode waiting, decode running)
+
+
+class DecodeInstance:
+    """One decode instance: R data-parallel attention ranks sharing one step (module docstring)."""
+
+    def __init__(self, idx: int, pred: DecodePredictor, ranks: int, mu: float, cap_requests: float,
+                 policy: str, req: Requests, stats: Stats):
+        self.idx, self.pred, self.R, self.mu = idx, pred, ranks, mu
+        self.cap_n = cap_requests
+        self.cap_kv = pred.kv_tokens_per_rank
+        self.policy, self.req, self.stats = policy, req, stats
+        self.n_r = np.zeros(ranks)
+        self.A_r = np.zeros(ranks)  # sum over the rank's requests of (prompt - mu x admission step)
+        self.n = 0
+        self.t, self.s = 0.0, 0.0
+        self.finishing: list = []  # (finish step, request)
+        self.rank_of: dict = {}
+        self.admit_step: dict = {}
+        self.pending: list = []  # (KV arrival time, request)
+        self.waiting: deque = deque()
+        self.rr = 0
+        self.version = 0
+        self.planned_k = 0
+        self.busy = 0.0
+
+    # -- load -----------------------------------------------------------------
+    def _step_s(self, s: float) -> float:
+        if self.n == 0:
+            return 0.0
+        hot = float(np.max(self.A_r + self.n_r * self.mu * s))
+        return self.pred.step(self.n / self.pred.npus, hot / (self.n / self.R))
+
+    def _steps_until(self, k_max: float, t_goal: float | None) -> tuple[int, float]:
+        """(k, time of k steps) for the first boundary at or after ``t_goal`` (or k_max)."""
+        T0 = self._step_s(self.s)
+        span = max(k_max, 1.0)
+        d = (self._step_s(self.s + span) - T0) / span if span > 1 else 0.0
+
+        def cum(k):
+            return k * T0 + d * k * (k - 1) / 2.0
+
+        k = int(k_max)
+        if t_goal is not None and cum(k) > t_goal - self.t:
+            dt = t_goal - self.t
+            if d > 1e-15:
+                kk = (-(T0 - d / 2) + math.sqrt((T0 - d / 2) ** 2 + 2 * d * dt)) / d
+            else:
+                kk = dt / T0 if T0 > 0 else 0.0
+            k = max(1, min(k, math.ceil(kk - 1e-9)))
+        return k, cum(k), T0, d
+
+    def next_event(self) -> float | None:
+        """Plan the next boundary (stored: steps and their time); None when idle with nothing pending."""
+        self.version += 1
+        if self.n == 0:
+            if self.waiting:
+                return self.t
+            if self.pending:
+                return self.pending[0][0]
+            return None
+        k_c = max(self.finishing[0][0] - self.s, 1.0)
+        t_goal = None
+        if self.pending and self._room():
+            t_goal = self.pending[0][0]
+        k, dt, T0, d = self._steps_until(math.ceil(k_c - 1e-9), t_goal)
+        self.planned = (k, dt, T0, d)
+        return self.t + dt
+
+    def _room(self) -> bool:
+        return bool(np.any(self.n_r < self.cap_n))
+
+    def add_pending(self, t: float, rid: int) -> None:
+        heapq.heappush(self.pending, (t, rid))
+
+    # -- the boundary ---------------------------------------------------------
+    def advance(self, now: float) -> list:
+        """Run the planned steps to ``now`` (a boundary), then complete and admit; returns the
+        requests completed at this boundary."""
+        done = []
+        if self.n > 0:
+            k, dt, T0, d = self.planned
+            self.stats.intervals.append((T0, d, k, self.n))
+            self.busy += dt
+            self.s += k
+        self.t = now
+        req = self.req
+        while self.finishing and self.finishing[0][0] <= self.s + 1e-9:
+            _, rid = heapq.heappop(self.finishing)
+            r = self.rank_of.pop(rid)
+            self.n_r[r] -= 1
+            self.A_r[r] -= req.prompt[rid] - self.mu * self.admit_step.pop(rid)
+            self.n -= 1
+            req.finish_s[rid] = now
+            done.append(rid)
+        while self.pending and self.pending[0][0] <= now + 1e-12:
+            self.waiting.append(heapq.heappop(self.pending)[1])
+        while self.waiting:
+            rid = self.waiting[0]
+            r = self._rank_for(rid)
+            if r is None:
+                break
+            self.waiting.popleft()
+            self.n_r[r] += 1
+            self.A_r[r] += req.prompt[rid] - self.mu * self.s
+            self.n += 1
+            self.rank_of[rid] = r
+            self.admit_step[rid] = self.s
+            req.first_token_s[rid] = now
+            steps = req.steps[rid]
+            if steps <= 0:
+                self.rank_of.pop(rid)
+                self.n_r[r] -= 1
+                self.A_r[r] -= req.prompt[rid] - self.mu * self.admit_step.pop(rid)
+                self.n -= 1
+                req.finish_s[rid] = now
+                done.append(rid)
+            else:
+                heapq.heappush(self.finishing, (self.s + steps, rid))
+        return done
+
+    def _rank_for(self, rid: int) -> int | None:
+        """The rank a new request goes to (round robin or least KV), among ranks with room for
+        its whole context; None when none has; an empty rank takes any request."""
+        need = self.req.prompt[rid] + self.req.output[rid]
+        kv = self.A_r + self.n_r * self.mu * self.s
+        ok = (self.n_r < self.cap_n) & ((kv + need <= self.cap_kv) | (self.n_r == 0))
+        if not ok.any():
+            return None
+        if self.policy == "least_kv":
+            return int(np.argmin(np.where(ok, kv, np.inf)))
+        for j in range(self.R):
+            r = (self.rr + j) % self.R
+            if ok[r]:
+                self.rr = r + 1
+                return r
+        return None
+
+
+class PrefillInstance:
+    def __init__(self, idx: int, pred: PrefillPredictor, budget_tokens: float, budget_requests: float):
+        self.idx, self.pred = idx, pred
+        self.budget_tokens, self.budget_requests = budget_tokens, budget_requests
+        self.busy_until = 0.0
+        self.link_free = 0.0
+        self.batch: list = []
+        self.idle = True
+        self.busy = 0.0
+        self.transfer_s = 0.0
+
+
+class Simulation:
+    """One deployment's prefill and decode instances under a stream of requests."""
+
+    def __init__(self, req: Requests, prefill: list[PrefillInstance], decode: list[DecodeInstance],
+                 max_concurrency: float, stats: Stats):
+        self.req, self.prefill, self.decode = req, prefill, decode
+        self.C = max_concurrency
+        self.stats = stats
+        self.heap: list = []
+        self.seq = 0
+        self.queue: deque = deque()
+        self.in_flight = 0
+        self.next_send = 0
+        self.rr_decode = 0
+        order = np.argsort(req.arrival_s, kind="stable")
+        self.order = order
+
+    def _push(self, t: float, kind: str, obj, version: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, obj, version))
+
+    def _plan(self, d: DecodeInstance) -> None:
+        t = d.next_event()
+        if t is not None:
+            self._push(t, "boundary", d, d.version)
+
+    def run(self, progress=None) -> None:
+        req, order, n = self.req, self.order, len(self.req.prompt)
+        now = 0.0
+        tick = max(n // 100, 1)
+        sent = 0
+        while True:
+            t_heap = self.heap[0][0] if self.heap else math.inf
+            t_send = math.inf
+            if self.next_send < n and self.in_flight < self.C:
+                t_send = max(req.arrival_s[order[self.next_send]], now)
+            if t_send == math.inf and t_heap == math.inf:
+                break
+            if t_send <= t_heap:
+                now = t_send
+                rid = int(order[self.next_send])
+                self.next_send += 1
+                self.in_flight += 1
+                req.send_s[rid] = now
+                self.queue.append(rid)
+                self._start_passes(now)
+                sent += 1
+                if progress and sent % tick == 0:
+                    progress(sent, n)
+                continue
+            t, _, kind, obj, version = heapq.heappop(self.heap)
+            now = t
+            if kind == "pass_end":
+                self._pass_end(obj, now)
+            elif kind == "boundary" and version == obj.version:
+                for rid in obj.advance(now):
+                    self.in_flight -= 1
+                self._plan(obj)
+            if len(self.stats.queue) < 20000 and self.seq % 50 == 0:
+                self.stats.queue.append((now, len(self.queue), sum(len(d.waiting) + len(d.pending) for d in self.decode),
+                                         sum(d.n for d in self.decode)))
+        if progress:
+            progress(n, n)
+
+    # -- prefill ------------------------------------------------------------------
+    def _start_passes(self, now: float) -> None:
+        for p in self.prefill:
+            if not self.queue:
+                return
+            if p.idle:
+                self._start_pass(p, now)
+
+    def _start_pass(self, p: PrefillInstance, now: float) -> None:
+        req = self.req
+        batch, tokens, sq = [], 0.0, 0.0
+        while self.queue and (not batch or (len(batch) < p.budget_requests
+                                            and tokens + req.prompt[self.queue[0]] - req.cached[self.queue[0]] <= p.budget_tokens)):
+            rid = self.queue.popleft()
+            c = req.prompt[rid] - req.cached[rid]
+            batch.append(rid)
+            tokens += c
+            sq += c * c
+        p_eff = sq / tokens
+        pass_s, xfer_s = p.pred.times(tokens, p_eff)
+        for rid in batch:
+            req.prefill_start_s[rid] = now
+        p.batch, p.idle = batch, False
+        p.transfer_s = xfer_s
+        p.busy += pass_s
+        self._push(now + pass_s, "pass_end", p)
+
+    def _pass_end(self, p: PrefillInstance, now: float) -> None:
+        req = self.req
+        total = sum(req.prompt[rid] for rid in p.batch)
+        for rid in p.batch:
+            req.prefill_end_s[rid] = now
+            start = max(now, p.link_free)
+            p.link_free = start + p.transfer_s * req.prompt[rid] / total
+            req.kv_arrive_s[rid] = p.link_free
+            d = self._decode_for(rid)
+            d.add_pending(p.link_free, rid)
+            if d.n == 0 or d.pending[0][1] == rid:  # the earliest pending arrival may move its next boundary
+                self._plan(d)
+        p.batch, p.idle = [], True
+        if self.queue:
+            self._start_pass(p, now)
+
+    def _decode_for(self, rid: int) -> DecodeInstance:
+        """Decode instances take requests in turn (each balances its own DP ranks)."""
+        d = self.decode[self.rr_decode % len(self.decode)]
+        self.rr_decode += 1
+        return d
+
+
+def draw_steps(output: np.ndarray, k: int, a: float, rng: np.random.Generator) -> np.ndarray:
+    """Decode steps each request needs for its output - 1 tokens (module docstring)."""
+    mean, var = mtp_tokens_per_step(k, a)
+    M = np.maximum(np.asarray(output, dtype=float) - 1.0, 0.0)
+    z = rng.standard_normal(len(M))
+    n = np.rint(M / mean + z * np.sqrt(M * var / mean ** 3))
+    return np.clip(n, np.ceil(M / (k + 1)), M).astype(int)

@@ -1,0 +1,75 @@
+"""The requests of a simulated run and how they arrive (docs/model.md §12.1).
+
+Lengths come from the same workload the planner reads (cmperf/plan/workload.py): a fixed
+length, a log-normal given by its mean and p90, an exponential, or a trace's samples (drawn
+in the trace's order, repeated when more requests are asked than it holds). Arrivals follow
+bench_serving: a request rate (Poisson; gamma with a coefficient of variation above 1 for
+bursty clients) or ``inf`` (all ready at once), and optionally a maximum concurrency, the
+client sending a request only when fewer than that many are in flight (a closed loop).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..plan.workload import Lengths, Workload
+
+MAX_REQUESTS = 10_000_000
+
+
+@dataclass(frozen=True)
+class Traffic:
+    rate_rps: float | None = None  # requests per second; None or inf: all at once
+    burstiness: float = 1.0  # coefficient of variation of the gaps (1: Poisson)
+    max_concurrency: int | None = None  # requests in flight at most (bench_serving --max-concurrency)
+    num_prompts: int = 1000
+
+    def __post_init__(self):
+        if self.rate_rps is not None and not (self.rate_rps > 0):
+            raise ConfigError(f"--request-rate {self.rate_rps:g}: expected a positive number of requests/s or inf")
+        if not (math.isfinite(self.burstiness) and 0 < self.burstiness <= 100):
+            raise ConfigError(f"--burstiness {self.burstiness:g}: expected a coefficient of variation in (0, 100]")
+        if self.max_concurrency is not None and not (1 <= self.max_concurrency <= MAX_REQUESTS):
+            raise ConfigError(f"--max-concurrency {self.max_concurrency}: expected 1 to {MAX_REQUESTS:,}")
+        if not (1 <= self.num_prompts <= MAX_REQUESTS):
+            raise ConfigError(f"--num-prompts {self.num_prompts}: expected 1 to {MAX_REQUESTS:,}")
+        if (self.rate_rps is None or math.isinf(self.rate_rps)) and self.max_concurrency is None:
+            pass  # every request at t = 0: bench_serving's --request-rate inf without a concurrency limit
+
+    def describe(self) -> str:
+        rate = "inf" if self.rate_rps is None or math.isinf(self.rate_rps) else f"{self.rate_rps:g} requests/s"
+        shape = "" if self.burstiness == 1.0 else f" (burstiness {self.burstiness:g})"
+        conc = f", at most {self.max_concurrency} in flight" if self.max_concurrency else ""
+        return f"{self.num_prompts} requests at {rate}{shape}{conc}"
+
+
+def sample_lengths(x: Lengths, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` whole token counts >= 1 from a workload length (module docstring)."""
+    if x.samples is not None:
+        return np.resize(np.asarray(x.samples, dtype=float), n)
+    if x.scv == 0:
+        return np.full(n, max(round(x.mean), 1), dtype=float)
+    if x.text.startswith("exp:"):
+        v = rng.exponential(x.mean, n)
+    else:  # log-normal with this mean and scv
+        s2 = math.log1p(x.scv)
+        v = rng.lognormal(math.log(x.mean) - s2 / 2, math.sqrt(s2), n)
+    return np.maximum(np.rint(v), 1.0)
+
+
+def make_requests(workload: Workload, traffic: Traffic, rng: np.random.Generator):
+    """(prompt, output, cached) tokens of each request."""
+    n = traffic.num_prompts
+    prompt = sample_lengths(workload.prompt, n, rng)
+    output = sample_lengths(workload.output, n, rng)
+    if workload.cached_samples is not None:
+        cached = np.resize(np.asarray(workload.cached_samples, dtype=float), n)
+    else:
+        block = max(workload.block_tokens, 1.0)
+        cached = np.floor(workload.prefix_hit * prompt / block) * block
+    cached = np.minimum(cached, prompt - 1)
+    return prompt, output, cached
