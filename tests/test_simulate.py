@@ -186,3 +186,17 @@ def test_simulate_a_trace(cli, tmp_path):
 def test_simulate_bad_input_is_one_line(cli, args, needle):
     code, _, err = cli("simulate", *args)
     assert code == 2 and needle in err and err.count("\n") == 1, err
+
+
+def test_a_colocated_instance_prefills_its_own_prompts_and_decode_waits_for_the_pass(specs):
+    """Aggregated serving: no KV transfer (the prompt's KV stays), and every prefill pass stops
+    the decode batch, so a request's TPOT is longer than the same instance's decode steps alone."""
+    w = Workload(prompt=fixed(2048), output=fixed(256), prefix_hit=0.0, slo=SLOS)
+    dep = DeploymentSpec(decode=[InstanceGroup(1, {"dies": 32})], colocated=True)
+    res = simulate(specs, w, dep, Traffic(max_concurrency=32, num_prompts=128), seed=2)
+    r = res.requests
+    assert np.isfinite(r.finish_s).all()
+    assert (r.kv_arrive_s == r.prefill_end_s).all() and (r.first_token_s == r.prefill_end_s).all()
+    pd_dep = DeploymentSpec(prefill=[InstanceGroup(1, {"dies": 32, "attn_tp": 4})], decode=[InstanceGroup(1, {"dies": 32})])
+    pd = simulate(specs, w, pd_dep, Traffic(max_concurrency=32, num_prompts=128), seed=2)
+    assert res.metrics["mean_tpot_ms"] > pd.metrics["mean_tpot_ms"]

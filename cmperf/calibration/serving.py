@@ -43,13 +43,16 @@ def replay(path: Path, seed: int = 0):
     ref = load_serving(path)
     out = []
     for r in ref["rows"]:
-        sets = [f"stack.{s}" for s in r.get("stack_sets", [])]
+        sets = [*r.get("sets", []), *(f"stack.{s}" for s in r.get("stack_sets", []))]
         specs = load_specs(ref["hardware"], ref["model"], sets, ref["stack"])
         d = r["deployment"]
         phase = "afd" if "afd" in d else "decode"
-        dep = DeploymentSpec(prefill=[InstanceGroup(g["count"], {k: v for k, v in g.items() if k != "count"}) for g in d["prefill"]],
-                             decode=[InstanceGroup(g["count"], {k: v for k, v in g.items() if k != "count"}) for g in d.get(phase, [])],
-                             decode_phase=phase)
+        group = lambda g: InstanceGroup(g["count"], {k: v for k, v in g.items() if k != "count"})  # noqa: E731
+        if "colocated" in d:
+            dep = DeploymentSpec(decode=[group(g) for g in d["colocated"]], colocated=True)
+        else:
+            dep = DeploymentSpec(prefill=[group(g) for g in d["prefill"]], decode=[group(g) for g in d.get(phase, [])],
+                                 decode_phase=phase)
         w = r["workload"]
         workload = Workload(prompt=fixed(w["prompt_len"]), output=fixed(w["output_len"]), prefix_hit=0.0,
                             slo=SLO(ttft_s=1e6, tpot_s=1e6))

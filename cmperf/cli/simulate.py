@@ -30,6 +30,7 @@ def simulate_cmd(
     prefill: Optional[List[str]] = typer.Option(None, "--prefill", help="prefill instances COUNTxDIES[:tp=T], e.g. 6x32 (repeatable)"),
     decode: Optional[List[str]] = typer.Option(None, "--decode", help="decode instances COUNTxDIES[:tp=T], e.g. 1x320 (repeatable)"),
     afd: Optional[List[str]] = typer.Option(None, "--afd", help="AFD decode instances COUNTxATTENTION+EXPERT dies, e.g. 1x224+96"),
+    colocated: Optional[List[str]] = typer.Option(None, "--colocated", help="co-located instances COUNTxDIES[:tp=T] that prefill and decode (aggregated serving)"),
     deployment: Optional[str] = typer.Option(None, "--deployment", help="a deployment YAML (prefill:, decode: or afd: lists of {count, dies, ...})"),
     request_rate: str = typer.Option("plan", "--request-rate", help="requests/s (Poisson), inf (all at once), or plan: the rate the planner's closed form finds for this deployment"),
     burstiness: float = typer.Option(1.0, "--burstiness", help="coefficient of variation of the arrival gaps (1: Poisson; >1: bursty, gamma)"),
@@ -72,7 +73,7 @@ def simulate_cmd(
     specs = load_specs(hardware, model, sets or [], stack)
     for note in specs.notes:
         note_line(note)
-    dep = from_file(deployment) if deployment else from_flags(prefill or [], decode or [], afd or [])
+    dep = from_file(deployment) if deployment else from_flags(prefill or [], decode or [], afd or [], colocated or [])
     if dep is None:
         dep = default_deployment(specs, workload)
     Traffic(rate_rps=None, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)  # checked first

@@ -23,7 +23,7 @@ from ..errors import ConfigError
 from ..predict import Specs, load_specs, predict
 from ..plan.workload import Workload
 from .deployment import DeploymentSpec, InstanceGroup, default_deployment
-from .engine import DecodeInstance, PrefillInstance, Requests, Simulation, Stats, draw_steps, mtp_tokens_per_step
+from .engine import CoLocatedInstance, DecodeInstance, PrefillInstance, Requests, Simulation, Stats, draw_steps, mtp_tokens_per_step
 from .metrics import metrics
 from .predictor import decode_predictor, prefill_predictor
 from .requests import Traffic, make_requests
@@ -79,6 +79,8 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     dec_phase = deployment.decode_phase
     dec_inputs = [resolved(dec_phase, g.inputs, specs) for g in deployment.decode]
     pre_inputs = [resolved("prefill", g.inputs, specs) for g in deployment.prefill]
+    if deployment.colocated and deployment.prefill:
+        raise ConfigError("a co-located deployment prefills in its own instances: give --colocated alone")
     k = int(dec_inputs[0]["mtp_k"]) if dec_inputs[0].get("mtp") else 0
     a = float(dec_inputs[0]["mtp_acceptance"])
     mu, _ = mtp_tokens_per_step(k, a)
@@ -96,16 +98,21 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
         cap = min(cap_rank, 4096.0)
         pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
                                 ref_kv=float(workload.decode_kv_len))
+        if deployment.colocated:  # the instance prefills its own prompts, data-parallel over its ranks
+            pre_inp = {**{k: inp[k] for k in ("dies", "ep", "redundant_experts", "shared_copies", "mtp") if k in inp},
+                       "attn_tp": int(inp.get("tp") or 1)}
+            groups = ranks
+            budget_t, budget_r = _budgets(st, groups, inp["dies"] / dpp)
+            pre = prefill_predictor(specs, pre_inp, budget_t, prompt - cached + 0.0, float(np.mean(cached)))
+            for _ in range(g.count):
+                decode.append(CoLocatedInstance(len(decode), pred, ranks, mu, cap, policy, req, stats, pre, budget_t, budget_r))
+            continue
         for _ in range(g.count):
             decode.append(DecodeInstance(len(decode), pred, ranks, mu, cap, policy, req, stats))
     prefill = []
     for g, inp in zip(deployment.prefill, pre_inputs):
         groups = max(int(inp["dies"]) // int(inp.get("attn_tp") or 1), 1)
-        if st is not None:
-            budget_t = groups * float(st.max_prefill_tokens)
-            budget_r = groups * float(st.max_prefill_requests) if st.max_prefill_requests is not None else math.inf
-        else:
-            budget_t, budget_r = 16384.0 * inp["dies"] / dpp, math.inf  # the paper's 16K tokens per NPU
+        budget_t, budget_r = _budgets(st, groups, inp["dies"] / dpp)
         pred = prefill_predictor(specs, inp, budget_t, prompt - cached + 0.0, float(np.mean(cached)))
         for _ in range(g.count):
             prefill.append(PrefillInstance(len(prefill), pred, budget_t, budget_r))
@@ -125,6 +132,15 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
                 "slo": {"ttft": workload.slo.ttft_s * 1e3, "tpot": workload.slo.tpot_s * 1e3}}
     return SimResult(metrics=res, requests=req, stats=stats, deployment=deployment, settings=settings,
                      instances={"decode": dec_inputs, "prefill": pre_inputs})
+
+
+def _budgets(st, groups: int, npus: float) -> tuple[float, float]:
+    """(tokens, prompts) one prefill pass takes at most: the stack's per attention group x
+    groups; without a stack, the paper's 16K tokens per NPU (Table 3)."""
+    if st is None:
+        return 16384.0 * npus, math.inf
+    return (groups * float(st.max_prefill_tokens),
+            groups * float(st.max_prefill_requests) if st.max_prefill_requests is not None else math.inf)
 
 
 def _ranks(phase: str, inp: dict) -> int:

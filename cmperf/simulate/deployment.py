@@ -33,6 +33,7 @@ class DeploymentSpec:
     prefill: list = field(default_factory=list)
     decode: list = field(default_factory=list)
     decode_phase: str = "decode"  # or "afd"
+    colocated: bool = False  # the decode instances prefill their own prompts (aggregated serving)
 
     def npus(self, dpp: int, dec_inputs, pre_inputs) -> float:
         dec = sum(g.count * ((i["attention_dies"] + i["expert_dies"]) if self.decode_phase == "afd" else i["dies"])
@@ -46,7 +47,7 @@ class DeploymentSpec:
             if kind == "afd":
                 return f"{g.count} x AFD ({i['attention_dies']:g} attention + {i['expert_dies']:g} expert dies)"
             tp = i.get("attn_tp" if kind == "prefill" else "tp")
-            return f"{g.count} x {kind} {i['dies']:g} dies" + (f" (TP {tp:g})" if tp and tp != 1 else "")
+            return f"{g.count} x {'co-located' if self.colocated else kind} {i['dies']:g} dies" + (f" (TP {tp:g})" if tp and tp != 1 else "")
         pre = [one(g, i, "prefill") for g, i in zip(self.prefill, pre_inputs or [None] * len(self.prefill))]
         dec = [one(g, i, self.decode_phase) for g, i in zip(self.decode, dec_inputs or [None] * len(self.decode))]
         return " + ".join(pre + dec)
@@ -76,7 +77,11 @@ def parse_group(text: str, flag: str) -> InstanceGroup:
     return InstanceGroup(count, inputs)
 
 
-def from_flags(prefill: list[str], decode: list[str], afd: list[str]) -> DeploymentSpec | None:
+def from_flags(prefill: list[str], decode: list[str], afd: list[str], colocated: list[str] = ()) -> DeploymentSpec | None:
+    if colocated:
+        if prefill or decode or afd:
+            raise ConfigError("--colocated instances prefill their own prompts: not with --prefill, --decode or --afd")
+        return DeploymentSpec(decode=[parse_group(c, "--colocated") for c in colocated], colocated=True)
     if not (prefill or decode or afd):
         return None
     groups = [parse_group(p, "--prefill") for p in prefill]
@@ -84,7 +89,7 @@ def from_flags(prefill: list[str], decode: list[str], afd: list[str]) -> Deploym
     if decode and afd:
         raise ConfigError("--decode and --afd: give one kind of decode instance")
     if not prefill or not (decode or afd):
-        raise ConfigError("a deployment needs --prefill and --decode (or --afd) instances")
+        raise ConfigError("a deployment needs --prefill and --decode (or --afd) instances, or --colocated ones")
     return DeploymentSpec(prefill=groups, decode=dec, decode_phase="afd" if afd else "decode")
 
 
@@ -92,10 +97,10 @@ def from_file(path: str) -> DeploymentSpec:
     from ..specs.loader import read_yaml
 
     raw = read_yaml(Path(path))
-    if not isinstance(raw, dict) or set(raw) - {"prefill", "decode", "afd"}:
-        raise ConfigError(f"{path}: expected a mapping of prefill and decode (or afd) instance groups")
+    if not isinstance(raw, dict) or set(raw) - {"prefill", "decode", "afd", "colocated"}:
+        raise ConfigError(f"{path}: expected a mapping of prefill and decode (or afd, or colocated) instance groups")
     groups = {}
-    for key in ("prefill", "decode", "afd"):
+    for key in ("prefill", "decode", "afd", "colocated"):
         items = raw.get(key) or []
         if not isinstance(items, list):
             raise ConfigError(f"{path}: field '{key}': expected a list of {{count, dies, ...}}")
@@ -108,6 +113,10 @@ def from_file(path: str) -> DeploymentSpec:
                 raise ConfigError(f"{path}: field '{key}[{j}].count': expected a whole number >= 1 (got {count!r})")
             out.append(InstanceGroup(count, {k: v for k, v in it.items() if k != "count"}))
         groups[key] = out
+    if groups["colocated"]:
+        if groups["prefill"] or groups["decode"] or groups["afd"]:
+            raise ConfigError(f"{path}: colocated instances prefill their own prompts: no prefill, decode or afd groups with them")
+        return DeploymentSpec(decode=groups["colocated"], colocated=True)
     if groups["decode"] and groups["afd"]:
         raise ConfigError(f"{path}: give decode or afd instances, not both")
     if not groups["prefill"] or not (groups["decode"] or groups["afd"]):

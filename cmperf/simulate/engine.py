@@ -107,7 +107,7 @@ class DecodeInstance:
         self.waiting: deque = deque()
         self.rr = 0
         self.version = 0
-        self.planned_k = 0
+        self.planned = None  # (steps, their time, first step time, growth per step) of the next boundary
         self.busy = 0.0
 
     # -- load -----------------------------------------------------------------
@@ -181,6 +181,12 @@ class DecodeInstance:
             done.append(rid)
         while self.pending and self.pending[0][0] <= now + 1e-12:
             self.waiting.append(heapq.heappop(self.pending)[1])
+        self._admit(now, done)
+        return done
+
+    def _admit(self, now: float, done: list) -> None:
+        """Admit waiting requests (their KV has arrived) to ranks with room, FCFS."""
+        req = self.req
         while self.waiting:
             rid = self.waiting[0]
             r = self._rank_for(rid)
@@ -203,7 +209,6 @@ class DecodeInstance:
                 done.append(rid)
             else:
                 heapq.heappush(self.finishing, (self.s + steps, rid))
-        return done
 
     def _rank_for(self, rid: int) -> int | None:
         """The rank a new request goes to (round robin or least KV), among ranks with room for
@@ -221,6 +226,90 @@ class DecodeInstance:
                 self.rr = r + 1
                 return r
         return None
+
+
+class CoLocatedInstance(DecodeInstance):
+    """A decode instance that also prefills its own requests (aggregated serving: SGLang and
+    vLLM without mixed chunks). When prompts wait and a rank has room, the next iteration is a
+    prefill pass of as many as the stack's budgets allow per attention group (the decode batch
+    waits, so its TPOT includes the pass: docs/model.md §12.3); then decode steps resume. The
+    prompts' KV stays on the instance (no transfer)."""
+
+    def __init__(self, idx, pred, ranks, mu, cap_requests, policy, req, stats, pre_pred: PrefillPredictor,
+                 budget_tokens: float, budget_requests: float):
+        super().__init__(idx, pred, ranks, mu, cap_requests, policy, req, stats)
+        self.pre_pred, self.budget_tokens, self.budget_requests = pre_pred, budget_tokens, budget_requests
+        self.prefilling = None  # (end time, [(request, rank)])
+        self.prefill_busy = 0.0
+
+    def _admit(self, now: float, done: list) -> None:
+        """Waiting prompts are prefilled first (_start_pass), never admitted straight to decode."""
+
+    def next_event(self) -> float | None:
+        if self.prefilling is not None:
+            self.version += 1
+            return self.prefilling[0]
+        if self.waiting and self._room():
+            self.version += 1
+            self.planned = None
+            return self.t  # a pass starts at this boundary
+        return super().next_event()
+
+    def advance(self, now: float) -> list:
+        done = []
+        if self.prefilling is not None:  # the pass ends: its prompts join the decode batch
+            end, batch = self.prefilling
+            self.prefilling = None
+            self.t = now
+            req = self.req
+            for rid, r in batch:
+                req.prefill_end_s[rid] = req.kv_arrive_s[rid] = req.first_token_s[rid] = now
+                if req.steps[rid] <= 0:
+                    req.finish_s[rid] = now
+                    done.append(rid)
+                    continue
+                self.n_r[r] += 1
+                self.A_r[r] += req.prompt[rid] - self.mu * self.s
+                self.n += 1
+                self.rank_of[rid] = r
+                self.admit_step[rid] = self.s
+                heapq.heappush(self.finishing, (self.s + req.steps[rid], rid))
+        elif self.planned is not None and self.n > 0:
+            done = super().advance(now)
+        else:
+            self.t = now
+            while self.pending and self.pending[0][0] <= now + 1e-12:
+                self.waiting.append(heapq.heappop(self.pending)[1])
+        if self.prefilling is None and self.waiting and self._room():
+            self._start_pass(now)
+        return done
+
+    def _start_pass(self, now: float) -> None:
+        req = self.req
+        batch, tokens, sq = [], 0.0, 0.0
+        held = np.zeros(self.R)
+        while self.waiting and (not batch or (len(batch) < self.budget_requests
+                                              and tokens + req.prompt[self.waiting[0]] <= self.budget_tokens)):
+            rid = self.waiting[0]
+            self.n_r += held  # count the pass's reservations while choosing the next rank
+            r = self._rank_for(rid)
+            self.n_r -= held
+            if r is None:
+                break
+            self.waiting.popleft()
+            held[r] += 1
+            batch.append((rid, r))
+            c = req.prompt[rid] - req.cached[rid]
+            tokens += c
+            sq += c * c
+        if not batch:
+            return
+        pass_s, _ = self.pre_pred.times(tokens, sq / tokens)
+        for rid, _ in batch:
+            req.prefill_start_s[rid] = now
+        self.prefilling = (now + pass_s, batch)
+        self.prefill_busy += pass_s
+        self.busy += pass_s
 
 
 class PrefillInstance:
@@ -241,6 +330,7 @@ class Simulation:
     def __init__(self, req: Requests, prefill: list[PrefillInstance], decode: list[DecodeInstance],
                  max_concurrency: float, stats: Stats):
         self.req, self.prefill, self.decode = req, prefill, decode
+        self.colocated = [d for d in decode if isinstance(d, CoLocatedInstance)]
         self.C = max_concurrency
         self.stats = stats
         self.heap: list = []
@@ -279,8 +369,15 @@ class Simulation:
                 self.next_send += 1
                 self.in_flight += 1
                 req.send_s[rid] = now
-                self.queue.append(rid)
-                self._start_passes(now)
+                if self.colocated:
+                    c = self.colocated[self.rr_decode % len(self.colocated)]
+                    self.rr_decode += 1
+                    c.add_pending(now, rid)
+                    if c.n == 0 and c.prefilling is None or c.pending[0][1] == rid:
+                        self._plan(c)
+                else:
+                    self.queue.append(rid)
+                    self._start_passes(now)
                 sent += 1
                 if progress and sent % tick == 0:
                     progress(sent, n)
