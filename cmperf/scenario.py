@@ -27,13 +27,13 @@ from .specs.dtypes import dtypes_of
 # reference rows): the kind of number, finite, and the ranges that keep a default's "unset"
 # marker (ep 0 = all dies, kv_len nan = prompt + output/2, ...) out of the user's reach.
 # Ranges that involve other inputs or the specs are checked per row by validate().
-INTEGER_INPUTS = {"prompt_len", "output_len", "dies", "ep", "tp", "attn_tp", "microbatches", "mtp", "mtp_k",
+INTEGER_INPUTS = {"prompt_len", "output_len", "dies", "ep", "tp", "attn_tp", "microbatches", "mtp", "mtp_k", "pool_readers",
                   "redundant_experts", "shared_copies", "m", "n", "k", "groups", "s_q", "h_q", "seq_k", "cached_len",
                   "attention_dies", "expert_dies", "comm_sms"}
 WORDS = {"expert_imbalance": {"default": "default"}, "microbatches": {"auto": 0},
          "mtp": {"on": 1, "off": 0, True: 1, False: 0}}
 AT_LEAST = {"ep": 1, "dies": 1, "tp": 1, "attn_tp": 1, "kv_len": 1, "shared_copies": 0, "redundant_experts": 0, "mtp": 0,
-            "cached_len": 0, "chunk_tokens": 0, "attention_dies": 1, "expert_dies": 1, "comm_sms": 0,
+            "cached_len": 0, "chunk_tokens": 0, "pool_readers": 1, "attention_dies": 1, "expert_dies": 1, "comm_sms": 0,
             "prompt_len": 1, "output_len": 1, "mtp_k": 1, "batch": 1, "tokens_per_npu": 1, "tokens": 1}
 GIVEN_ALL = ("ep",)  # validate()'s default: name EP as a flag (callers pass what the user gave)
 MAX_INPUT = 1e9  # requests, tokens, lengths, dies: far above any deployment, far below float overflow
@@ -152,6 +152,8 @@ def resolve_defaults(phase: str, df: Columns) -> Columns:
         return df
     if phase != "afd":
         df["ep"] = np.where(df["ep"] <= 0, df["dies"], df["ep"])
+    if phase == "prefill":
+        df["pool_readers"] = np.where(df["pool_readers"] <= 0, df["dies"], df["pool_readers"])
     if phase in ("decode", "afd"):
         df["kv_len"] = np.where(np.isnan(df["kv_len"].astype(float)), df["prompt_len"] + df["output_len"] / 2, df["kv_len"])
     return df  # the inputs that follow the system and the model: cmperf/deployment.py

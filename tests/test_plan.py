@@ -120,7 +120,7 @@ def test_plan_meets_its_slos_and_conserves_work(paper_plan):
     assert b["goodput_rps"] * 4096 <= b["prefill_npus"] * best_tput * (1 + 1e-9)
     assert b["goodput_rps"] * 256 <= b["decode_npus"] * paper_plan.instances["decode"]["throughput_per_npu"].max()
     # prefill binds: hundreds of prompt slots in the pool run it near capacity (rho >= 0.9)
-    assert b["binding"] == "prefill TTFT"
+    assert b["binding"] == "prefill capacity (the TTFT SLO)"
     slots = b["prefill_instances"] * b["prefill_tokens_per_npu"] * (b["prefill_dies"] / 2) / 4096
     assert 0.9 * slots / (b["ttft_prefill_ms"] / 1e3) <= b["goodput_rps"] < slots / (b["ttft_prefill_ms"] / 1e3)
 

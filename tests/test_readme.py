@@ -91,9 +91,9 @@ def quoted(cli) -> dict[str, str]:
         "holds 68.6 requests per NPU at TPOT 43.3 ms": f"holds {b['decode_batch_per_npu']:.1f} requests per NPU at TPOT {b['tpot_ms']:.1f} ms",
         "serves 167.3 requests/s here, 0.34 of PD's": f"serves {ratio['colocated_goodput_rps']:.1f} requests/s here, "
                                                     f"{ratio['colocated_vs_pd_goodput']:.2f} of PD's",
-        "50 % hits: 721.0": f"50 % hits: {hits['0.5']:.1f}",
-        "90 %: 1,447.3": f"90 %: {hits['0.9']:,.1f}",
-        "VPC plane (704.9 and\n1,272.0)": f"VPC plane ({vpc['0.5']:.1f} and\n{vpc['0.9']:,.1f})",
+        "50 % hits: 714.4": f"50 % hits: {hits['0.5']:.1f}",
+        "90 %: 1,428.9": f"90 %: {hits['0.9']:,.1f}",
+        "VPC plane (704.9 and\n1,271.8)": f"VPC plane ({vpc['0.5']:.1f} and\n{vpc['0.9']:,.1f})",
         "serves 76.5 requests/s": f"serves {h100['goodput_rps']:.1f} requests/s",
         "co-located instances serve\n1.52×": f"co-located instances serve\n{node['colocated_vs_pd_goodput']:.2f}×",
     }

@@ -23,7 +23,8 @@ SHOWN = [("completed", "successful requests", ""), ("duration_s", "benchmark dur
          ("mean_e2e_ms", "mean E2E latency", "ms"), ("median_e2e_ms", "median E2E latency", "ms"), ("p99_e2e_ms", "P99 E2E latency", "ms"),
          ("mean_queue_ms", "  TTFT: waiting for prefill", "ms"), ("mean_prefill_ms", "  TTFT: prefill pass", "ms"),
          ("mean_kv_transfer_ms", "  TTFT: KV transfer", "ms"), ("mean_decode_wait_ms", "  TTFT: waiting for a decode slot", "ms"),
-         ("prefill_utilisation", "prefill instances busy", ""), ("decode_utilisation", "decode instances busy", "")]
+         ("prefill_utilisation", "prefill instances busy", ""), ("decode_utilisation", "decode instances busy", ""),
+         ("dp_rank_wait_share", "decode step time spent waiting for the slowest DP rank", "")]
 
 
 def simulate_cmd(

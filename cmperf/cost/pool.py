@@ -4,12 +4,16 @@
 A cached KV prefix or a model's weights are bytes that one side serves and the other
 reads; the slower side and a per-block latency set the time:
 
-    KV prefix (per die):  t = bytes / rate + blocks x latency
-                          rate and latency of the tier the pool is read over: Table 1's
-                          NPU-CPU read over UB (147 GB/s per die, 1.7 us), or for a tier
-                          without a measured read (e.g. the VPC plane, for comparison) its
-                          own bandwidth per die and latency — a node's 400 Gbps shared by
-                          its 16 dies
+    KV prefix (per die):  t = bytes / rate + blocks x (latency + block overhead)
+                          rate = min(the die's read rate, nodes x serve rate per node / readers):
+                          Table 1's NPU-CPU read over UB (147 GB/s per die, 1.7 us), or for a
+                          tier without a measured read (e.g. the VPC plane, for comparison) its
+                          own bandwidth per die and latency — a node's 400 Gbps shared by its
+                          16 dies; and the memory servers: the pool is striped over every
+                          node, each copying out of its DRAM at serve_per_node_Bps, shared by
+                          the ``readers`` dies reading at once (a prefill instance's, or a
+                          deployment's prefill dies); each block also pays its lookup,
+                          metadata and submission (block_overhead_s)
     model (per instance): t = bytes / min(sockets x socket rate, readers x rate)
                           from the pool: the sockets holding the cached copy serve every
                           die of the instance;
@@ -46,10 +50,18 @@ def pool_read_rate(hw, tier: str | None = None) -> tuple[float, float]:
     return tier_bandwidth_Bps(hw, tier), hw.system.tiers[tier].latency_s
 
 
-def pool_read_s(hw, bytes_, blocks) -> np.ndarray:
-    """Time for one die to read ``bytes_`` in ``blocks`` KV blocks from the pool."""
+def pool_serve_Bps(hw) -> float:
+    """What the whole pool serves per second: every node's memory server copying out of DRAM."""
+    return hw.system.nodes * memory_pool(hw).serve_per_node_Bps
+
+
+def pool_read_s(hw, bytes_, blocks, readers=1.0) -> np.ndarray:
+    """Time for one die to read ``bytes_`` in ``blocks`` KV blocks from the pool while
+    ``readers`` dies read at once (module docstring)."""
     rate, latency = pool_read_rate(hw)
-    return np.asarray(bytes_, dtype=float) / rate + np.asarray(blocks, dtype=float) * latency
+    shared = pool_serve_Bps(hw) / np.maximum(np.asarray(readers, dtype=float), 1.0)
+    return (np.asarray(bytes_, dtype=float) / np.minimum(rate, shared)
+            + np.asarray(blocks, dtype=float) * (latency + memory_pool(hw).block_overhead_s))
 
 
 def pool_capacity_B(hw) -> float:

@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..cost.arch import kv_bytes_per_token, kv_layers
 from ..cost.ops import Bytes
-from ..cost.pool import pool_capacity_B
+from ..cost.pool import pool_capacity_B, pool_read_s
 from ..errors import ConfigError
 from ..predict import Specs, load_specs, system_model
 from . import instances, shapes
@@ -199,7 +199,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     dec = instances.run("decode", _within_stack("decode", shapes.decode_rows(layouts, dec_common), specs, dpp), specs)
     tick(2, steps)
     curves = instances.decode_curves(dec, dpp, workload.output.mean)
-    tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp, fixed)] if "pd" in shape_names else []
+    tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp, fixed, hw)] if "pd" in shape_names else []
     colo = afd = pd.DataFrame()
     afd_curves = None
     if "colocated" in shape_names:
@@ -213,7 +213,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
         afd = instances.run("afd", _within_stack("afd", afd_rows, specs, dpp), specs)
         afd_curves = instances.decode_curves(afd, dpp, workload.output.mean, ("attention_dies", "expert_dies"),
                                              "attention_dies", ("attention_dies", "expert_dies"))
-        tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp, fixed))
+        tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp, fixed, hw))
         tick(steps, steps)
     table = pd.concat([t for t in tables if len(t)], ignore_index=True) if any(len(t) for t in tables) else _empty()
     table = _rank(table, workload)
@@ -308,7 +308,7 @@ def evaluate(specs: Specs, workload: Workload, deployment) -> dict:
 
 
 def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, computed, budget_dies: int,
-                   dpp: int, fixed: tuple | None = None) -> pd.DataFrame:
+                   dpp: int, fixed: tuple | None = None, hw=None) -> pd.DataFrame:
     """Every deployment of prefill instances and separate decode instances (PD: decode
     instances; AFD: attention/expert split instances): prefill option x count x decode option,
     each decode option at the fewest instances that carry the prefill side's rate (or all that
@@ -331,6 +331,12 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     prompts = instances.prompts_per_pass(pre["tokens_per_npu"].to_numpy(dtype=float)[i_idx], p_dies[i_idx] / dpp,
                                          computed.mean)
     pass_p = pre["forward_ms"].to_numpy(dtype=float)[i_idx] / 1e3
+    if hw is not None and "pool_bytes_per_die" in pre and (pre["pool_bytes_per_die"] > 0).any():
+        # every prefill die of the deployment reads the pool: n_p instances share its memory servers
+        own = pre["pool_load_ms"].to_numpy(dtype=float)[i_idx] / 1e3
+        shared = pool_read_s(hw, pre["pool_bytes_per_die"].to_numpy(dtype=float)[i_idx],
+                             pre["pool_blocks_per_die"].to_numpy(dtype=float)[i_idx], n_p * p_dies[i_idx])
+        pass_p = pass_p - own + np.where(own > 0, shared, 0.0)
     kv_p = pre["kv_transfer_ms"].to_numpy(dtype=float)[i_idx] / 1e3
     servers_p = np.maximum(prompts, 1.0) * n_p
 
@@ -353,8 +359,10 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     pass_s, kv_s, servers = pass_p[a], kv_p[a], servers_p[a]
     ttft = lambda rate: ttft_terms(rate, servers, pass_s, computed.scv, pass_s, pass_s + kv_s, slo.ttft_stat)  # noqa: E731
     rate_d = d_max[k] * n_d
+    pool = pre["pool_load_ms"].to_numpy(dtype=float)[i] / pre["forward_ms"].to_numpy(dtype=float)[i] if "pool_load_ms" in pre else 0.0
     rate, binding = _operating(rate_p, rate_d, workload.arrival_rate_per_s,
-                               np.where(d_memory[k], "decode KV memory", "decode TPOT"))
+                               np.where(d_memory[k], DECODE_MEMORY, DECODE_TPOT),
+                               np.where(np.asarray(pool) > 0.5, PREFILL_POOL, PREFILL_TTFT))
     t = ttft(rate)
     batch, tpot = curves.at_rate(k, rate / n_d)
     queue = {"_servers": servers, "_service_s": pass_s, "_period_s": pass_s, "_fixed_s": pass_s + kv_s,
@@ -435,7 +443,7 @@ def _colocated(colo: pd.DataFrame, workload: Workload, budget_dies: int, dpp: in
     ttft = lambda rate: ttft_terms(rate, servers, service[idx], prompt.scv, it_s[idx], service[idx], slo.ttft_stat)  # noqa: E731
     rate_p = largest_rate(lambda r: ttft(r)["ttft_s"] <= slo.ttft_s, servers / service[idx])
     rate_d = np.where(tpot[idx] <= slo.tpot_s, cap_d[idx] * n, 0.0)
-    rate, binding = _operating(rate_p, rate_d, workload.arrival_rate_per_s, "decode TPOT")
+    rate, binding = _operating(rate_p, rate_d, workload.arrival_rate_per_s, DECODE_TPOT)
     # the requests in decode at that rate (Little's law, at the iteration of this batch and chunk)
     in_batch = rate / n * workload.output.mean * tpot[idx] / npus_i[idx]
     queue = {"_servers": servers, "_service_s": service[idx], "_period_s": it_s[idx], "_fixed_s": service[idx],
@@ -447,12 +455,20 @@ def _colocated(colo: pd.DataFrame, workload: Workload, budget_dies: int, dpp: in
                   queue=queue, split={"decode_tp": tp}, colocated=True)
 
 
-def _operating(rate_p, rate_d, given, decode_limit) -> tuple[np.ndarray, np.ndarray]:
+# What binds a deployment, in the words a capacity planner uses.
+PREFILL_TTFT = "prefill capacity (the TTFT SLO)"
+PREFILL_POOL = "prefill capacity (the pool's read path: cached KV loads take most of a pass)"
+DECODE_TPOT = "decode (the TPOT SLO)"
+DECODE_MEMORY = "decode KV memory"
+ARRIVAL = "the arrival rate"
+
+
+def _operating(rate_p, rate_d, given, decode_limit, prefill_limit=PREFILL_TTFT) -> tuple[np.ndarray, np.ndarray]:
     """The rate a deployment runs at — the most both sides sustain within the SLOs, or the
     given arrival rate when both sustain it — and the term that binds it (``decode_limit``:
     what stops the decode side)."""
     capacity = np.minimum(rate_p, rate_d)
-    binding = np.where(rate_p <= rate_d, "prefill TTFT", decode_limit)
+    binding = np.where(rate_p <= rate_d, prefill_limit, decode_limit)
     if given is None:
         return capacity, binding
     return np.minimum(capacity, given), np.where(capacity >= given, "arrival rate", binding)

@@ -99,14 +99,20 @@ def prompts_per_die(hw, g) -> np.ndarray:
     return T_die / (g["prompt_len"] - g["cached_len"])
 
 
-def pool_load_s(hw, m, g) -> np.ndarray:
-    """The KV of a die's cached prefixes, all layers, read from the EMS pool in whole blocks
-    before the pass (docs/model.md §9.5; not overlapped with the previous pass)."""
+def pool_reads(hw, m, g) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, blocks) of a die's cached prefixes, all layers, in whole blocks."""
     layers = kv_layers(m, np.asarray(g["mtp"], dtype=float))
     C = np.asarray(g["cached_len"], dtype=float)
     seqs = prompts_per_die(hw, g)
     blocks = seqs * np.ceil(C / hw.system.memory_pool.block_tokens)
-    return np.where(C > 0, pool_read_s(hw, seqs * C * kv_bytes_per_token(m, Bytes.of(m).kv, layers), blocks), 0.0)
+    return seqs * C * kv_bytes_per_token(m, Bytes.of(m).kv, layers), blocks
+
+
+def pool_load_s(hw, m, g) -> np.ndarray:
+    """The KV of a die's cached prefixes read from the EMS pool before the pass, while
+    ``pool_readers`` dies read at once (docs/model.md §9.5; not overlapped with the previous pass)."""
+    bytes_, blocks = pool_reads(hw, m, g)
+    return np.where(np.asarray(g["cached_len"]) > 0, pool_read_s(hw, bytes_, blocks, g["pool_readers"]), 0.0)
 
 
 def kv_transfer_s(hw, m, g) -> np.ndarray:
@@ -132,6 +138,8 @@ def prefill(hw, m, g) -> dict:
         "forward_ms": t * 1e3,
         "kv_transfer_ms": kv * 1e3,
         "pool_load_ms": (pool_load_s(hw, m, g) if hw.system.memory_pool is not None else 0.0 * kv) * 1e3,
+        "pool_bytes_per_die": pool_reads(hw, m, g)[0] if hw.system.memory_pool is not None else 0.0 * kv,
+        "pool_blocks_per_die": pool_reads(hw, m, g)[1] if hw.system.memory_pool is not None else 0.0 * kv,
         "ttft_ms": (t + kv) * 1e3,
         "throughput_per_npu": throughput,
         "prompt_throughput_per_npu": prompt_tokens / t,

@@ -113,7 +113,8 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     for g, inp in zip(deployment.prefill, pre_inputs):
         groups = max(int(inp["dies"]) // int(inp.get("attn_tp") or 1), 1)
         budget_t, budget_r = _budgets(st, groups, inp["dies"] / dpp)
-        pred = prefill_predictor(specs, inp, budget_t, prompt - cached + 0.0, float(np.mean(cached)))
+        readers = sum(gg.count * ii["dies"] for gg, ii in zip(deployment.prefill, pre_inputs))  # every prefill die may read the pool
+        pred = prefill_predictor(specs, {**inp, "pool_readers": int(readers)}, budget_t, prompt - cached + 0.0, float(np.mean(cached)))
         for _ in range(g.count):
             prefill.append(PrefillInstance(len(prefill), pred, budget_t, budget_r))
     conc = float(traffic.max_concurrency) if traffic.max_concurrency else math.inf

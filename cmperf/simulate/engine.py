@@ -150,7 +150,8 @@ class DecodeInstance:
         if self.pending and self._room():
             t_goal = self.pending[0][0]
         k, dt, T0, d = self._steps_until(math.ceil(k_c - 1e-9), t_goal)
-        self.planned = (k, dt, T0, d)
+        mean_kv = float(np.sum(self.A_r + self.n_r * self.mu * self.s)) / self.n
+        self.planned = (k, dt, T0, d, self.pred.step(self.n / self.pred.npus, mean_kv))
         return self.t + dt
 
     def _room(self) -> bool:
@@ -165,8 +166,8 @@ class DecodeInstance:
         requests completed at this boundary."""
         done = []
         if self.n > 0:
-            k, dt, T0, d = self.planned
-            self.stats.intervals.append((T0, d, k, self.n))
+            k, dt, T0, d, T_mean = self.planned
+            self.stats.intervals.append((T0, d, k, self.n, T_mean))
             self.busy += dt
             self.s += k
         self.t = now

@@ -89,6 +89,9 @@ def metrics(req: Requests, stats: Stats, slo_ttft_ms: float | None = None, slo_t
         "mean_kv_transfer_ms": float(np.nanmean((req.kv_arrive_s - req.prefill_end_s)[keep]) * 1e3),
         "mean_decode_wait_ms": float(np.nanmean((req.first_token_s - req.kv_arrive_s)[keep]) * 1e3),
     }
+    if stats.intervals:  # the time decode steps lose waiting for the DP rank with the most KV
+        a = np.asarray(stats.intervals, dtype=float)
+        res["dp_rank_wait_share"] = float(np.sum((a[:, 0] - a[:, 4]) * a[:, 2]) / max(np.sum(a[:, 0] * a[:, 2]), 1e-30))
     ok = done.copy()
     if slo_ttft_ms is not None:
         ok &= ttft * 1e3 <= slo_ttft_ms

@@ -181,6 +181,6 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
     shape = (len(ts), len(ps))
     return PrefillPredictor(
         npus=npus, groups=groups,
-        pass_s=Grid2(list(ts), list(ps), (cols["forward_ms"].to_numpy(dtype=float) + cols["pool_load_ms"].to_numpy(dtype=float)).reshape(shape) / 1e3),
+        pass_s=Grid2(list(ts), list(ps), cols["forward_ms"].to_numpy(dtype=float).reshape(shape) / 1e3),  # pool loads included
         transfer_s=Grid2(list(ts), list(ps), cols["kv_transfer_ms"].to_numpy(dtype=float).reshape(shape) / 1e3),
         min_tokens_per_npu=min_tokens)

@@ -277,6 +277,8 @@ class MemoryPool(Strict):
     dram_per_node_B: Positive
     usable_fraction: Fraction  # share of the DRAM the pool may hold
     block_tokens: Count  # tokens per cached KV block
+    block_overhead_s: NonNegative  # a block's lookup, metadata and submission, beyond the wire's latency
+    serve_per_node_Bps: Positive  # what one node's memory server copies out of its DRAM per second (shared by its readers)
     model_load_sockets: Count  # CPU sockets that serve one cached model copy to a loading instance
     object_storage_Bps: Positive  # one object-storage bucket's read bandwidth
     object_storage_buckets: Count  # buckets a model is striped over
