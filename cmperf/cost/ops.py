@@ -577,6 +577,18 @@ def chunk_attention_ops(m, T, P, k, tp=1.0, kind: str = "full") -> list[Op]:
     return out
 
 
+def _hidden_gather(m, T, tp, tier) -> tuple[Op, Op]:
+    """GQA's and a linear layer's prefill SP part: RMSNorm and quantisation of each die's own
+    ``T`` tokens, then the normed hidden states all-gathered in the TP group."""
+    b, h = Bytes.of(m), m.hidden_size
+    tp = np.asarray(tp, dtype=float)
+    down = Op("attn_norm", "vector", vector_ops=T * (VEC_RMSNORM * h + VEC_QUANT * h),
+              hbm_bytes=T * h * b.hidden + T * h * b.act)
+    gather = Op("attn_allgather", "dma", launches=1, tier=tier, net_bytes=(tp - 1) * T * h * b.act,
+                hbm_bytes=tp * T * h * b.act, sync_group=tp)
+    return down, gather
+
+
 def _gqa_prefill_ops(m, T, P, tp, tier, cached, window: bool = False) -> list[Op]:
     """GQA prefill, the same SP -> TP -> SP shape: the normed hidden states all-gathered in
     the TP group, q/k/v projections and FlashAttention on 1/tp of the heads, an all-to-all
@@ -592,10 +604,7 @@ def _gqa_prefill_ops(m, T, P, tp, tier, cached, window: bool = False) -> list[Op
     # per die: 1/tp of the q heads and 1/shards of the kv heads for all tp x T tokens of the group
     qkv_w = w["q"] / tp + (w["k"] + w["v"]) / shards
     qkv_flops = 2 * T * tp * qkv_w
-    down = Op("attn_norm", "vector", vector_ops=T * (VEC_RMSNORM * h + VEC_QUANT * h),
-              hbm_bytes=T * h * b.hidden + T * h * b.act)
-    gather = Op("attn_allgather", "dma", launches=1, tier=tier, net_bytes=(tp - 1) * T * h * b.act,
-                hbm_bytes=tp * T * h * b.act, sync_group=tp)
+    down, gather = _hidden_gather(m, T, tp, tier)
     qkv_vec = VEC_DEQUANT * (Hq + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0)
     gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
     up = Op("qkv_proj", "cube", flops=qkv_flops, dtype=m.precision.matmul, vector_ops=T * qkv_vec,
@@ -711,10 +720,7 @@ def _deltanet_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
     s = state_shards(m, tp)
     la, d = m.linear_attention, arch.linear_dims(m)
     rows = tp * T  # the group's tokens; this die's 1/s of the heads
-    down = Op("attn_norm", "vector", vector_ops=T * (VEC_RMSNORM * h + VEC_QUANT * h),
-              hbm_bytes=T * h * b.hidden + T * h * b.act)
-    gather = Op("attn_allgather", "dma", launches=1, tier=tier, net_bytes=(tp - 1) * T * h * b.act,
-                hbm_bytes=tp * T * h * b.act, sync_group=tp)
+    down, gather = _hidden_gather(m, T, tp, tier)
     proj, out = _deltanet_proj_ops(m, rows, s, T, 1.0)
     prompts = rows / (np.asarray(P, dtype=float) - cached)
     recurrent = la.value_heads * la.key_head_dim * la.value_head_dim * b.state / s
