@@ -31,13 +31,29 @@ def model_facts(m: ModelSpec, context: int = 4096) -> list[dict]:
                   "shared with the main model at run time"))
     out.append(_r("layers", "dense / MoE / MTP", f"{m.first_dense_layers} / {arch.moe_layers(m)} / {m.mtp.modules}", ""))
     a = m.attention
+    counts = arch.layer_counts(m)
+    if set(counts) != {"full"}:
+        out.append(_r("layers", "attention full / window / linear",
+                      " / ".join(str(counts.get(k, 0)) for k in ("full", "window", "linear")), "",
+                      f"layer_pattern {', '.join(m.layer_pattern)} repeated"))
     per_layer = (f"({a.kv_lora_rank} + {a.qk_rope_head_dim})" if arch.is_mla(m)
                  else f"2 x {a.num_kv_heads} KV heads x {a.head_dim}")
+    if arch.is_dsa(m):
+        per_layer += f" + indexer key {arch.indexer_key_B(m, DTYPE_BYTES[m.precision.indexer or m.precision.attention]):g} B"
     for dt, b in DTYPE_BYTES.items():
         if dt in ("fp16", "int8"):
             continue
         out.append(_r("KV cache per token", dt, arch.kv_bytes_per_token(m, b), "B",
-                      f"{per_layer} x {m.num_layers} layers x {b:g} B"))
+                      f"{per_layer} x {counts.get('full', 0)} full-attention layers x {b:g} B"))
+        kv = arch.kv_cache(m, b)
+        if counts.get("window"):
+            out.append(_r("KV cache per sequence, window layers", dt, kv.window_B * kv.window, "B",
+                          f"{per_layer} x {counts['window']} layers x {b:g} B x at most {kv.window:g} tokens"))
+    if counts.get("linear"):
+        la = m.linear_attention
+        out.append(_r("state per sequence, linear layers", la.state_dtype, arch.kv_cache(m, 2).state_B, "B",
+                      f"({la.value_heads} x {la.key_head_dim} x {la.value_head_dim} + conv {la.conv_kernel - 1} x "
+                      f"{arch.linear_dims(m)['conv']}) x {counts['linear']} layers, any context"))
     if m.moe is not None:
         out.append(_r("EP messages", "dispatch per token per expert", dispatch_message_B(m), "B",
                       f"{experts_dtype(m).upper()} hidden + one FP32 scale, 512 B aligned (the CloudMatrix384 format)"))

@@ -487,6 +487,8 @@ def _needed_dtypes(m) -> dict[str, str]:
             needed["experts"] = p.experts
     if p.kv_cache in ("fp8", "fp4"):
         needed["kv_cache"] = p.kv_cache
+    if getattr(p, "indexer", None) is not None:  # a DSA indexer's score GEMMs
+        needed["indexer"] = p.indexer
     return needed
 
 

@@ -1,7 +1,8 @@
 """The models imported from Hugging Face config.json files (cmperf/specs/hf_import.py): each
 shipped YAML is exactly what the importer makes of its config, parameter counts match the
 published sizes, KV-cache bytes match a hand count, every config field is mapped, knowingly
-ignored or reported, and bad or unsupported configs fail in one line.
+ignored or reported, and bad or unsupported configs fail in one line. The attention forms the
+new families bring (DSA, Gated DeltaNet, windows) are tested in tests/test_attention.py.
 
 The configs ship with the tests (tests/data/hf-configs/, provenance in its SOURCES.md), so
 every test here runs on any machine."""
@@ -14,7 +15,7 @@ import pytest
 
 from cmperf.cost import arch
 from cmperf.errors import SpecError
-from cmperf.specs.hf_import import FAMILY_IGNORED, IGNORED, UNSUPPORTED, import_hf_config, import_hf_file, source_of
+from cmperf.specs.hf_import import FAMILY_IGNORED, IGNORED, import_hf_config, import_hf_file, source_of
 from cmperf.specs.loader import list_builtin, load_model
 
 CONFIGS = Path(__file__).parent / "data" / "hf-configs"
@@ -28,20 +29,19 @@ MODELS = {
     "mixtral-8x7b": "mixtral-8x7b.json",
     "llama-3.1-70b": "llama-3.1-70b.json",
     "qwen2.5-72b": "qwen2.5-72b.json",
+    "glm-4.5": "glm-4.5.json",
+    "deepseek-v3.2": "deepseek-v3.2.json",
+    "qwen3-next-80b-a3b": "qwen3-next-80b-a3b-thinking.json",  # the Thinking model's config (same architecture)
+    "gpt-oss-120b": "gpt-oss-120b.json",
 }
-# configs of the families no shipped model covers (dense qwen3, mistral, deepseek_v2, glm4_moe)
+# configs of the families no shipped model covers (dense qwen3, mistral, deepseek_v2)
 IMPORTED = {
     "qwen3-8b": "qwen3-8b.json",
     "qwen3-32b": "qwen3-32b.json",
     "mistral-7b-v0.3": "mistral-7b-v0.3.json",
     "deepseek-v2-lite": "deepseek-v2-lite.json",
-    "glm-4.5": "glm-4.5.json",
 }
 CONFIG_OF = {**MODELS, **IMPORTED}
-# configs of architectures another issue will model: one error line, never an import
-NOT_YET = {"deepseek-v3.2.json": ("deepseek_v32", "sparse attention"),
-           "qwen3-next-80b-a3b-thinking.json": ("qwen3_next", "Gated DeltaNet"),
-           "gpt-oss-120b.json": ("gpt_oss", "sliding-window")}
 
 
 def _raw(file):
@@ -73,7 +73,7 @@ def models(shipped):
 # --------------------------------------------------------------------------- (a) the test data
 def test_every_config_is_tested_and_sourced():
     files = {p.name for p in CONFIGS.glob("*.json")}
-    assert files == set(CONFIG_OF.values()) | set(NOT_YET), files ^ (set(CONFIG_OF.values()) | set(NOT_YET))
+    assert files == set(CONFIG_OF.values()), files ^ set(CONFIG_OF.values())
     for f in files:  # a row of SOURCES.md names each file: the import's `source` cites it
         assert "provenance: " in source_of(CONFIGS / f) and "SOURCES.md line" in source_of(CONFIGS / f), f
 
@@ -81,7 +81,7 @@ def test_every_config_is_tested_and_sourced():
 @pytest.mark.parametrize("name", MODELS)
 def test_yaml_is_the_import(name, shipped):
     imported = load_model(str(CONFIGS / MODELS[name]))[0]
-    assert _dump(imported) == _dump(shipped[name])
+    assert _dump(imported) | {"name": name} == _dump(shipped[name])
 
 
 @pytest.mark.parametrize("file", sorted(CONFIG_OF.values()))
@@ -121,6 +121,14 @@ def test_every_shipped_model_loads(cli, name):
 #  - DeepSeek-V2-Lite: DeepSeek-V2 technical report (arXiv 2405.04434), "15.7B total parameters,
 #    2.4B activated".
 #  - GLM-4.5: 355B total / 32B active (next-hardware-and-models.md §3.3, SGL-GLM45).
+#  - DeepSeek-V3.2: the Hugging Face card's 685B, as for V3 (main model + MTP module + its copies),
+#    checked in test_parameter_counts_exact_spots; 37B activated as V3 (+ the indexer, 0.85 B).
+#  - Qwen3-Next-80B-A3B: the model card's "80B total, 3B activated" (next-hardware-and-models.md
+#    §3.2, VLLM-Q3N "~3B active of 80B"): one significant digit each, so half a unit: 0.6 % and
+#    17 %; Qwen counts the activated without embedding and head here (3.25 B; 3.56 B with the
+#    head, 3.87 B with both: the nearest "3B" is the non-embedding count).
+#  - gpt-oss-120b: OpenAI's model card, 116.83B total, 5.13B active (the card counts the
+#    unembedding among the active: cmperf's "matmuls"); biases (0.04 B) are not counted: 0.1 %.
 # Tolerances: 2 % where the figure has two or three significant digits and the count is exact
 # (the shipped models, as before); half a unit in the last published digit, rounded up, for the
 # dense models published to 3-4 digits; V2-Lite's "2.4B" is 2 digits: 3 %. GLM-4.5's 355B is
@@ -138,6 +146,9 @@ PUBLISHED = {  # name: (total, rel, activated, rel, convention)
     "mistral-7b-v0.3": (7.25e9, 0.001, None, None, None),
     "deepseek-v2-lite": (15.7e9, 0.004, 2.4e9, 0.03, "matmuls"),
     "glm-4.5": (355e9, 0.01, 32e9, 0.02, "non-embedding"),
+    "deepseek-v3.2": (671.9e9, 0.001, 37e9, 0.02, "matmuls"),
+    "qwen3-next-80b-a3b": (80e9, 0.00625, 3e9, 0.17, "non-embedding"),
+    "gpt-oss-120b": (116.83e9, 0.001, 5.13e9, 0.002, "matmuls"),
 }
 NON_EMBEDDING = {"qwen3-235b-a22b": 234e9, "qwen3-30b-a3b": 29.9e9, "qwen3-8b": 6.95e9, "qwen3-32b": 31.2e9}
 
@@ -168,6 +179,12 @@ def test_parameter_counts_exact_spots(shipped):
     v3 = arch.param_breakdown(shipped["deepseek-v3"])
     assert v3.total / 1e9 == pytest.approx(671.03, abs=0.01)
     assert v3.total_with_mtp == pytest.approx(685e9, rel=0.005)  # the checkpoint's 685B
+    # V3.2 = V3 + an indexer per layer (MTP's included): 1536 x 64 x 128 + 7168 x (128 + 64) weights
+    # + its key's LayerNorm (2 x 128)
+    v32 = arch.param_breakdown(shipped["deepseek-v3.2"])
+    indexer = 1536 * 64 * 128 + 7168 * 192 + 2 * 128
+    assert v32.total - v3.total == 61 * indexer and v32.total_with_mtp - v3.total_with_mtp == 62 * indexer
+    assert v32.total_with_mtp == pytest.approx(685e9, rel=0.005)
     # Llama-3.1-70B by hand: 80 x (attention 8192 x (64 + 8 + 8 + 64) x 128 + SwiGLU 3 x 8192 x 28672
     # + 2 norms x 8192) + final norm + untied embedding and head 2 x 128256 x 8192
     hand = 80 * (8192 * 144 * 128 + 3 * 8192 * 28672 + 2 * 8192) + 8192 + 2 * 128256 * 8192
@@ -194,6 +211,21 @@ HAND_TOTAL = {
     "glm-4.5": 92 * (5120 * 208 * 128 + 2 * 5120 + 2 * 128) + 3 * 3 * 5120 * 12288
     + 89 * (161 * 3 * 5120 * 1536 + 160 * 5120 + 160) + 5120 + 2 * 151552 * 5120,
 }
+
+
+HAND_TOTAL.update({
+    # 48 layers: 36 Gated DeltaNet (qkvz 2048 x (2 x 2048 + 2 x 4096), ba 2048 x 64, out 4096 x 2048,
+    # conv 8192 x 4, A_log + dt_bias 2 x 32, norm 128, 2 layer norms) + 12 gated GQA (q 2048 x 16 x 256 x 2,
+    # k, v 2048 x 2 x 256, o 4096 x 2048, 2 norms + q/k norms 2 x 256); each MoE: 513 experts
+    # x 3 x 2048 x 512 + gate 512 x 2048 + 512 bias; final norm + embedding and head 2 x 151936 x 2048
+    "qwen3-next-80b-a3b": 36 * (2048 * 12288 + 2048 * 64 + 4096 * 2048 + 8192 * 4 + 64 + 128 + 2 * 2048)
+    + 12 * (2048 * 8192 + 2 * 2048 * 512 + 4096 * 2048 + 2 * 2048 + 2 * 256)
+    + 48 * (513 * 3 * 2048 * 512 + 512 * 2048 + 512) + 2048 + 2 * 151936 * 2048,
+    # 36 x (q, k, v, o: 2880 x (64 + 8 + 8 + 64) x 64, 2 norms, 64 sinks; 128 experts x 3 x 2880 x 2880
+    # + gate 128 x 2880 + 128 bias) + final norm + 2 x 201088 x 2880
+    "gpt-oss-120b": 36 * (2880 * 144 * 64 + 2 * 2880 + 64 + 128 * 3 * 2880 * 2880 + 128 * 2880 + 128)
+    + 2880 + 2 * 201088 * 2880,
+})
 
 
 @pytest.mark.parametrize("name", HAND_TOTAL)
@@ -312,6 +344,9 @@ KV_BF16 = {  # bytes per token, all layers, BF16
     "deepseek-v3": (512 + 64) * 61 * 2,  # MLA latent + RoPE key x layers x 2 B = 70,272
     "kimi-k2": (512 + 64) * 61 * 2,  # same latent as DeepSeek-V3 despite half the heads
     "deepseek-v2-lite": (512 + 64) * 27 * 2,  # 31,104: the same latent, 27 layers
+    "deepseek-v3.2": ((512 + 64) * 2 + 128 + 4) * 61,  # + the indexer's FP8 key and scale: 78,324 (§3.1)
+    "qwen3-next-80b-a3b": 2 * 2 * 256 * 12 * 2,  # the 12 full layers only: 24,576 (§3.2; + a fixed state)
+    "gpt-oss-120b": 2 * 8 * 64 * 18 * 2,  # the 18 full layers only: 36,864 (§3.4; + at most 128 tokens)
 }
 
 
@@ -333,7 +368,7 @@ def _inert(raw, key):
 
 
 def _mutations(raw):
-    fam = "mla" if raw["model_type"] in ("deepseek_v2", "deepseek_v3", "kimi_k2") else raw["model_type"]
+    fam = "mla" if raw["model_type"] in ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32") else raw["model_type"]
     ignored = IGNORED.keys() | FAMILY_IGNORED.get(fam, {}).keys()
     for k, v in raw.items():
         if k in ignored or k == "model_type" or _inert(raw, k):
@@ -418,19 +453,56 @@ def _one_error_line(result, *needles):
         assert n in lines[0], (n, lines[0])
 
 
-@pytest.mark.parametrize("file", NOT_YET)
-def test_architectures_not_modelled_yet(cli, file):
-    """DeepSeek-V3.2's sparse attention, Qwen3-Next's linear attention and gpt-oss's windows: one
-    line naming what is not modelled, from every command that reads a model (never an import as
-    DeepSeek-V3, Qwen3-MoE or Mixtral)."""
-    model_type, what = NOT_YET[file]
-    path = CONFIGS / file
-    for argv in (("model", "import", path), ("model", "show", path),
-                 ("predict", "decode", "--model", path, "-f", "json")):
-        _one_error_line(cli(*argv), str(path), f'model_type "{model_type}" is not supported', what)
-    with pytest.raises(SpecError) as e:
-        import_hf_config(_raw(file), None, "test")
-    assert UNSUPPORTED[model_type] in str(e.value)
+def test_new_families_import_their_attention(models):
+    """DeepSeek-V3.2, Qwen3-Next and gpt-oss import as their own architectures (never as
+    DeepSeek-V3, Qwen3-MoE or Mixtral): the indexer, the layer pattern, the linear layers, the
+    window and sinks, MXFP4 experts."""
+    v32, q3n, oss = (models[n] for n in ("deepseek-v3.2", "qwen3-next-80b-a3b", "gpt-oss-120b"))
+    assert v32.attention.type == "dsa" and (v32.attention.indexer.heads, v32.attention.indexer.head_dim,
+                                            v32.attention.indexer.topk) == (64, 128, 2048)
+    assert v32.precision.indexer == "fp8"
+    assert q3n.layer_pattern == ["linear", "linear", "linear", "full"] and q3n.attention.output_gate
+    la = q3n.linear_attention
+    assert (la.key_heads, la.value_heads, la.key_head_dim, la.value_head_dim, la.conv_kernel) == (16, 32, 128, 128, 4)
+    assert (q3n.moe.routed_experts, q3n.moe.experts_per_token, q3n.moe.shared_experts) == (512, 10, 1)
+    assert oss.layer_pattern == ["window", "full"] and oss.attention.sliding_window == 128 and oss.attention.sinks
+    assert oss.precision.expert_weights == "fp4" and oss.precision.matmul == "bf16"
+    assert (oss.moe.routed_experts, oss.moe.experts_per_token, oss.moe.shared_experts) == (128, 4, 0)
+
+
+def test_layer_types_decide_the_pattern():
+    raw = _raw("qwen3-next-80b-a3b-thinking.json")
+    types = ["linear_attention", "full_attention"] * 24
+    model, unmapped = import_hf_config({**raw, "layer_types": types}, "x", "test")
+    assert model["layer_pattern"] == ["linear", "full"] and unmapped == []
+    oss = _raw("gpt-oss-120b.json")
+    model, _ = import_hf_config({**oss, "layer_types": ["full_attention"] * 36}, "x", "test")
+    assert model["layer_pattern"] == ["full"] and "sliding_window" not in model["attention"]
+    # without layer_types gpt-oss alternates (transformers' default), Qwen3-Next follows the interval
+    model, _ = import_hf_config({k: v for k, v in oss.items() if k != "layer_types"}, "x", "test")
+    assert model["layer_pattern"] == ["window", "full"]
+    model, _ = import_hf_config({**raw, "full_attention_interval": 2}, "x", "test")
+    assert model["layer_pattern"] == ["linear", "full"]
+    # an interval that does not divide the layers: one entry per layer (layers 5, 10, ..., 45 full)
+    model, _ = import_hf_config({**raw, "full_attention_interval": 5}, "x", "test")
+    assert len(model["layer_pattern"]) == 48 and model["layer_pattern"].count("full") == 9
+
+
+@pytest.mark.parametrize("file, change, needles", [
+    ("gpt-oss-120b.json", {"layer_types": ["sliding_attention"] * 35}, ["'layer_types'", "36 attention type names"]),
+    ("gpt-oss-120b.json", {"layer_types": ["linear_attention"] * 36}, ["'layer_types'", "linear_attention", "gpt_oss"]),
+    ("deepseek-v3.2.json", {"index_topk": "many"}, ["'index_topk'", "integer"]),
+])
+def test_bad_new_family_fields_are_one_line(cli, tmp_path, file, change, needles):
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps({**_raw(file), **change}))
+    _one_error_line(cli("model", "import", bad), str(bad), *needles)
+
+
+def test_unsupported_quantization_of_the_new_families_is_named():
+    model, unmapped = import_hf_config({**_raw("gpt-oss-120b.json"), "quantization_config": {
+        "quant_method": "mxfp4", "modules_to_not_convert": ["lm_head"]}}, "x", "test")
+    assert model["precision"]["expert_weights"] == "fp4" and len(unmapped) == 1 and "modules_to_not_convert" in unmapped[0]
 
 
 def test_import_not_json(cli, tmp_path):

@@ -1,5 +1,5 @@
-"""Per-operator work of DeepSeek-R1 on one die: FLOPs, HBM bytes, network bytes and
-messages, engine (docs/model.md §1-§4). Each builder takes the model view ``m``, the
+"""Per-operator work of a model on one die (DeepSeek-R1 the running example): FLOPs, HBM
+bytes, network bytes and messages, engine (docs/model.md §1-§4). Each builder takes the model view ``m``, the
 hardware view ``hw`` and per-die, per-microbatch token counts (scalars or grid arrays) and
 returns :class:`~cmperf.cost.roofline.Op` records; the schedules (cmperf.schedule) decide
 which stream runs them and how they overlap.
@@ -29,6 +29,8 @@ class Bytes:
     emb: float
     expert: float  # the experts' compute dtype: their activations and dispatched tokens
     expert_weight: float  # expert weights as stored
+    indexer: float = 2.0  # a DSA indexer's queries and cached keys
+    state: float = 0.0  # a linear layer's state element
 
     @classmethod
     def of(cls, m) -> "Bytes":
@@ -38,7 +40,9 @@ class Bytes:
         return cls(weight=dtype_bytes(weights), act=dtype_bytes(p.matmul), hidden=dtype_bytes(p.hidden),
                    attn=dtype_bytes(p.attention), kv=dtype_bytes(p.kv_cache), head=dtype_bytes(p.head),
                    emb=dtype_bytes(p.embedding), expert=dtype_bytes(experts_dtype(m)),
-                   expert_weight=dtype_bytes(expert_weights))
+                   expert_weight=dtype_bytes(expert_weights),
+                   indexer=dtype_bytes(getattr(p, "indexer", None) or p.attention),
+                   state=arch.STATE_DTYPE_BYTES[m.linear_attention.state_dtype] if getattr(m, "linear_attention", None) else 0.0)
 
 
 def experts_dtype(m) -> str:
@@ -60,6 +64,13 @@ VEC_RESIDUAL = 1
 VEC_COMBINE = 2  # multiply by routing weight and accumulate
 VEC_ROUTING = 10  # sigmoid, bias, group top-k, top-k, normalise, per expert score
 VEC_SAMPLING = 3  # softmax / argmax over the vocabulary, per logit
+VEC_LAYERNORM = 5  # RMSNorm's four and the mean subtracted
+VEC_GATE = 4  # sigmoid (exp, add, divide) and the multiply: an output gate per element
+VEC_SILU = 4  # x sigmoid(x): exp, add, divide, multiply
+VEC_GATES = 10  # a linear layer's decay -exp(A) softplus(a + dt_bias) and beta = sigmoid(b), per value head
+VEC_DELTA = 4  # per state element and token: the decay multiply and three FMAs (k^T S, the rank-1 update, q^T S)
+VEC_INDEX_SCORE = 3  # per indexer head and (query, key) pair: ReLU, the head's weight, the sum over heads
+VEC_TOPK = 8  # per score: a radix select of FP32 keys in four 8-bit passes, each a read and a histogram add
 
 
 # --------------------------------------------------------------------------- messages
@@ -163,26 +174,49 @@ def swiglu_activation_bytes(m, rows, intermediate, act=None) -> object:
 # --------------------------------------------------------------------------- attention
 def kv_shards(m, tp) -> np.ndarray:
     """How many ways tensor parallelism splits a token's KV cache: by KV head, up to the
-    number of KV heads (GQA); not at all for MLA's single latent."""
+    number of KV heads (GQA); not at all for MLA's single latent (nor DSA's indexer key)."""
     tp = np.asarray(tp, dtype=float)
     return np.minimum(tp, m.attention.num_kv_heads) if not arch.is_mla(m) else np.ones_like(tp)
 
 
-def attention_decode_ops(m, T, R, L, tp=1.0) -> list[Op]:
-    """Decode attention for ``T`` tokens of ``R`` requests with ``L`` cached tokens each,
-    heads split ``tp`` ways (docs/model.md §2.1): prolog (projections, RoPE, cache write),
-    the attention core over the cache, output projection; with ``tp`` > 1 the per-die work
-    is 1/tp of the heads for the whole TP group's tokens."""
-    return _mla_decode_ops(m, T, R, L, tp) if arch.is_mla(m) else _gqa_decode_ops(m, T, R, L, tp)
+def state_shards(m, tp) -> np.ndarray:
+    """How many ways tensor parallelism splits a linear layer's heads and state: by key head
+    (with the value heads it serves), up to the number of key heads; beyond, replicated."""
+    tp = np.asarray(tp, dtype=float)
+    return np.minimum(tp, m.linear_attention.key_heads) if m.linear_attention is not None else np.ones_like(tp)
 
 
-def attention_prefill_ops(m, T, P, tp, tier: str = "ub", cached=0.0) -> list[Op]:
-    """Prefill attention for ``T`` computed tokens of prompts of length ``P`` whose first
-    ``cached`` tokens' KV come from the context cache, hybrid SP -> TP(``tp``) -> SP (paper
-    §4.3.1, docs/model.md §2.2, §9.5). Returns, in order: pre-projection, all-gather,
-    projections + FlashAttention, all-to-all, output projection."""
-    build = _mla_prefill_ops if arch.is_mla(m) else _gqa_prefill_ops
-    return build(m, T, P, tp, tier, np.asarray(cached, dtype=float))
+def attention_decode_ops(m, T, R, L, tp=1.0, kind: str = "full") -> list[Op]:
+    """Decode attention of one layer of ``kind`` (docs/model.md §2.1, §2.5-§2.8) for ``T``
+    tokens of ``R`` requests with ``L`` cached tokens each, heads split ``tp`` ways: prolog
+    (projections, RoPE, cache write), the attention core over the cache, output projection;
+    with ``tp`` > 1 the per-die work is 1/tp of the heads for the whole TP group's tokens.
+    ``full``: MLA, DSA (the indexer's ops after the output projection) or GQA over all ``L``
+    tokens; ``window``: GQA over the last ``sliding_window``; ``linear``: a Gated DeltaNet
+    step. The core is always the second op (cmperf/schedule/kernels.py replays it)."""
+    if kind == "linear":
+        return _deltanet_decode_ops(m, T, R, tp)
+    if arch.is_dsa(m):
+        return _dsa_decode_ops(m, T, R, L, tp)
+    if arch.is_mla(m):
+        return _mla_decode_ops(m, T, R, L, tp)
+    return _gqa_decode_ops(m, T, R, L, tp, window=kind == "window")
+
+
+def attention_prefill_ops(m, T, P, tp, tier: str = "ub", cached=0.0, kind: str = "full") -> list[Op]:
+    """Prefill attention of one layer of ``kind`` for ``T`` computed tokens of prompts of
+    length ``P`` whose first ``cached`` tokens' KV come from the context cache, hybrid SP ->
+    TP(``tp``) -> SP (paper §4.3.1, docs/model.md §2.2, §2.5-§2.8, §9.5). Returns, in order:
+    the SP ops on each die's own tokens, the all-gather, the TP ops (projections and the
+    core), the all-to-all, the output projection: the collectives are the ops with a tier."""
+    cached = np.asarray(cached, dtype=float)
+    if kind == "linear":
+        return _deltanet_prefill_ops(m, T, P, tp, tier, cached)
+    if arch.is_dsa(m):
+        return _dsa_prefill_ops(m, T, P, tp, tier, cached)
+    if arch.is_mla(m):
+        return _mla_prefill_ops(m, T, P, tp, tier, cached)
+    return _gqa_prefill_ops(m, T, P, tp, tier, cached, window=kind == "window")
 
 
 def attended_tokens(P, cached) -> np.ndarray:
@@ -190,6 +224,19 @@ def attended_tokens(P, cached) -> np.ndarray:
     the ``P - cached`` new tokens, itself and those before it: cached + (P - cached + 1) / 2."""
     P, cached = np.asarray(P, dtype=float), np.asarray(cached, dtype=float)
     return cached + (P - cached + 1) / 2
+
+
+def capped_tokens(P, cached, cap) -> np.ndarray:
+    """Mean keys a computed prompt token attends when each attends at most ``cap`` (a window,
+    a DSA top-k): the token at position i (1-based) attends min(i, cap), averaged over
+    i = cached + 1 ... P, with S(n) = sum of min(i, cap) for i <= n = n (n + 1) / 2 up to the
+    cap and cap (cap + 1) / 2 + (n - cap) cap beyond: (S(P) - S(cached)) / (P - cached)."""
+    P, cached, cap = (np.asarray(x, dtype=float) for x in (P, cached, cap))
+
+    def S(n):
+        return np.where(n <= cap, n * (n + 1) / 2, cap * (cap + 1) / 2 + (n - cap) * cap)
+
+    return (S(P) - S(cached)) / (P - cached)
 
 
 def cached_rows(T, P, cached) -> np.ndarray:
@@ -202,9 +249,11 @@ def _mla_q_weights(m, w) -> int:
     return w["q_b"] if "q_b" in w else w["q"]
 
 
-def _mla_decode_ops(m, T, R, L, tp) -> list[Op]:
+def _mla_decode_ops(m, T, R, L, tp, selected=None) -> list[Op]:
     """Absorbed MLA (MLAProlog, FusedAttention over the latent cache, O-proj). The latent is
-    one per token, so every die of a TP group reads all of its requests' caches."""
+    one per token, so every die of a TP group reads all of its requests' caches. With
+    ``selected`` (DSA, :func:`_dsa_decode_ops`) the core attends that many keys per query
+    token, each query token gathering its own selection's latents."""
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
     w = arch.attention_weights(m)
     tp = np.asarray(tp, dtype=float)
@@ -227,11 +276,13 @@ def _mla_decode_ops(m, T, R, L, tp) -> list[Op]:
         hbm_bytes=prolog_w * b.weight + T * h * b.hidden + T * H * lat * b.attn + T * lat * b.kv,
         weight_bytes=prolog_w * b.weight,
     )
+    keys = L if selected is None else selected
+    cache = R * L * lat * b.kv if selected is None else T * selected * (lat * b.kv + INDEX_B)
     core = Op(
-        "attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
-        flops=2 * T * H * (lat + a.kv_lora_rank) * L,
-        vector_ops=VEC_SOFTMAX * T * H * L, chained=True,
-        hbm_bytes=R * L * lat * b.kv + T * H * (lat + a.kv_lora_rank) * b.attn,
+        "attention_core" if selected is None else "sparse_attention_core", "cube", flop_kind="attention",
+        dtype=m.precision.attention, flops=2 * T * H * (lat + a.kv_lora_rank) * keys,
+        vector_ops=VEC_SOFTMAX * T * H * keys, chained=True,
+        hbm_bytes=cache + T * H * (lat + a.kv_lora_rank) * b.attn,
     )
     o_vec = (VEC_QUANT * H * a.kv_lora_rank + VEC_DEQUANT * H * a.v_head_dim + VEC_QUANT * H * a.v_head_dim
              + VEC_DEQUANT * h + VEC_RESIDUAL * h)
@@ -245,31 +296,194 @@ def _mla_decode_ops(m, T, R, L, tp) -> list[Op]:
     return [prolog, core, o_proj]
 
 
-def _gqa_decode_ops(m, T, R, L, tp) -> list[Op]:
+# --------------------------------------------------------------------------- DSA
+INDEX_B = 4  # one selected key's index (int32) the sparse core reads per query token
+
+
+def indexer_runs(m, L) -> np.ndarray:
+    """1 where the indexer scores and selects (more cached keys than its top-k), 0 where the
+    top-k would keep every key and kernels skip it (TRT-DSV32's short-sequence fast path)."""
+    return np.where(np.asarray(L, dtype=float) > m.attention.indexer.topk, 1.0, 0.0)
+
+
+def _indexer_proj_op(m, T, queries: bool = True, keys: bool = True, name: str = "indexer_proj") -> Op:
+    """The lightning indexer's projections for ``T`` tokens (docs/model.md §2.6): with
+    ``queries``, its queries from the MLA query latent (idx_q: r_q -> heads x head dim); with
+    ``keys``, its key and per-head weights from the hidden state (idx_k, idx_w), the key
+    through LayerNorm and written to the indexer cache. RoPE on the rope dims, a Hadamard
+    rotation (log2 d butterflies per element) and the cast to the indexer dtype of queries
+    and keys. The weights are read whole: the indexer is not split by tensor parallelism
+    (TRT-DSV32)."""
+    b, ix, h = Bytes.of(m), m.attention.indexer, m.hidden_size
+    w = arch.attention_weights(m)
+    r_q, d, n, rope = m.attention.q_lora_rank, ix.head_dim, ix.heads, m.attention.qk_rope_head_dim
+    q, kw = float(queries), float(keys)
+    weights = q * w["idx_q"] + kw * (w["idx_k"] + w["idx_w"])
+    rotate = (float(np.log2(d)) + VEC_QUANT) * d
+    vec = q * n * (VEC_ROPE * rope + rotate) + kw * (VEC_LAYERNORM * d + VEC_ROPE * rope + rotate)
+    gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
+    gemms = ((gm(T, n * d, r_q),) if queries else ()) + ((gm(T, d + n, h),) if keys else ())
+    return Op(name, "cube", dtype=m.precision.matmul, vector_ops=T * vec, flops=2 * T * weights,
+              gemm=gemms, outputs=2 * T * (q * n * d + kw * (d + n)),
+              hbm_bytes=(weights * b.weight + T * q * (r_q * b.hidden + n * d * b.indexer)
+                         + T * kw * (h * b.hidden + arch.indexer_key_B(m, b.indexer) + n * 4)),
+              weight_bytes=weights * b.weight)
+
+
+def _indexer_select_ops(m, Q, keys, key_rows, runs) -> list[Op]:
+    """Scores and top-k of the lightning indexer (docs/model.md §2.6) for ``Q`` query tokens
+    over ``keys`` cached keys each, reading ``key_rows`` cached indexer keys (a request's
+    keys once however many of its tokens score them); nothing where ``runs`` is 0.
+
+    indexer_scores: 2 x heads x head dim FLOPs per (query, key) pair in the indexer dtype,
+    then ReLU, the per-head weight and the sum over heads on the vector cores
+    (VEC_INDEX_SCORE per head and pair); the score matrix (FP32) written to HBM.
+    topk_select: the scores read back and a radix select of the top-k (VEC_TOPK per score),
+    the indices written."""
+    b, ix = Bytes.of(m), m.attention.indexer
+    Q, keys, runs = (np.asarray(x, dtype=float) for x in (Q, keys, runs))
+    pairs = Q * keys * runs
+    dt = m.precision.indexer or m.precision.attention
+    scores = Op("indexer_scores", "cube", flop_kind="attention", dtype=dt, chained=True,
+                flops=2 * ix.heads * ix.head_dim * pairs, vector_ops=VEC_INDEX_SCORE * ix.heads * pairs,
+                hbm_bytes=runs * (np.asarray(key_rows, dtype=float) * arch.indexer_key_B(m, b.indexer)
+                                  + Q * ix.heads * (ix.head_dim * b.indexer + 4)) + pairs * 4,
+                launches=runs)
+    topk = Op("topk_select", "vector", flop_kind="attention", vector_ops=VEC_TOPK * pairs,
+              hbm_bytes=pairs * 4 + runs * Q * ix.topk * INDEX_B, launches=runs)
+    return [scores, topk]
+
+
+def _dsa_decode_ops(m, T, R, L, tp) -> list[Op]:
+    """DSA decode (docs/model.md §2.6): absorbed MLA whose core attends min(top-k, L) keys per
+    query token, then the indexer that chose them: its projections, its scores over all ``L``
+    cached keys and the top-k selection (skipped where ``L`` <= top-k). The indexer runs on
+    every die of a TP group for the group's ``T`` tokens."""
+    selected = np.minimum(np.asarray(L, dtype=float), m.attention.indexer.topk)
+    prolog, core, o_proj = _mla_decode_ops(m, T, R, L, tp, selected=selected)
+    runs = indexer_runs(m, L)
+    return [prolog, core, o_proj, _indexer_proj_op(m, T),
+            *_indexer_select_ops(m, T, L, np.asarray(R, dtype=float) * L, runs)]
+
+
+def _mla_down_gather(m, T, tp, tier, extra_B=0.0) -> tuple[Op, Op, int]:
+    """MLA prefill's SP part: the down-projections on each die's own ``T`` tokens, then the
+    compressed q/kv (and ``extra_B`` more bytes per token) all-gathered in the TP group;
+    also returns the compressed width per token."""
+    b, a, h = Bytes.of(m), m.attention, m.hidden_size
+    w = arch.attention_weights(m)
+    lat = arch.latent_dim(m)
+    tp = np.asarray(tp, dtype=float)
+    r_q = a.q_lora_rank or 0
+    down_w = w.get("q_a", 0) + w["kv_a"]
+    compressed = (r_q or h) + lat  # per token, gathered across the TP group (the hidden state when no q LoRA)
+    down_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * compressed
+                + VEC_RMSNORM * (r_q + a.kv_lora_rank) + VEC_ROPE * a.qk_rope_head_dim)
+    gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
+    down = Op("mla_down", "cube", flops=2 * T * down_w, dtype=m.precision.matmul, vector_ops=T * down_vec,
+              gemm=(gm(T, r_q, h), gm(T, lat, h)) if r_q else gm(T, lat, h),
+              outputs=2 * T * (r_q + lat),
+              hbm_bytes=down_w * b.weight + T * h * b.hidden + T * compressed * b.hidden,
+              weight_bytes=down_w * b.weight)
+    per_token = compressed * b.hidden + extra_B
+    gather = Op("attn_allgather", "dma", launches=1, tier=tier,
+                net_bytes=(tp - 1) * T * per_token, net_messages=0.0,
+                hbm_bytes=tp * T * per_token, sync_group=tp)
+    return down, gather, compressed
+
+
+def _mla_out(m, T, tp, tier) -> tuple[Op, Op]:
+    """MLA prefill's return to SP: the heads' outputs all-to-all back to their tokens, O-proj."""
+    b, a, h = Bytes.of(m), m.attention, m.hidden_size
+    w = arch.attention_weights(m)
+    tp = np.asarray(tp, dtype=float)
+    H = a.num_heads
+    a2a = Op("attn_alltoall", "dma", launches=1, tier=tier,
+             net_bytes=T * (tp - 1) / tp * H * a.v_head_dim * b.hidden, net_messages=0.0,
+             hbm_bytes=T * H * a.v_head_dim * b.hidden, sync_group=tp)
+    o_vec = VEC_QUANT * H * a.v_head_dim + VEC_DEQUANT * h + VEC_RESIDUAL * h
+    o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
+                gemm=Gemm(T, h, H * a.v_head_dim, in_B=b.act, w_B=b.weight, out_B=b.hidden),
+                hbm_bytes=w["o"] * b.weight + T * H * a.v_head_dim * b.attn + T * h * b.hidden,
+                weight_bytes=w["o"] * b.weight)
+    return a2a, o_proj
+
+
+def _dsa_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
+    """DSA prefill in MLA's MQA (absorbed) mode, as DeepSeek-V3.2 and TRT-DSV32 run it (docs/
+    model.md §2.6): the SP down-projections with the indexer's key and weights on each die's
+    own tokens, the all-gather of the compressed q/kv and those indexer outputs, then on 1/tp
+    of the heads for the TP group's tokens: q_b with W_UK absorbed and W_UV (``mla_up``), the
+    indexer's queries, scores over the attended prefix and top-k for all the group's tokens
+    (the indexer is not TP-split), the sparse core over the latent of min(i, top-k) keys per
+    token; the all-to-all back and O-proj. A cached prefix's latent is read as it is (no
+    up-projection: the core attends the latent)."""
+    b, a, ix = Bytes.of(m), m.attention, m.attention.indexer
+    w = arch.attention_weights(m)
+    lat, qk = arch.latent_dim(m), arch.qk_head_dim(m)
+    tp = np.asarray(tp, dtype=float)
+    P = np.asarray(P, dtype=float)
+    r_q, H = a.q_lora_rank, a.num_heads
+    idx_key = _indexer_proj_op(m, T, queries=False, name="indexer_k_proj")
+    down, gather, _ = _mla_down_gather(m, T, tp, tier, extra_B=arch.indexer_key_B(m, b.indexer) + ix.heads * 4)
+    rows = tp * T  # each die: 1/tp of the heads for the TP group's tokens
+    up_w = w["q_b"] + w["kv_b_k"] + w["kv_b_v"]
+    gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
+    Hd = H / tp
+    up_vec = VEC_QUANT * r_q + VEC_DEQUANT * H * (qk + a.kv_lora_rank + a.v_head_dim) + VEC_ROPE * H * a.qk_rope_head_dim
+    up = Op("mla_up", "cube", flops=2 * T * up_w, dtype=m.precision.matmul, vector_ops=T * up_vec,
+            gemm=(gm(rows, Hd * qk, r_q), gm(rows, a.kv_lora_rank, a.qk_nope_head_dim, groups=Hd),
+                  gm(rows, a.v_head_dim, a.kv_lora_rank, groups=Hd)),
+            outputs=2 * T * H * (qk + a.kv_lora_rank + a.v_head_dim),
+            hbm_bytes=(up_w * b.weight / tp + T * r_q * b.hidden + T * H * (lat + 2 * a.kv_lora_rank + a.v_head_dim) * b.attn
+                       + T * lat * b.kv),
+            weight_bytes=up_w * b.weight / tp)
+    keys = attended_tokens(P, cached)
+    selected = capped_tokens(P, cached, ix.topk)
+    runs = np.where(P > ix.topk, 1.0, 0.0) * np.ones_like(keys)
+    prompt_rows = rows + cached_rows(rows, P, cached)  # every token of the group's prompts, once
+    idx_q = _indexer_proj_op(m, rows, keys=False)
+    scores, topk = _indexer_select_ops(m, rows, keys, prompt_rows, runs)
+    core = Op("sparse_attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
+              flops=2 * T * H * (lat + a.kv_lora_rank) * selected, vector_ops=VEC_SOFTMAX * T * H * selected, chained=True,
+              hbm_bytes=rows * selected * (lat * b.kv + INDEX_B) + T * H * (lat + a.kv_lora_rank) * b.attn)
+    a2a, o_proj = _mla_out(m, T, tp, tier)
+    return [down, idx_key, gather, up, idx_q, scores, topk, core, a2a, o_proj]
+
+
+# --------------------------------------------------------------------------- GQA
+def _gqa_decode_ops(m, T, R, L, tp, window: bool = False) -> list[Op]:
     """GQA: q/k/v projections with RoPE and the cache write, the attention core over the
-    K and V caches, the output projection."""
+    K and V caches (a ``window`` layer: over the last sliding_window tokens), the output
+    projection. Sinks add one score per head to each softmax; an output gate doubles the
+    query projection's outputs and multiplies the attention output by its sigmoid."""
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
     w = arch.attention_weights(m)
     tp = np.asarray(tp, dtype=float)
     shards = kv_shards(m, tp)
     d, H, Hkv = a.head_dim, a.num_heads / tp, a.num_kv_heads / shards
+    Hq = arch.q_width(m) / d / tp  # query heads' outputs, in head widths (2 H with an output gate)
     qkv_w = w["q"] / tp + (w["k"] + w["v"]) / shards
-    qkv_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (H + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d
+    qkv_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (Hq + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d
                + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0))
     gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
     qkv = Op("qkv_proj", "cube", flops=2 * T * qkv_w, dtype=m.precision.matmul, vector_ops=T * qkv_vec,
-             gemm=gm(T, (H + 2 * Hkv) * d, h),
-             outputs=2 * T * (H + 2 * Hkv) * d,
-             hbm_bytes=qkv_w * b.weight + T * h * b.hidden + T * H * d * b.attn + T * 2 * Hkv * d * b.kv,
+             gemm=gm(T, (Hq + 2 * Hkv) * d, h),
+             outputs=2 * T * (Hq + 2 * Hkv) * d,
+             hbm_bytes=qkv_w * b.weight + T * h * b.hidden + T * Hq * d * b.attn + T * 2 * Hkv * d * b.kv,
              weight_bytes=qkv_w * b.weight)
-    core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
-              flops=2 * T * H * 2 * d * L, vector_ops=VEC_SOFTMAX * T * H * L, chained=True,
-              hbm_bytes=R * L * 2 * Hkv * d * b.kv + 2 * T * H * d * b.attn)
+    keys = np.minimum(L, a.sliding_window) if window else L
+    sinks = 1.0 if getattr(a, "sinks", False) else 0.0  # one more logit per head: negligible
+    core = Op("window_attention_core" if window else "attention_core", "cube", flop_kind="attention",
+              dtype=m.precision.attention, flops=2 * T * H * 2 * d * keys,
+              vector_ops=VEC_SOFTMAX * T * H * (keys + sinks), chained=True,
+              hbm_bytes=R * keys * 2 * Hkv * d * b.kv + 2 * T * H * d * b.attn)
     o_w = w["o"] / tp
-    o_vec = VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h
+    gate = Hq - H  # the gate's head widths (0 without one)
+    o_vec = VEC_GATE * gate * d + VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h
     o_proj = Op("o_proj", "cube", flops=2 * T * o_w, dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
                 gemm=gm(T, h, H * d),
-                hbm_bytes=o_w * b.weight + T * H * d * b.attn + T * h * b.hidden, weight_bytes=o_w * b.weight)
+                hbm_bytes=o_w * b.weight + T * (H + gate) * d * b.attn + T * h * b.hidden, weight_bytes=o_w * b.weight)
     return [qkv, core, o_proj]
 
 
@@ -288,30 +502,18 @@ def _mla_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
     compressed q/kv all-gathered in the TP group, up-projections and FlashAttention on 1/tp
     of the heads, an all-to-all back to the tokens, O-proj. A cached prefix's latent is read
     from HBM and up-projected to keys and values like the new tokens' (no query)."""
-    b, a, h = Bytes.of(m), m.attention, m.hidden_size
+    b, a = Bytes.of(m), m.attention
     w = arch.attention_weights(m)
     lat, qk = arch.latent_dim(m), arch.qk_head_dim(m)
     tp = np.asarray(tp, dtype=float)
     r_q = a.q_lora_rank or 0
-    down_w = w.get("q_a", 0) + w["kv_a"]
     up_w = w.get("q_b", 0) + w.get("q", 0) + w["kv_b_k"] + w["kv_b_v"]
-    compressed = (r_q or h) + lat  # per token, gathered across the TP group (the hidden state when no q LoRA)
-    H, rope = a.num_heads, a.qk_rope_head_dim
-    down_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * compressed
-                + VEC_RMSNORM * (r_q + a.kv_lora_rank) + VEC_ROPE * rope)
+    down, gather, compressed = _mla_down_gather(m, T, tp, tier)
+    H, rope, h = a.num_heads, a.qk_rope_head_dim, m.hidden_size
     up_vec = (VEC_QUANT * (r_q + a.kv_lora_rank) + VEC_DEQUANT * H * (qk + a.qk_nope_head_dim + a.v_head_dim)
               + VEC_ROPE * H * rope)
-    o_vec = VEC_QUANT * H * a.v_head_dim + VEC_DEQUANT * h + VEC_RESIDUAL * h
     gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
     Hd, rows = H / tp, tp * T  # each die: 1/tp of the heads for the TP group's tokens
-    down = Op("mla_down", "cube", flops=2 * T * down_w, dtype=m.precision.matmul, vector_ops=T * down_vec,
-              gemm=(gm(T, r_q, h), gm(T, lat, h)) if r_q else gm(T, lat, h),
-              outputs=2 * T * (r_q + lat),
-              hbm_bytes=down_w * b.weight + T * h * b.hidden + T * compressed * b.hidden,
-              weight_bytes=down_w * b.weight)
-    gather = Op("attn_allgather", "dma", launches=1, tier=tier,
-                net_bytes=(tp - 1) * T * compressed * b.hidden, net_messages=0.0,
-                hbm_bytes=tp * T * compressed * b.hidden, sync_group=tp)
     C = cached_rows(T, P, cached)  # prefix tokens: keys and values only
     prefix = _prefix_kv_up(m, C, tp)
     up = Op("mla_up", "cube", flops=2 * T * up_w + prefix["flops"], dtype=m.precision.matmul, vector_ops=T * up_vec,
@@ -326,13 +528,7 @@ def _mla_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
               flops=2 * T * H * (qk + a.v_head_dim) * keys,
               vector_ops=VEC_SOFTMAX * T * H * keys, chained=True,
               hbm_bytes=T * H * (2 * qk + 2 * a.v_head_dim) * b.attn + T * lat * b.kv + C * H * (qk + a.v_head_dim) * b.attn)
-    a2a = Op("attn_alltoall", "dma", launches=1, tier=tier,
-             net_bytes=T * (tp - 1) / tp * H * a.v_head_dim * b.hidden, net_messages=0.0,
-             hbm_bytes=T * H * a.v_head_dim * b.hidden, sync_group=tp)
-    o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
-                gemm=gm(T, h, H * a.v_head_dim),
-                hbm_bytes=w["o"] * b.weight + T * H * a.v_head_dim * b.attn + T * h * b.hidden,
-                weight_bytes=w["o"] * b.weight)
+    a2a, o_proj = _mla_out(m, T, tp, tier)
     return [down, gather, up, core, a2a, o_proj]
 
 
@@ -352,68 +548,192 @@ def _prefix_kv_up(m, C, tp) -> dict:
             "hbm_bytes": C * lat * b.kv + C * a.num_heads * (qk + a.v_head_dim) * b.attn}
 
 
-def chunk_attention_ops(m, T, P, k, tp=1.0) -> list[Op]:
+def chunk_attention_ops(m, T, P, k, tp=1.0, kind: str = "full") -> list[Op]:
     """The attention ``T`` prompt tokens per die add to the decode iteration they share (a
     co-located instance's chunked prefill, docs/model.md §9.4), in chunks of ``k`` tokens of
-    ``P``-token prompts; ``tp``: the decode TP group (work per die as for all heads of its
-    own tokens).
+    ``P``-token prompts, on a layer of ``kind``; ``tp``: the decode TP group (work per die as
+    for all heads of its own tokens).
 
     A chunk at offset o attends the o tokens before it and, causally, itself. Averaged over
     a prompt's chunks o = (P - k)/2, so it is the prefill attention of a prompt of
     (P + k)/2 tokens whose first (P - k)/2 are cached: (P + 1)/2 keys per token, the
-    prefix's KV read back (MLA: its latent up-projected to keys and values again). Only that
-    work: the chunk's own projections run in the decode ops over decode + chunk tokens, one
+    prefix's KV read back (MLA: its latent up-projected to keys and values again; a window
+    layer: the prefix's last window; a linear layer: its state). Only that work (the ops
+    whose cost depends on the context: the core, DSA's indexer scores and top-k, the linear
+    scan): the chunk's own projections run in the decode ops over decode + chunk tokens, one
     GEMM each, so the weights are read once. Nothing (no launch either) where ``T`` is 0."""
     T = np.asarray(T, dtype=float)
     P = np.asarray(P, dtype=float)
     k = np.asarray(k, dtype=float)
     k = np.where(k > 0, np.minimum(k, P), P)  # no chunk: any k; P keeps the terms finite
     cached = (P - k) / 2
-    ops = attention_prefill_ops(m, T, cached + k, tp, cached=cached)
-    core = next(o for o in ops if o.flop_kind == "attention")
-    out = [replace(core, name="chunk_attention", launches=np.where(T > 0, core.launches, 0.0))]
-    if arch.is_mla(m):
+    ops = attention_prefill_ops(m, T, cached + k, tp, cached=cached, kind=kind)
+    out = [replace(o, name="chunk_attention" if o.name == "attention_core" else f"chunk_{o.name}",
+                   launches=np.where(T > 0, o.launches, 0.0)) for o in ops if o.flop_kind == "attention"]
+    if arch.is_mla(m) and not arch.is_dsa(m) and kind == "full":
         C = cached_rows(T, cached + k, cached)
         out.insert(0, Op("chunk_prefix_up", "cube", dtype=m.precision.matmul, launches=np.where(C > 0, 1.0, 0.0),
                          **_prefix_kv_up(m, C, tp)))
     return out
 
 
-def _gqa_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
+def _hidden_gather(m, T, tp, tier) -> tuple[Op, Op]:
+    """GQA's and a linear layer's prefill SP part: RMSNorm and quantisation of each die's own
+    ``T`` tokens, then the normed hidden states all-gathered in the TP group."""
+    b, h = Bytes.of(m), m.hidden_size
+    tp = np.asarray(tp, dtype=float)
+    down = Op("attn_norm", "vector", vector_ops=T * (VEC_RMSNORM * h + VEC_QUANT * h),
+              hbm_bytes=T * h * b.hidden + T * h * b.act)
+    gather = Op("attn_allgather", "dma", launches=1, tier=tier, net_bytes=(tp - 1) * T * h * b.act,
+                hbm_bytes=tp * T * h * b.act, sync_group=tp)
+    return down, gather
+
+
+def _gqa_prefill_ops(m, T, P, tp, tier, cached, window: bool = False) -> list[Op]:
     """GQA prefill, the same SP -> TP -> SP shape: the normed hidden states all-gathered in
     the TP group, q/k/v projections and FlashAttention on 1/tp of the heads, an all-to-all
-    back to the tokens, the output projection. A cached prefix's K and V are read from HBM."""
+    back to the tokens, the output projection. A cached prefix's K and V are read from HBM
+    (a ``window`` layer: at most its last window, and each token attends min(i, window))."""
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
     w = arch.attention_weights(m)
     tp = np.asarray(tp, dtype=float)
     shards = kv_shards(m, tp)
     d, H, Hkv = a.head_dim, a.num_heads, a.num_kv_heads
+    Hq = arch.q_width(m) / d
     P = np.asarray(P, dtype=float)
     # per die: 1/tp of the q heads and 1/shards of the kv heads for all tp x T tokens of the group
     qkv_w = w["q"] / tp + (w["k"] + w["v"]) / shards
     qkv_flops = 2 * T * tp * qkv_w
-    down = Op("attn_norm", "vector", vector_ops=T * (VEC_RMSNORM * h + VEC_QUANT * h),
-              hbm_bytes=T * h * b.hidden + T * h * b.act)
-    gather = Op("attn_allgather", "dma", launches=1, tier=tier, net_bytes=(tp - 1) * T * h * b.act,
-                hbm_bytes=tp * T * h * b.act, sync_group=tp)
-    qkv_vec = VEC_DEQUANT * (H + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0)
+    down, gather = _hidden_gather(m, T, tp, tier)
+    qkv_vec = VEC_DEQUANT * (Hq + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0)
     gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
     up = Op("qkv_proj", "cube", flops=qkv_flops, dtype=m.precision.matmul, vector_ops=T * qkv_vec,
-            gemm=gm(tp * T, (H / tp + 2 * Hkv / shards) * d, h),
-            outputs=2 * T * tp * (H / tp + 2 * Hkv / shards) * d,
-            hbm_bytes=qkv_w * b.weight + tp * T * h * b.act + T * (H + 2 * Hkv) * d * b.attn + T * 2 * Hkv * d * b.kv,
+            gemm=gm(tp * T, (Hq / tp + 2 * Hkv / shards) * d, h),
+            outputs=2 * T * tp * (Hq / tp + 2 * Hkv / shards) * d,
+            hbm_bytes=qkv_w * b.weight + tp * T * h * b.act + T * (Hq + 2 * Hkv) * d * b.attn + T * 2 * Hkv * d * b.kv,
             weight_bytes=qkv_w * b.weight)
-    keys = attended_tokens(P, cached)
-    core = Op("attention_core", "cube", flop_kind="attention", dtype=m.precision.attention,
-              flops=2 * T * H * 2 * d * keys, vector_ops=VEC_SOFTMAX * T * H * keys, chained=True,
-              hbm_bytes=T * (H + 2 * Hkv) * d * b.attn + T * H * d * b.attn + cached_rows(T, P, cached) * tp / shards * 2 * Hkv * d * b.kv)
+    prefix = cached_rows(T, P, cached)
+    if window:
+        keys = capped_tokens(P, cached, a.sliding_window)
+        prefix = prefix * np.minimum(cached, a.sliding_window) / np.where(cached > 0, cached, 1.0)
+    else:
+        keys = attended_tokens(P, cached)
+    sinks = 1.0 if getattr(a, "sinks", False) else 0.0
+    core = Op("window_attention_core" if window else "attention_core", "cube", flop_kind="attention",
+              dtype=m.precision.attention, flops=2 * T * H * 2 * d * keys, vector_ops=VEC_SOFTMAX * T * H * (keys + sinks),
+              chained=True,
+              hbm_bytes=T * (H + 2 * Hkv) * d * b.attn + T * H * d * b.attn + prefix * tp / shards * 2 * Hkv * d * b.kv)
     a2a = Op("attn_alltoall", "dma", launches=1, tier=tier, net_bytes=T * (tp - 1) / tp * H * d * b.hidden,
              hbm_bytes=T * H * d * b.hidden, sync_group=tp)
-    o_vec = VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h
+    gate = Hq - H
+    o_vec = VEC_GATE * gate * d + VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h
     o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
                 gemm=gm(T, h, H * d),
-                hbm_bytes=w["o"] * b.weight + T * H * d * b.attn + T * h * b.hidden, weight_bytes=w["o"] * b.weight)
+                hbm_bytes=w["o"] * b.weight + T * (H + gate) * d * b.attn + T * h * b.hidden, weight_bytes=w["o"] * b.weight)
     return [down, gather, up, core, a2a, o_proj]
+
+
+# --------------------------------------------------------------------------- linear attention
+DELTANET_CHUNK = 64  # tokens per chunk of the chunkwise (WY) form: FLA's chunk_gated_delta_rule (BT = 64)
+
+
+def deltanet_step_flops(m) -> float:
+    """FLOPs of one token's gated delta-rule step per linear layer, all heads (docs/model.md
+    §2.7): per value head and state element, the decay (1), k^T S (2), the rank-1 update
+    (2) and the read-out q^T S (2): 7 d_k d_v; the conv1d's taps: 2 x kernel per channel."""
+    la = m.linear_attention
+    return 7 * la.value_heads * la.key_head_dim * la.value_head_dim + 2 * la.conv_kernel * arch.linear_dims(m)["conv"]
+
+
+def deltanet_chunk_flops(m, chunk: int = DELTANET_CHUNK) -> float:
+    """FLOPs per token of the chunkwise gated delta rule per linear layer, all heads (docs/
+    model.md §2.7), in multiply-adds x 2, per value head: within a chunk of C tokens the
+    decayed K K^T (C d_k), its triangular inverse (C^2 / 6 per token), the WY factors W and U
+    (C d_k + C d_v), the intra-chunk scores and outputs (C d_k + C d_v); across chunks
+    U - W S, Q S and the state update K^T V' (3 d_k d_v); plus the conv1d (2 x kernel per
+    channel)."""
+    la = m.linear_attention
+    dk, dv, C = la.key_head_dim, la.value_head_dim, float(chunk)
+    per_head = 3 * dk * dv + 3 * C * dk + 2 * C * dv + C * C / 6
+    return 2 * la.value_heads * per_head + 2 * la.conv_kernel * arch.linear_dims(m)["conv"]
+
+
+def _deltanet_vector_ops(m) -> float:
+    """Element operations per token of a linear layer's core besides the state update: the
+    conv1d (kernel taps + SiLU per channel), the L2 norms of q and k, the gates (decay and
+    beta per value head), the gated RMSNorm of the output (RMSNorm + SiLU gate by z)."""
+    la, d = m.linear_attention, arch.linear_dims(m)
+    return ((la.conv_kernel + VEC_SILU) * d["conv"] + VEC_RMSNORM * 2 * d["key"] + VEC_GATES * la.value_heads
+            + (VEC_RMSNORM + VEC_SWIGLU) * d["value"])
+
+
+def _deltanet_proj_ops(m, rows, s, out_rows, out_s) -> tuple[Op, Op]:
+    """A linear layer's input projections (qkvz and ba: ``rows`` tokens on 1/``s`` of the
+    heads) and output projection (``out_rows`` tokens on 1/``out_s`` of the heads)."""
+    b, h, la, d = Bytes.of(m), m.hidden_size, m.linear_attention, arch.linear_dims(m)
+    w = arch.attention_weights(m, "linear")
+    s, out_s = np.asarray(s, dtype=float), np.asarray(out_s, dtype=float)
+    in_w = (w["qkvz"] + w["ba"]) / s
+    width = (d["conv"] + d["value"] + 2 * la.value_heads) / s  # q, k, v, z, beta, decay
+    gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
+    proj = Op("linear_proj", "cube", flops=2 * rows * in_w, dtype=m.precision.matmul,
+              vector_ops=rows * VEC_DEQUANT * width, gemm=gm(rows, width, h), outputs=2 * rows * width,
+              hbm_bytes=in_w * b.weight + rows * h * b.act + rows * width * b.attn, weight_bytes=in_w * b.weight)
+    out_w, value = w["out"] / out_s, d["value"] / out_s
+    out = Op("linear_out", "cube", flops=2 * out_rows * out_w, dtype=m.precision.matmul,
+             vector_ops=out_rows * (VEC_QUANT * value + VEC_DEQUANT * h + VEC_RESIDUAL * h),
+             gemm=gm(out_rows, h, value), outputs=2 * out_rows * h,
+             hbm_bytes=out_w * b.weight + out_rows * value * b.attn + out_rows * h * b.hidden, weight_bytes=out_w * b.weight)
+    return proj, out
+
+
+def _deltanet_decode_ops(m, T, R, tp) -> list[Op]:
+    """A Gated DeltaNet layer's decode step (docs/model.md §2.7) for ``T`` tokens of ``R``
+    requests, its heads split over the TP group (1/s of them, s = min(tp, key heads)): the
+    input projections, the step (conv1d over the conv state, gates, the delta-rule update of
+    each request's state and its read-out, the gated norm; vector work, the state read once
+    per request and written once per token: a draft's state is kept until it is verified),
+    the output projection. Nothing grows with the context."""
+    b, h = Bytes.of(m), m.hidden_size
+    s = state_shards(m, tp)
+    proj, out = _deltanet_proj_ops(m, T, s, T, s)
+    proj = replace(proj, vector_ops=proj.vector_ops + T * (VEC_RMSNORM * h + VEC_QUANT * h),
+                   hbm_bytes=proj.hbm_bytes + T * h * (b.hidden - b.act))
+    la, d = m.linear_attention, arch.linear_dims(m)
+    state = arch.linear_state_B(m) / s  # recurrent + conv state of one request on this die
+    step = Op("linear_attention", "vector", flop_kind="attention", dtype=m.precision.attention,
+              flops=T * deltanet_step_flops(m) / s,
+              vector_ops=T * (VEC_DELTA * la.value_heads * la.key_head_dim * la.value_head_dim + _deltanet_vector_ops(m)) / s,
+              hbm_bytes=(R + T) * state + T * (d["conv"] + 2 * d["value"] + 2 * la.value_heads) / s * b.attn)
+    return [proj, step, out]
+
+
+def _deltanet_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
+    """A Gated DeltaNet layer's prefill (docs/model.md §2.7), the SP -> TP -> SP shape of GQA
+    prefill: the normed hidden states all-gathered in the TP group, the input projections and
+    the chunkwise scan on 1/s of the heads (s = min(tp, key heads)) for the group's tokens,
+    the all-to-all back, the output projection. The scan writes each chunk's state and reads
+    it back (FLA's chunk_gated_delta_rule), reads a cached prefix's state, writes the final
+    one: its cost per token does not depend on the prompt's length."""
+    b, h = Bytes.of(m), m.hidden_size
+    tp = np.asarray(tp, dtype=float)
+    s = state_shards(m, tp)
+    la, d = m.linear_attention, arch.linear_dims(m)
+    rows = tp * T  # the group's tokens; this die's 1/s of the heads
+    down, gather = _hidden_gather(m, T, tp, tier)
+    proj, out = _deltanet_proj_ops(m, rows, s, T, 1.0)
+    prompts = rows / (np.asarray(P, dtype=float) - cached)
+    recurrent = la.value_heads * la.key_head_dim * la.value_head_dim * b.state / s
+    state = arch.linear_state_B(m) / s
+    scan = Op("linear_scan", "cube", flop_kind="attention", dtype=m.precision.attention,
+              flops=rows * deltanet_chunk_flops(m) / s,
+              vector_ops=rows * (_deltanet_vector_ops(m) + 2 * DELTANET_CHUNK * la.value_heads) / s,
+              hbm_bytes=(rows * (3 * d["conv"] + 2 * d["value"] + 2 * la.value_heads) / s * b.attn
+                         + 2 * rows / DELTANET_CHUNK * recurrent
+                         + prompts * (np.where(cached > 0, 1.0, 0.0) + 1) * state))
+    a2a = Op("attn_alltoall", "dma", launches=1, tier=tier, net_bytes=T * (tp - 1) / tp * d["value"] * b.hidden,
+             hbm_bytes=T * d["value"] * b.hidden, sync_group=tp)
+    return [down, gather, proj, scan, a2a, out]
 
 
 # --------------------------------------------------------------------------- MoE
@@ -559,15 +879,19 @@ def mtp_proj_op(m, T) -> Op:
 # --------------------------------------------------------------------------- per-token facts
 def flops_per_token(m, context, phase: str = "decode") -> dict[str, float]:
     """FLOPs one token costs through the main model (no MTP), from the same operator
-    builders the schedules use (docs/model.md §1.3).
+    builders the schedules use (docs/model.md §1.3), each layer by its attention kind.
 
     ``decode``: one new token attending to ``context`` cached tokens (absorbed MLA).
     ``prefill``: the average token of a ``context``-long prompt (causal MHA)."""
     mo = m.moe
-    if phase == "decode":
-        attn = attention_decode_ops(m, 1.0, 1.0, context)
-    else:
-        attn = [o for o in attention_prefill_ops(m, 1.0, context, 1.0) if o.tier is None]
+    attn_core = attn_linear = 0.0
+    for kind, n in arch.layer_counts(m).items():
+        if phase == "decode":
+            attn = attention_decode_ops(m, 1.0, 1.0, context, kind=kind)
+        else:
+            attn = [o for o in attention_prefill_ops(m, 1.0, context, 1.0, kind=kind) if o.tier is None]
+        attn_core += n * sum(float(o.flops) for o in attn if o.flop_kind == "attention")
+        attn_linear += n * sum(float(o.flops) for o in attn if o.flop_kind != "attention")
     n_dense, n_moe = m.first_dense_layers, arch.moe_layers(m)
     moe = 0.0
     if mo is not None:
@@ -576,11 +900,9 @@ def flops_per_token(m, context, phase: str = "decode") -> dict[str, float]:
                               shared_remote=np.asarray(False), remote_routed_fraction=np.asarray(1.0))
         gate, _, experts, _ = moe_ops(m, 1.0, 1.0, one_token)
         moe = float(gate.flops) + float(experts.flops)
-    attn_core = sum(float(o.flops) for o in attn if o.flop_kind == "attention")
-    attn_linear = sum(float(o.flops) for o in attn if o.flop_kind != "attention")
     out = {
-        "attention_core": m.num_layers * attn_core,
-        "attention_projections": m.num_layers * attn_linear,
+        "attention_core": attn_core,
+        "attention_projections": attn_linear,
         "dense_ffn": n_dense * float(dense_ffn_op(m, 1.0).flops) if n_dense else 0.0,
         "moe": n_moe * moe,
         # prefill runs the head on the last prompt token only: amortised over the prompt

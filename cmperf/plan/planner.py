@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from ..cost.arch import kv_bytes_per_token, kv_layers
+from ..cost.arch import kv_cache
 from ..cost.ops import Bytes
 from ..cost.pool import pool_capacity_B, pool_read_s
 from ..errors import ConfigError
@@ -166,7 +166,9 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     hit = workload.prefix_hit
     pool_tokens = None
     if hit > 0:
-        kv_tok = float(kv_bytes_per_token(m, Bytes.of(m).kv, kv_layers(m, 1.0)))
+        # a cached prompt's cache per token (docs/model.md §1.2: a window or a state is per prompt)
+        prompt = max(workload.prompt.mean, 1.0)
+        kv_tok = float(kv_cache(m, Bytes.of(m).kv, 1.0).bytes(prompt)) / prompt
         pool_tokens = pool_capacity_B(hw) / kv_tok
         if working_set_tokens is not None:
             hit = hit * min(1.0, pool_tokens / working_set_tokens)

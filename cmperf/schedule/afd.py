@@ -49,11 +49,12 @@ from dataclasses import fields, replace
 
 import numpy as np
 
+from ..cost import arch
 from ..cost.collectives import route_of
 from ..cost.ops import (Placement, attention_decode_ops, dense_ffn_op, embedding_op, head_op, moe_ops, mtp_proj_op,
                         placement)
 from ..cost.roofline import OpTime
-from .common import Schedule, timed, tokens_per_s_per_tflops, wait_after
+from .common import LayerMix, Schedule, layer_section, timed, tokens_per_s_per_tflops, wait_after
 from .decode import draft_tokens, emitted_tokens
 from .pipeline import Pipeline, Stage, pipeline
 
@@ -87,7 +88,7 @@ class Layer:
     """One MoE layer for one of ``n`` microbatches of an attention die's ``tokens`` tokens
     of ``requests`` requests: the ops of each side and the pipeline of the two pools."""
 
-    def __init__(self, hw, m, g, tokens, requests, n: int):
+    def __init__(self, hw, m, g, tokens, requests, n: int, kind: str = "full"):
         T, R = tokens / n, requests / n
         A, E = np.asarray(g["attention_dies"], dtype=float), np.asarray(g["expert_dies"], dtype=float)
         route, span = route_of(hw, "decode"), A + E  # a transfer's barrier spans both pools
@@ -102,7 +103,7 @@ class Layer:
                        hw.chip.efficiency.matmul_tile_rows)
         self.placement = replace(pl, received_rows=pl.rows, remote_routed_fraction=1.0 + zero, shared_remote=zero == 0)
         _, receive, experts, scatter = moe_ops(m, zero, span, self.placement, route)
-        self.attention = timed(attention_decode_ops(m, T, R, g["kv_len"]) + [gate], hw)
+        self.attention = timed(attention_decode_ops(m, T, R, g["kv_len"], kind=kind) + [gate], hw)
         send_t, gather_t = timed([send, gather], hw)
         receive_t, self.experts, scatter_t = timed([receive, experts, scatter], hw)
         self.a2e = slower(send_t, receive_t, "a2e")
@@ -124,19 +125,24 @@ class Layer:
         return ops + [elsewhere(stage_s - sum(o.time_s for o in ops))]
 
 
-def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, Layer]:
+def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, LayerMix]:
     """Iteration time with ``n`` microbatches across the pools; (time, schedule, the main
-    stack's layer). Dense layers, embedding, LM head and the MTP projections run on the
-    attention dies as one microbatch (the expert dies wait)."""
+    stack's layers: one :class:`Layer` per attention kind). Dense layers, embedding, LM head
+    and the MTP projections run on the attention dies as one microbatch (the expert dies
+    wait)."""
     sched = Schedule()
     R_die = g["batch"] / hw.chip.dies_per_package
     k = draft_tokens(g)
     T_die = R_die * (1 + k)
-    if m.first_dense_layers:
-        ops = attention_decode_ops(m, T_die, R_die, g["kv_len"]) + [dense_ffn_op(m, T_die)]
-        sched.serial("dense_layer", timed(ops, hw), m.first_dense_layers, "sum of all ops on the attention die")
-    main = Layer(hw, m, g, T_die, R_die, n)
-    sched.stack("moe_layer", main.pipe, m.num_layers - m.first_dense_layers, rule=RULE)
+    for kind, count in arch.layer_counts(m, "dense").items():
+        ops = attention_decode_ops(m, T_die, R_die, g["kv_len"], kind=kind) + [dense_ffn_op(m, T_die)]
+        sched.serial(layer_section("dense_layer", kind), timed(ops, hw), count, "sum of all ops on the attention die")
+    counts, parts = arch.layer_counts(m, "moe"), []
+    for kind, count in counts.items():
+        layer = Layer(hw, m, g, T_die, R_die, n, kind)
+        sched.stack(layer_section("moe_layer", kind), layer.pipe, count, rule=RULE, share=count / sum(counts.values()))
+        parts.append((layer, count))
+    main = LayerMix(parts)
     if m.mtp.modules:
         sched.serial("mtp", timed([mtp_proj_op(m, R_die), head_op(m, R_die, "mtp_head")], hw), k,
                      "eh_proj + head on the attention die, once per draft step")
@@ -161,6 +167,10 @@ def afd(hw, m, g) -> dict:
         return np.choose(choice - 1, np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in values)))
 
     layers = [r[2] for r in runs]
+
+    def per_layer(f):  # a per-layer quantity of each microbatch count's run, its layers' mean, picked
+        return pick([x.mean(f) for x in layers])
+
     it = pick(its)
     tpot = it / emitted_tokens(g)
     dpp = hw.chip.dies_per_package
@@ -170,12 +180,12 @@ def afd(hw, m, g) -> dict:
         "microbatches_used": choice,
         "iteration_ms": it * 1e3,
         "tpot_ms": tpot * 1e3,
-        "layer_us": pick([x.pipe.period_s for x in layers]) * 1e6,
-        "attention_stage_us": pick([x.pipe.stages[0].time_s for x in layers]) * 1e6,
-        "expert_stage_us": pick([x.experts.time_s for x in layers]) * 1e6,
-        "transfer_us": pick([x.a2e.time_s + x.e2a.time_s for x in layers]) * 1e6,
-        "barrier_wait_us": pick([x.pipe.wait_s for x in layers]) * 1e6,
-        "expert_rows": pick([x.placement.rows for x in layers]),
+        "layer_us": per_layer(lambda x: x.pipe.period_s) * 1e6,
+        "attention_stage_us": per_layer(lambda x: x.pipe.stages[0].time_s) * 1e6,
+        "expert_stage_us": per_layer(lambda x: x.experts.time_s) * 1e6,
+        "transfer_us": per_layer(lambda x: x.a2e.time_s + x.e2a.time_s) * 1e6,
+        "barrier_wait_us": per_layer(lambda x: x.pipe.wait_s) * 1e6,
+        "expert_rows": per_layer(lambda x: x.placement.rows),
         "tokens_per_iteration": emitted_tokens(g),
         "npus": (g["attention_dies"] + g["expert_dies"]) / dpp,
         "throughput_per_npu": throughput,

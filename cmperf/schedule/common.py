@@ -74,16 +74,48 @@ class Schedule:
         self.parts += [Part(section, "serial", count, o) for o in ops]
         self.sections.append(Section(section, rule, t, count))
 
-    def stack(self, section: str, pipe: Pipeline, layers, repeats=1, rule: str = "") -> None:
+    def stack(self, section: str, pipe: Pipeline, layers, repeats=1, rule: str = "", share=1.0) -> None:
         """Record ``repeats`` runs of a stack of ``layers`` layers through a pipeline: the
-        steady period per layer, then the fill and drain of each run as a section of its own."""
+        steady period per layer, then the fill and drain of each run as a section of its own.
+        ``share``: the stack's share of the layers of a run that interleaves several kinds of
+        layer (hybrid attention): the run fills and drains once, each kind for its share."""
         layers = np.asarray(layers, dtype=float)
         for st in pipe.stages:
             self.parts += [Part(section, st.lane, layers * repeats * pipe.n, o) for o in st.ops]
         run = pipe.total_s(layers)
         self.sections.append(Section(section, rule, pipe.period_s, layers * repeats))
         self.sections.append(Section(f"{section}_fill_drain", "first and last layer of a run beyond the steady state",
-                                     run - layers * pipe.period_s, repeats))
+                                     run - layers * pipe.period_s, np.asarray(repeats, dtype=float) * share))
 
     def total_s(self) -> np.ndarray:
         return sum(np.asarray(s.time_s) * s.count for s in self.sections)
+
+
+def layer_section(base: str, kind: str) -> str:
+    """The section of a layer of attention ``kind``: ``moe_layer`` for full attention (every
+    layer of most models), ``moe_layer_window`` / ``moe_layer_linear`` for the others."""
+    return base if kind == "full" else f"{base}_{kind}"
+
+
+@dataclass
+class LayerMix:
+    """The layers of a stack that mixes attention kinds (docs/model.md §5.1): each kind's
+    pipeline (or AFD layer) and its layer count; a per-layer quantity of the stack is the
+    mean over its layers."""
+
+    parts: list  # (pipeline or layer, layers)
+
+    def mean(self, f) -> np.ndarray:
+        total = sum(n for _, n in self.parts)
+        return sum(np.asarray(f(p), dtype=float) * n for p, n in self.parts) / total
+
+    @property
+    def period_s(self) -> np.ndarray:
+        return self.mean(lambda p: p.period_s)
+
+    @property
+    def wait_s(self) -> np.ndarray:
+        return self.mean(lambda p: p.wait_s)
+
+    def lane_s(self, lane: str) -> np.ndarray:
+        return self.mean(lambda p: p.lane_s(lane))

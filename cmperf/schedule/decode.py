@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cost import arch
 from ..cost.collectives import route_of
 from ..cost.ops import (attention_decode_ops, chunk_attention_ops, dense_ffn_op, embedding_op, head_op, moe_ops,
                         mtp_proj_op, placement, tp_allreduce_op)
 from ..cost.roofline import tier_for_group
-from .common import Part, Schedule, Section, choose, select, timed, tokens_per_s_per_tflops, wait_after
+from .common import (LayerMix, Part, Schedule, Section, choose, layer_section, select, timed, tokens_per_s_per_tflops,
+                     wait_after)
 from .pipeline import Pipeline, Stage, pipeline
 
 LANES = {1: ("serial", "serial"), 2: ("A (attention)", "B (moe)")}
@@ -42,20 +44,21 @@ def comm_shares(hw, n: int, overlap) -> tuple[float, float]:
     return 1.0 - held, np.where(held > 0, held, 1.0)
 
 
-def attention_ops(hw, m, g, T, R, C=0.0) -> list:
-    """Attention of a die's ``T`` tokens of ``R`` requests, heads split over its TP group of
-    ``tp`` dies (each die works on the whole group's tokens), then the group's all-reduce.
+def attention_ops(hw, m, g, T, R, C=0.0, kind: str = "full") -> list:
+    """Attention of a die's ``T`` tokens of ``R`` requests on a layer of ``kind`` (full,
+    window, linear), heads split over its TP group of ``tp`` dies (each die works on the
+    whole group's tokens), then the group's all-reduce.
 
     ``C`` prompt tokens of a co-located chunk (docs/model.md §9.4) join the same pass: they
     go through the same projections (one GEMM over ``T + C`` rows: the weights are read once)
     and add their own attention over their prompts (:func:`chunk_attention_ops`)."""
     tp = g["tp"]
-    ops = attention_decode_ops(m, T * tp, R * tp, g["kv_len"], tp)
+    ops = attention_decode_ops(m, T * tp, R * tp, g["kv_len"], tp, kind)
     C = np.asarray(C, dtype=float)
     if np.any(C > 0):
-        fused = attention_decode_ops(m, (T + C) * tp, R * tp, g["kv_len"], tp)
+        fused = attention_decode_ops(m, (T + C) * tp, R * tp, g["kv_len"], tp, kind)
         ops = [own if own.flop_kind == "attention" else both for own, both in zip(ops, fused)]
-        ops += chunk_attention_ops(m, C, g["prompt_len"], chunk_geometry(hw, g)["chunk"], tp)
+        ops += chunk_attention_ops(m, C, g["prompt_len"], chunk_geometry(hw, g)["chunk"], tp, kind)
     if np.any(np.asarray(tp) > 1):
         ops.append(tp_allreduce_op(m, (T + C) * tp, tp, tier_for_group(hw, tp), "attn_allreduce"))
     return ops
@@ -66,21 +69,20 @@ def chunk_geometry(hw, g) -> dict:
     iteration (``chunk_tokens`` per NPU over the package's dies), taken ``chunk`` = min(tokens,
     P) at a time from P-token prompts, so ``in_flight`` = tokens / chunk prompts are being
     filled and ``prompts`` = tokens / P finish per iteration. The KV they hold: a prompt
-    filled chunk by chunk holds (P + chunk)/2 tokens on average (``kv_tokens``, the mean over
-    its chunks of offset + chunk) and P at its end (``kv_peak_tokens``)."""
+    filled chunk by chunk holds (P + chunk)/2 tokens on average (the mean over its chunks of
+    offset + chunk) and P at its end (``decode_memory`` applies the cache's shape to both)."""
     T = np.asarray(g["chunk_tokens"], dtype=float) / hw.chip.dies_per_package
     P = np.asarray(g["prompt_len"], dtype=float)
     k = np.minimum(T, P)
     flight = np.where(T > 0, T / np.where(k > 0, k, 1.0), 0.0)
-    return {"tokens": T, "chunk": k, "prompts": T / P, "in_flight": flight,
-            "kv_tokens": flight * (P + k) / 2, "kv_peak_tokens": flight * P}
+    return {"tokens": T, "chunk": k, "prompts": T / P, "in_flight": flight}
 
 
-def moe_stages(hw, m, g, tokens, requests, n: int, chunk=0.0, overlap=None) -> list[Stage]:
-    """The stages of one MoE layer for one of ``n`` microbatches of a die's ``tokens``
-    tokens of ``requests`` requests (and ``chunk`` co-located prompt tokens, which run
-    through the same gate, dispatch, experts and combine), timed on the cores their lanes
-    own (docs/model.md §5.2).
+def moe_stages(hw, m, g, tokens, requests, n: int, chunk=0.0, overlap=None, kind: str = "full") -> list[Stage]:
+    """The stages of one MoE layer with attention of ``kind`` for one of ``n`` microbatches
+    of a die's ``tokens`` tokens of ``requests`` requests (and ``chunk`` co-located prompt
+    tokens, which run through the same gate, dispatch, experts and combine), timed on the
+    cores their lanes own (docs/model.md §5.2).
 
     core-split (Ascend): A = attention | B = gate, dispatch, experts, combine, on two streams.
     compute-comm (NVIDIA two-batch overlap): attention + gate | dispatch | experts | combine,
@@ -90,7 +92,7 @@ def moe_stages(hw, m, g, tokens, requests, n: int, chunk=0.0, overlap=None) -> l
     T, R, C = tokens / n, requests / n, chunk / n
     pl = placement(m, T + C, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
                    hw.chip.efficiency.matmul_tile_rows)
-    attn_ops = attention_ops(hw, m, g, T, R, C)
+    attn_ops = attention_ops(hw, m, g, T, R, C, kind)
     gate, dispatch, experts, combine = moe_ops(m, T + C, g["ep"], pl, route_of(hw, "decode"))
     ep = g["ep"]
     if overlap.style == "core-split":
@@ -127,18 +129,24 @@ def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pip
     T_die = R_die * (1 + k)
     chunk = chunk_geometry(hw, g)
     C = chunk["tokens"]  # co-located prompt tokens per die, in the same pass (0: decode only)
-    n_dense = m.first_dense_layers
-    if n_dense:
+    if m.first_dense_layers:
         tp = g["tp"]
         ffn = [dense_ffn_op(m, (T_die + C) * tp, tp)]
         if np.any(np.asarray(tp) > 1):
             ffn.append(tp_allreduce_op(m, (T_die + C) * tp, tp, tier_for_group(hw, tp), "ffn_allreduce"))
-        sched.serial("dense_layer", timed(attention_ops(hw, m, g, T_die, R_die, C) + ffn, hw), n_dense,
-                     "sum of all ops (all cores; no barrier to hide)")
+        for kind, count in arch.layer_counts(m, "dense").items():
+            sched.serial(layer_section("dense_layer", kind), timed(attention_ops(hw, m, g, T_die, R_die, C, kind) + ffn, hw),
+                         count, "sum of all ops (all cores; no barrier to hide)")
     main = None
     if m.moe is not None:
-        main = pipeline(moe_stages(hw, m, g, T_die, R_die, n, C, overlap), n)
-        sched.stack("moe_layer", main, m.num_layers - n_dense, rule=rule(n, overlap))
+        counts = arch.layer_counts(m, "moe")
+        parts = []
+        for kind, count in counts.items():  # one stack per attention kind, filled and drained once in all
+            pipe = pipeline(moe_stages(hw, m, g, T_die, R_die, n, C, overlap, kind), n)
+            sched.stack(layer_section("moe_layer", kind), pipe, count, rule=rule(n, overlap),
+                        share=count / sum(counts.values()))
+            parts.append((pipe, count))
+        main = LayerMix(parts)
     if m.mtp.modules:
         # MTP: k draft steps, each one token per request through eh_proj, one MoE block and the head;
         # a chunk's prompt tokens run through the module once (its layer's cache), in the first step
@@ -162,7 +170,8 @@ def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pip
 def _dense_model(hw, m, g, it, sched) -> dict:
     tpot = it / emitted_tokens(g)
     throughput = g["batch"] / tpot
-    layer = sched.sections[0].time_s
+    layers = [s for s in sched.sections if s.name.startswith("dense_layer")]
+    layer = sum(np.asarray(s.time_s) * s.count for s in layers) / sum(s.count for s in layers)
     nan = np.full(np.shape(tpot), np.nan)
     return {"microbatches_used": np.ones(np.shape(tpot)), "iteration_ms": it * 1e3, "tpot_ms": tpot * 1e3,
             "layer_us": np.broadcast_to(layer, np.shape(tpot)) * 1e6, "barrier_wait_us": np.zeros(np.shape(tpot)),

@@ -8,7 +8,8 @@ import numpy as np
 from ..cost import arch
 from ..cost.collectives import route_of
 from ..cost.ops import (ASCEND_MESSAGE, Bytes, attention_decode_ops, attention_prefill_ops, combine_message_B,
-                        dense_ffn_op, dispatch_message_B, head_op, kv_shards, moe_ops, mtp_proj_op, placement)
+                        dense_ffn_op, dispatch_message_B, head_op, kv_shards, moe_ops, mtp_proj_op, placement,
+                        state_shards)
 from .decode import chunk_geometry, draft_tokens
 
 
@@ -27,22 +28,25 @@ def weight_parts(m, g, phase: str) -> dict:
     b = Bytes.of(m)
     mtp_on = np.asarray(g["mtp"], dtype=float)
     mtp_layers = m.mtp.modules * mtp_on
-    layers = arch.kv_layers(m, mtp_on)
     zero = 0.0 * np.asarray(g["ep"], dtype=float)
     held = lambda ops: sum(np.asarray(o.weight_bytes, dtype=float) for o in ops)  # noqa: E731
+
+    def attention(kind):  # one layer's attention weights and norms (the MTP module's layer: full)
+        ops = (attention_decode_ops(m, zero, zero, 1.0, g["tp"], kind) if phase == "decode"
+               else attention_prefill_ops(m, zero, 2.0, g["attn_tp"], kind=kind))
+        return held(ops) + arch.attention_norm_weights(m, kind) * b.hidden
+
     if phase == "decode":
-        tp = g["tp"]
-        attn = held(attention_decode_ops(m, zero, zero, 1.0, tp))
-        ffn = held([dense_ffn_op(m, zero, tp)]) if m.dense_ffn is not None else 0.0
+        ffn = held([dense_ffn_op(m, zero, g["tp"])]) if m.dense_ffn is not None else 0.0
     else:
-        attn = held(attention_prefill_ops(m, zero, 1.0, g["attn_tp"]))
         ffn = held([dense_ffn_op(m, zero, g["attn_tp"] if m.moe is None else 1.0)]) if m.dense_ffn is not None else 0.0
     gate = experts = 0.0
     if m.moe is not None:
         pl = placement(m, zero, g["ep"], g["redundant_experts"], g["shared_copies"], 1.0, 1)
         gate, _, experts, _ = (held([o]) for o in moe_ops(m, zero, g["ep"], pl))
     moe_blocks = arch.moe_layers(m) + mtp_layers
-    return {"attention": layers * (attn + arch.attention_norm_weights(m) * b.hidden),
+    layers = sum(n * attention(kind) for kind, n in arch.layer_counts(m).items())
+    return {"attention": layers + mtp_layers * attention("full"),
             "dense_ffn": m.first_dense_layers * ffn + zero,
             "gate": moe_blocks * gate + zero,
             "experts": moe_blocks * experts + zero,
@@ -71,12 +75,14 @@ def activation_bytes(m, tokens) -> np.ndarray:
     return tokens * (4 * h * b.hidden + attn)
 
 
-def decode_kv_bytes_per_token(m, g) -> np.ndarray:
-    """KV cache a decode die holds per token of one of its requests: a die of a TP group
-    holds its share of the KV heads for all the group's requests (MLA: the whole latent)."""
-    tp = np.asarray(g["tp"], dtype=float)
-    return (arch.kv_bytes_per_token(m, Bytes.of(m).kv, arch.kv_layers(m, np.asarray(g["mtp"], dtype=float)))
-            * tp / kv_shards(m, tp))
+def held_kv(m, tp, mtp_on, phase: str = "decode") -> arch.KVCache:
+    """The cache a die of a TP group of ``tp`` dies holds per request of its own (docs/model.md
+    §7): it keeps its share of the KV heads (GQA: 1/min(tp, KV heads); MLA's latent and DSA's
+    indexer key whole) and of the linear layers' heads (1/min(tp, key heads)) for all the
+    group's requests. In prefill the KV is made where the heads are: the same shares."""
+    tp = np.asarray(tp, dtype=float)
+    kv = arch.kv_cache(m, Bytes.of(m).kv, mtp_on)
+    return kv.scaled(kv=tp / kv_shards(m, tp), state=tp / state_shards(m, tp))
 
 
 def decode_kv_tokens(g) -> tuple[np.ndarray, np.ndarray]:
@@ -103,7 +109,7 @@ def decode_memory(hw, m, g) -> dict:
     R_die = g["batch"] / dpp
     tpr = 1 + draft_tokens(g)
     tp = np.asarray(g["tp"], dtype=float)
-    kv_tok = decode_kv_bytes_per_token(m, g)
+    cache = held_kv(m, tp, np.asarray(g["mtp"], dtype=float))
     held, peak = decode_kv_tokens(g)
     weights = weight_bytes(m, g, "decode")
     reserve = hw.chip.memory.runtime_reserved_B
@@ -113,8 +119,9 @@ def decode_memory(hw, m, g) -> dict:
     logits = m.vocab_size * 4.0  # FP32 logits of one sampled token
     chunk = chunk_geometry(hw, g)
     # per request: its KV, and per token it runs (1 + drafts): buffers, activations, logits
-    per_request = held * kv_tok + tpr * (buffers + act + logits)
-    kv = R_die * held * kv_tok + chunk["kv_tokens"] * kv_tok
+    P, k = np.asarray(g["prompt_len"], dtype=float), chunk["chunk"]
+    per_request = cache.bytes(held) + tpr * (buffers + act + logits)
+    kv = R_die * cache.bytes(held) + chunk["in_flight"] * cache.bytes((P + k) / 2)
     buf = R_die * tpr * buffers + chunk["tokens"] * buffers
     acts = R_die * tpr * (act + logits) + chunk["tokens"] * act + chunk["prompts"] * logits
     total = weights + kv + buf + acts + reserve
@@ -125,7 +132,7 @@ def decode_memory(hw, m, g) -> dict:
         "memory_per_die_bytes": total,
         "weights_per_die_bytes": weights,
         "kv_cache_per_die_bytes": kv,
-        "kv_cache_peak_per_die_bytes": R_die * peak * kv_tok + chunk["kv_peak_tokens"] * kv_tok,
+        "kv_cache_peak_per_die_bytes": R_die * cache.bytes(peak) + chunk["in_flight"] * cache.bytes(P),
         "buffers_per_die_bytes": buf,
         "activations_per_die_bytes": acts,
         "runtime_reserve_per_die_bytes": np.broadcast_to(reserve, np.shape(total)).astype(float),
@@ -143,16 +150,18 @@ def prefill_memory(hw, m, g, microbatches) -> dict:
     T_die = g["tokens_per_npu"] / dpp
     T_mb = T_die / microbatches
     tp = np.asarray(g["attn_tp"], dtype=float)
-    shares = tp / kv_shards(m, tp) if not arch.is_mla(m) else 1.0  # GQA's K/V are made per head shard, MLA's latent per token
-    kv_tok = arch.kv_bytes_per_token(m, Bytes.of(m).kv, arch.kv_layers(m, np.asarray(g["mtp"], dtype=float))) * shares
+    # GQA's K/V and the linear layers' states are made per head shard; MLA's latent per token
+    cache = held_kv(m, tp, np.asarray(g["mtp"], dtype=float))
+    if arch.is_mla(m):
+        cache = cache.scaled(kv=1.0 / tp)
     weights = weight_bytes(m, g, "prefill")
     reserve = hw.chip.memory.runtime_reserved_B
     fixed = weights + reserve
     msg = route_of(hw, "prefill").message
     buffers = buffer_bytes(m, 1.0, g["ep"], msg) if m.moe is not None else 0.0
     act = activation_bytes(m, 1.0)
-    # a computed token's prompt brings its cached prefix's KV too: P / (P - cached) per token
-    kv_tok = kv_tok * g["prompt_len"] / (g["prompt_len"] - g["cached_len"])
+    # a computed token's prompt brings its cached prefix's KV too: the prompt's cache over its computed tokens
+    kv_tok = cache.bytes(g["prompt_len"]) / (g["prompt_len"] - g["cached_len"])
     per_token = kv_tok + (buffers + act) / microbatches
     total = fixed + T_die * per_token
     cap = hw.chip.die.hbm_capacity_B
@@ -190,12 +199,12 @@ def afd_memory(hw, m, g) -> dict:
     expert_w = parts["experts"]
     msg = route_of(hw, "decode").message
     held, peak = decode_kv_tokens(g)
-    kv_tok = decode_kv_bytes_per_token(m, view)
+    cache = held_kv(m, one, np.asarray(g["mtp"], dtype=float))
     reserve = hw.chip.memory.runtime_reserved_B
     cap = hw.chip.die.hbm_capacity_B
     e2a = receive_buffer_bytes(1.0, E, combine_message_B(m))
     act = activation_bytes(m, one) + m.vocab_size * 4.0
-    per_request = held * kv_tok + tpr * (e2a + act)
+    per_request = cache.bytes(held) + tpr * (e2a + act)
     attention_total = attention_w + reserve + R_die * per_request
     expert_per_request = tpr * receive_buffer_bytes(1.0, A, dispatch_message_B(m, msg))  # per request of each attention die
     expert_total = expert_w + reserve + R_die * expert_per_request
@@ -204,8 +213,8 @@ def afd_memory(hw, m, g) -> dict:
     return {
         "attention_memory_per_die_bytes": attention_total,
         "attention_weights_per_die_bytes": attention_w,
-        "kv_cache_per_die_bytes": R_die * held * kv_tok,
-        "kv_cache_peak_per_die_bytes": R_die * peak * kv_tok,
+        "kv_cache_per_die_bytes": R_die * cache.bytes(held),
+        "kv_cache_peak_per_die_bytes": R_die * cache.bytes(peak),
         "attention_buffers_per_die_bytes": R_die * tpr * e2a,
         "attention_activations_per_die_bytes": R_die * tpr * act,
         "expert_memory_per_die_bytes": expert_total,

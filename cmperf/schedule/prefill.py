@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost.arch import kv_bytes_per_token, kv_layers
+from ..cost import arch
+from ..cost.arch import kv_cache
 from ..cost.ops import (Bytes, attention_prefill_ops, dense_ffn_op, embedding_op, head_op, moe_ops, mtp_proj_op,
                         placement, tp_allreduce_op)
 from ..cost.collectives import route_of
 from ..cost.pool import pool_read_s
 from ..cost.roofline import tier_bandwidth_Bps, tier_for_group
-from .common import Schedule, choose, select, timed, tokens_per_s_per_tflops, wait_after
+from .common import Schedule, choose, layer_section, select, timed, tokens_per_s_per_tflops, wait_after
 from .pipeline import Stage, pipeline
 
 RULES = {1: "one microbatch: every stage and barrier wait in series",
@@ -40,24 +41,38 @@ def ffn_tp(m, g):
     return g["attn_tp"] if m.moe is None else np.ones_like(np.asarray(g["attn_tp"], dtype=float))
 
 
-def layer_stages(hw, m, g, T, moe: bool) -> list[Stage]:
-    """The stages of one layer for a microbatch of ``T`` tokens per die."""
+def split_at_collectives(ops) -> list[list]:
+    """An attention layer's prefill ops as its stages: the runs of compute ops between the
+    collectives (the ops with a tier), each collective a stage of its own."""
+    stages, run = [], []
+    for o in ops:
+        if o.tier is None:
+            run.append(o)
+        else:
+            stages += [run, [o]]
+            run = []
+    return stages + [run]
+
+
+def layer_stages(hw, m, g, T, moe: bool, kind: str = "full") -> list[Stage]:
+    """The stages of one layer with attention of ``kind`` for a microbatch of ``T`` tokens
+    per die."""
 
     tp_tier = tier_for_group(hw, g["attn_tp"])
 
     def build(t):
-        down, gather, up, core, a2a, o_proj = attention_prefill_ops(m, t, g["prompt_len"], g["attn_tp"], tp_tier,
-                                                                    g["cached_len"])
+        c1, gather, c2, a2a, (o_proj,) = split_at_collectives(
+            attention_prefill_ops(m, t, g["prompt_len"], g["attn_tp"], tp_tier, g["cached_len"], kind))
         if not moe:
             tp = ffn_tp(m, g)
-            stages = [[down], [gather], [up, core], [a2a], [o_proj, dense_ffn_op(m, t * tp, tp)]]
+            stages = [c1, gather, c2, a2a, [o_proj, dense_ffn_op(m, t * tp, tp)]]
             if m.moe is None:  # the TP group sums the FFN's partial outputs
                 stages.append([tp_allreduce_op(m, t * tp, tp, tp_tier, "ffn_allreduce")])
             return stages
         pl = placement(m, t, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
                        hw.chip.efficiency.matmul_tile_rows)
         gate, dispatch, experts, combine = moe_ops(m, t, g["ep"], pl, route_of(hw, "prefill"))
-        return [[down], [gather], [up, core], [a2a], [o_proj, gate], [dispatch], [experts], [combine]]
+        return [c1, gather, c2, a2a, [o_proj, gate], [dispatch], [experts], [combine]]
 
     timed_stages = [timed(ops, hw) for ops in build(T)]
     groups = [g["attn_tp"], g["attn_tp"], g["ep"] if moe else g["attn_tp"], g["ep"]]
@@ -75,11 +90,13 @@ def forward(hw, m, g, n: int) -> tuple[np.ndarray, Schedule]:
     sched = Schedule()
     T_die = g["tokens_per_npu"] / hw.chip.dies_per_package
     T = T_die / n
-    n_dense = m.first_dense_layers
-    if n_dense:
-        sched.stack("dense_layer", pipeline(layer_stages(hw, m, g, T, moe=False), n), n_dense, rule=RULES[n])
-    if m.moe is not None:
-        sched.stack("moe_layer", pipeline(layer_stages(hw, m, g, T, moe=True), n), m.num_layers - n_dense, rule=RULES[n])
+    for part, moe in (("dense", False), ("moe", True)):
+        if part == "moe" and m.moe is None:
+            continue
+        counts = arch.layer_counts(m, part)
+        for kind, count in counts.items():  # one stack per attention kind, filled and drained once in all
+            sched.stack(layer_section(f"{part}_layer", kind), pipeline(layer_stages(hw, m, g, T, moe, kind), n), count,
+                        rule=RULES[n], share=count / sum(counts.values()))
     if m.mtp.modules:
         mtp = np.asarray(g["mtp"], dtype=float)
         sched.serial("mtp", timed([mtp_proj_op(m, T_die)], hw), mtp, "eh_proj over all prompt tokens")
@@ -100,27 +117,28 @@ def prompts_per_die(hw, g) -> np.ndarray:
 
 
 def pool_reads(hw, m, g) -> tuple[np.ndarray, np.ndarray]:
-    """(bytes, blocks) of a die's cached prefixes, all layers, in whole blocks."""
-    layers = kv_layers(m, np.asarray(g["mtp"], dtype=float))
+    """(bytes, blocks) of a die's cached prefixes, all layers (docs/model.md §1.2: KV per
+    token, window layers' last window, linear layers' state), in whole blocks."""
+    kv = kv_cache(m, Bytes.of(m).kv, np.asarray(g["mtp"], dtype=float))
     C = np.asarray(g["cached_len"], dtype=float)
     seqs = prompts_per_die(hw, g)
     blocks = seqs * np.ceil(C / hw.system.memory_pool.block_tokens)
-    return seqs * C * kv_bytes_per_token(m, Bytes.of(m).kv, layers), blocks
+    return seqs * kv.bytes(C), blocks
 
 
 def pool_load_s(hw, m, g) -> np.ndarray:
-    """The KV of a die's cached prefixes read from the EMS pool before the pass, while
+    """The cache of a die's cached prefixes read from the EMS pool before the pass, while
     ``pool_readers`` dies read at once (docs/model.md §9.5; not overlapped with the previous pass)."""
     bytes_, blocks = pool_reads(hw, m, g)
     return np.where(np.asarray(g["cached_len"]) > 0, pool_read_s(hw, bytes_, blocks, g["pool_readers"]), 0.0)
 
 
 def kv_transfer_s(hw, m, g) -> np.ndarray:
-    """Whole KV cache of a die's prompts (cached prefix included) sent once to the decode
+    """Whole cache of a die's prompts (cached prefix included; §1.2) sent once to the decode
     instance over the system's KV-transfer tier (RDMA in the paper, §4.1): bytes / bandwidth
     + latency (docs/model.md §4.4)."""
-    layers = kv_layers(m, np.asarray(g["mtp"], dtype=float))
-    bytes_ = prompts_per_die(hw, g) * g["prompt_len"] * kv_bytes_per_token(m, Bytes.of(m).kv, layers)
+    kv = kv_cache(m, Bytes.of(m).kv, np.asarray(g["mtp"], dtype=float))
+    bytes_ = prompts_per_die(hw, g) * kv.bytes(g["prompt_len"])
     tier = hw.system.kv_transfer_tier
     return bytes_ / tier_bandwidth_Bps(hw, tier) + hw.system.tiers[tier].latency_s
 

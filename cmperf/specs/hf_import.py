@@ -17,12 +17,18 @@ Families (``model_type``):
   router, greedy or group-limited; ``q_lora_rank`` null in V2-Lite), DeepSeek-V3/R1
   (``deepseek_v3``) and Kimi K2 (``kimi_k2``): sigmoid router with group-limited routing, MTP;
 - GQA, dense then MoE layers with a shared expert: GLM-4.5/4.6 (``glm4_moe``: partial RoPE,
-  q/k norm, q/k/v biases, sigmoid router, MTP).
+  q/k norm, q/k/v biases, sigmoid router, MTP);
+- DSA (sparse MLA with a lightning indexer), otherwise DeepSeek-V3: DeepSeek-V3.2
+  (``deepseek_v32``: ``index_n_heads``, ``index_head_dim``, ``index_topk``);
+- hybrid linear attention: Qwen3-Next (``qwen3_next``: Gated DeltaNet layers with gated full
+  attention every ``full_attention_interval``-th layer, every layer MoE with a shared expert);
+- alternating sliding-window / full attention with sinks and MXFP4 experts: gpt-oss
+  (``gpt_oss``: ``layer_types``, ``sliding_window``, ``quantization_config`` mxfp4).
 
-Sliding-window attention is accepted when it is switched off; an active window is reported in
-one line (cmperf attends to the whole context). The model_types of :data:`UNSUPPORTED` (sparse,
-linear or windowed attention another issue will model) end in one error line saying what is
-missing, never in an import as another family.
+A family whose attention is full in every layer accepts sliding-window fields when they are
+switched off and reports an active window in one line (its import attends to the whole
+context); gpt-oss and Qwen3-Next take their layer pattern from ``layer_types`` (or Qwen3-Next's
+``full_attention_interval``).
 """
 
 from __future__ import annotations
@@ -73,6 +79,17 @@ FAMILY_IGNORED: dict[str, dict[str, str]] = {
     "qwen3_moe": {
         "intermediate_size": "width of dense FFN layers: none here (decoder_sparse_step 1, mlp_only_layers empty)",
     },
+    "qwen3_next": {
+        "intermediate_size": "width of dense FFN layers: none here (decoder_sparse_step 1, mlp_only_layers empty)",
+        "partial_rotary_factor": ("RoPE rotates this fraction of each q/k head (Qwen3-Next: a quarter); cmperf counts "
+                                  "RoPE's elementwise work over the whole head (as for GLM-4.5, docs/specs.md)"),
+    },
+    "gpt_oss": {
+        "attention_bias": ("biases on the q/k/v/o projections (gpt-oss-120b: (64 + 8 + 8) x 64 + 2,880 = 8,000 per layer, "
+                           "0.29 M of 117 B parameters, and as many adds per token and layer): not counted"),
+        "swiglu_limit": "clamps the SwiGLU's gate and up outputs: elementwise work of the same FFN",
+        "initial_context_length": "the context YaRN extends (rope_scaling's original_max_position_embeddings): RoPE frequencies",
+    },
     "glm4_moe": {
         "attention_bias": ("biases on the q/k/v projections (GLM-4.5: (96 + 2 x 8) x 128 = 14,336 per layer, "
                            "1.3 M of 353 B parameters, and as many adds per token and layer): not counted"),
@@ -82,23 +99,15 @@ FAMILY_IGNORED: dict[str, dict[str, str]] = {
     },
 }
 
-# model_types of architectures cmperf does not model yet: one error line naming what is missing
-UNSUPPORTED: dict[str, str] = {
-    "deepseek_v32": ("DeepSeek-V3.2 sparse attention (DSA: the lightning indexer's top-k key selection and its "
-                     "own K cache) is not modelled"),
-    "qwen3_next": ("Qwen3-Next's hybrid layers (Gated DeltaNet linear attention with a fixed-size state, "
-                   "gated full attention every few layers) are not modelled"),
-    "gpt_oss": ("gpt-oss's alternating sliding-window / full attention, attention sinks and MXFP4 experts "
-                "are not modelled"),
-}
-
 # transformers' default for `tie_word_embeddings` in each family's config class
 _TIE_DEFAULT = {"deepseek_v2": False, "deepseek_v3": False, "kimi_k2": False, "qwen3_moe": False, "mixtral": False,
-                "llama": False, "mistral": False, "qwen2": False, "qwen3": False, "glm4_moe": False}
+                "llama": False, "mistral": False, "qwen2": False, "qwen3": False, "glm4_moe": False,
+                "deepseek_v32": False, "qwen3_next": False, "gpt_oss": False}
 
 _LABELS = {"deepseek_v2": "DeepSeek-V2-architecture", "deepseek_v3": "DeepSeek-V3-architecture",
            "kimi_k2": "Kimi-K2 (DeepSeek-V3 architecture)", "qwen3_moe": "Qwen3", "mixtral": "Mixtral",
-           "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "glm4_moe": "GLM-4.5-architecture"}
+           "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "glm4_moe": "GLM-4.5-architecture",
+           "deepseek_v32": "DeepSeek-V3.2-architecture", "qwen3_next": "Qwen3-Next", "gpt_oss": "gpt-oss"}
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
@@ -247,24 +256,42 @@ def _precision(c: _Config) -> dict:
     if base is None:
         c.report(dtype_key, f"{dtype_key} = {_short(name)}: no such cmperf dtype (bf16, fp16); served as bf16")
         base = "bf16"
-    matmul = base
+    matmul, expert_weights = base, None
     q = c.get("quantization_config", None)
     if q is not None:
         if isinstance(q, dict) and q.get("quant_method") == "fp8":
             matmul = "fp8"
+            # scale_fmt ue8m0: the block scales are powers of two (DeepSeek-V3.2), the same FP8 GEMMs
             checks = {"fmt": ("e4m3", None), "weight_block_size": ([128, 128], None),
-                      "activation_scheme": ("dynamic", "static", None), "quant_method": ("fp8",)}
+                      "activation_scheme": ("dynamic", "static", None), "quant_method": ("fp8",),
+                      "scale_fmt": ("ue8m0", None)}
             for k, v in q.items():
                 if k not in checks or v not in checks[k]:
                     c.report("quantization_config", f"quantization_config.{k} = {_short(v)}: "
                              "not mapped (cmperf knows FP8 e4m3 with 128x128 weight blocks)")
+        elif isinstance(q, dict) and q.get("quant_method") == "mxfp4" and c.model_type in _MXFP4_KEEP:
+            expert_weights = "fp4"
+            keep = _MXFP4_KEEP[c.model_type]
+            for k, v in q.items():
+                if k == "modules_to_not_convert" and isinstance(v, list) and set(v) == keep:
+                    continue
+                if k != "quant_method":
+                    c.report("quantization_config", f"quantization_config.{k} = {_short(v)}: not mapped (cmperf knows "
+                             f"MXFP4 experts with {', '.join(sorted(keep))} unquantised)")
         else:
             method = q.get("quant_method") if isinstance(q, dict) else None
             c.report("quantization_config", f"quantization_config (quant_method {_short(method)}): "
-                     f"not mapped (cmperf knows fp8); matmuls taken as {base} from {dtype_key}")
-    return {"matmul": matmul, "attention": "bf16", "hidden": "bf16", "embedding": "bf16", "head": "bf16",
-            "kv_cache": "bf16"} if base == "bf16" else {
-            "matmul": matmul, "attention": base, "hidden": base, "embedding": base, "head": base, "kv_cache": base}
+                     f"not mapped (cmperf knows fp8, and mxfp4 experts for gpt_oss); matmuls taken as {base} from {dtype_key}")
+    out = {"matmul": matmul, "attention": "bf16", "hidden": "bf16", "embedding": "bf16", "head": "bf16",
+           "kv_cache": "bf16"} if base == "bf16" else {
+           "matmul": matmul, "attention": base, "hidden": base, "embedding": base, "head": base, "kv_cache": base}
+    if expert_weights is not None:
+        out["expert_weights"] = expert_weights
+    return out
+
+
+# MXFP4 checkpoints: what stays unquantised (everything but the experts' weights)
+_MXFP4_KEEP = {"gpt_oss": {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}
 
 
 def _moe_extras(model: dict) -> dict:
@@ -333,6 +360,7 @@ _DEEPSEEK_ROUTING = {
     "deepseek_v2": {"greedy": False, "group_limited_greedy": True},  # softmax scores; device-limited groups (DeepSeek-V2 report)
     "deepseek_v3": {"noaux_tc": True},  # sigmoid scores + a score-correction bias (DeepSeek-V3 §2.1.2)
     "kimi_k2": {"noaux_tc": True},
+    "deepseek_v32": {"noaux_tc": True},
 }
 
 
@@ -353,6 +381,11 @@ def _deepseek(c: _Config) -> dict:
     }
     if attention["q_lora_rank"] is None:
         del attention["q_lora_rank"]
+    dsa = c.model_type == "deepseek_v32"
+    if dsa:  # the lightning indexer: FP8 keys and scores (DeepSeek-V3.2's inference code; VLLM-DSV32's 132 B cache)
+        attention = {"type": "dsa", **{k: v for k, v in attention.items() if k != "type"},
+                     "indexer": {"heads": c.int("index_n_heads"), "head_dim": c.int("index_head_dim"),
+                                 "topk": c.int("index_topk"), "scale_B": 4}}
     c.expect("attention_bias", False, "biases on the attention projections are not modelled")
     methods = _DEEPSEEK_ROUTING[c.model_type]
     default = next(iter(methods))
@@ -365,7 +398,10 @@ def _deepseek(c: _Config) -> dict:
     scoring = c.get("scoring_func", "softmax" if c.model_type == "deepseek_v2" else _MISSING)
     if scoring not in ("sigmoid", "softmax"):
         raise SpecError(f"field 'scoring_func': expected \"sigmoid\" or \"softmax\", got {_short(scoring)}")
-    return {**_shared_expert_moe(c, scoring, grouped=methods[method]), "attention": attention}
+    model = {**_shared_expert_moe(c, scoring, grouped=methods[method]), "attention": attention}
+    if dsa:
+        model["precision"]["indexer"] = "fp8"
+    return model
 
 
 def _glm4_moe(c: _Config) -> dict:
@@ -421,6 +457,110 @@ def _mixtral(c: _Config) -> dict:
     })
 
 
+_LAYER_TYPES = {"full_attention": "full", "sliding_attention": "window", "linear_attention": "linear"}
+
+
+def _layer_pattern(c: _Config, kinds: list[str] | None, allowed: tuple[str, ...]) -> list[str]:
+    """Each layer's attention kind, from ``layer_types`` when given (it decides), else
+    ``kinds`` (the family's rule), as the shortest pattern that repeats over the layers."""
+    n = c.int("num_hidden_layers")
+    if c.has("layer_types"):
+        types = c.get("layer_types")
+        if not isinstance(types, list) or len(types) != n or not all(isinstance(t, str) for t in types):
+            raise SpecError(f"field 'layer_types': expected a list of {n} attention type names "
+                            f"(one per layer), got {_short(types)}")
+        bad = sorted({t for t in types if _LAYER_TYPES.get(t) not in allowed})
+        if bad:
+            raise SpecError(f"field 'layer_types': {_short(bad)[1:-1]} is not a layer type of model_type "
+                            f"{c.model_type} (expected {', '.join(t for t, k in _LAYER_TYPES.items() if k in allowed)})")
+        kinds = [_LAYER_TYPES[t] for t in types]
+    period = next(p for p in range(1, n + 1) if n % p == 0 and all(kinds[i] == kinds[i % p] for i in range(n)))
+    return kinds[:period]
+
+
+def _qwen3_next(c: _Config) -> dict:
+    """Qwen3-Next: every ``full_attention_interval``-th layer gated full attention (GQA with q/k
+    norm whose query projection also emits a sigmoid output gate), the others Gated DeltaNet
+    (``linear_*``: key/value heads and dims, the conv1d kernel; its state in BF16, vLLM's
+    default for the model dtype); every layer MoE with one shared expert (its own sigmoid
+    gate, one weight vector per layer, not counted) of ``shared_expert_intermediate_size``,
+    as that many experts of the routed width. No MTP module is stated in config.json."""
+    c.ignore("qwen3_next")
+    c.expect("decoder_sparse_step", 1, "cmperf needs every layer to be MoE (a MoE block every `decoder_sparse_step` layers is not modelled)")
+    c.expect("mlp_only_layers", [], "cmperf needs every layer to be MoE (dense layers in between are not modelled)")
+    c.expect("use_sliding_window", False, "Qwen3-Next's full-attention layers attend the whole context")
+    c.expect("mlp_bias", False, "FFN biases are not modelled")
+    n, interval = c.int("num_hidden_layers"), c.int("full_attention_interval")
+    pattern = _layer_pattern(c, ["full" if (i + 1) % interval == 0 else "linear" for i in range(n)], ("full", "linear"))
+    attention = {**_gqa(c, qk_norm=True), "output_gate": True}
+    width, shared = c.int("moe_intermediate_size"), c.int("shared_expert_intermediate_size", 0, minimum=0)
+    if shared % width:
+        c.report("shared_expert_intermediate_size", f"shared_expert_intermediate_size = {shared}: not a whole number of "
+                 f"experts of moe_intermediate_size {width} (cmperf counts a shared expert as experts of the routed width); "
+                 f"taken as {shared // width}")
+    model = _moe_extras({
+        **_common(c),
+        "first_dense_layers": 0,
+        "tie_word_embeddings": _tie(c),
+        "attention": attention,
+        "layer_pattern": pattern,
+        "linear_attention": {"type": "gated_deltanet", "key_heads": c.int("linear_num_key_heads"),
+                             "value_heads": c.int("linear_num_value_heads"), "key_head_dim": c.int("linear_key_head_dim"),
+                             "value_head_dim": c.int("linear_value_head_dim"), "conv_kernel": c.int("linear_conv_kernel_dim"),
+                             "state_dtype": "bf16"},
+        "moe": {
+            "routed_experts": c.int("num_experts"),
+            "experts_per_token": c.int("num_experts_per_tok"),
+            "shared_experts": shared // width,
+            "expert_intermediate_size": width,
+            "groups": 1,
+            "top_groups": 1,
+            "scoring": "softmax",
+        },
+        "precision": _precision(c),
+    })
+    if "full" not in pattern:
+        del model["attention"]["output_gate"]
+    return model
+
+
+def _gpt_oss(c: _Config) -> dict:
+    """gpt-oss: GQA with one learned sink per head, ``layer_types`` alternating sliding-window
+    (``sliding_window`` tokens) and full attention; every layer MoE (``num_local_experts``,
+    top ``num_experts_per_tok``, each expert ``intermediate_size`` wide, softmax over the
+    chosen; the experts' and router's biases, 128 x (2 x 2,880 + 2,880) + 128 per layer, not
+    counted), no shared expert; MXFP4 expert weights (``quantization_config``: cmperf's
+    storage-only fp4, 0.5 B per weight; MXFP4's shared 8-bit scale per 32 values adds 1/32 B)."""
+    c.ignore("gpt_oss")
+    n = c.int("num_hidden_layers")
+    pattern = _layer_pattern(c, ["window" if (i + 1) % 2 else "full" for i in range(n)], ("full", "window"))
+    attention = {**_gqa(c), "sinks": True}
+    window = c.int("sliding_window", None)
+    if "window" in pattern:
+        if window is None:
+            raise SpecError("missing field 'sliding_window' for model_type 'gpt_oss' (its sliding_attention layers' window)")
+        attention["sliding_window"] = window
+    k = c.int("num_experts_per_tok")
+    c.expect("experts_per_token", k, f"gpt-oss names the routed experts per token twice; cmperf takes num_experts_per_tok ({k})")
+    return _moe_extras({
+        **_common(c),
+        "first_dense_layers": 0,
+        "tie_word_embeddings": _tie(c),
+        "attention": attention,
+        "layer_pattern": pattern,
+        "moe": {
+            "routed_experts": c.int("num_local_experts"),
+            "experts_per_token": k,
+            "shared_experts": 0,
+            "expert_intermediate_size": c.int("intermediate_size"),
+            "groups": 1,
+            "top_groups": 1,
+            "scoring": "softmax",
+        },
+        "precision": _precision(c),
+    })
+
+
 FAMILIES: dict[str, Callable[[_Config], dict]] = {
     "llama": _dense,
     "mistral": _dense,
@@ -432,14 +572,25 @@ FAMILIES: dict[str, Callable[[_Config], dict]] = {
     "deepseek_v3": _deepseek,
     "kimi_k2": _deepseek,
     "glm4_moe": _glm4_moe,
+    "deepseek_v32": _deepseek,
+    "qwen3_next": _qwen3_next,
+    "gpt_oss": _gpt_oss,
 }
 
 
 def _description(m: dict, model_type: str) -> str:
     a, mo = m["attention"], m.get("moe")
     attn = ("MLA attention" if a["type"] == "mla"
+            else f"DSA sparse attention (MLA over the top-{a['indexer']['topk']} keys of a lightning indexer)"
+            if a["type"] == "dsa"
             else f"GQA attention with {a['num_heads']} query / {a['num_kv_heads']} KV heads"
-            + (" and q/k norm" if a.get("qk_norm") else ""))
+            + (" and q/k norm" if a.get("qk_norm") else "") + (", output gate" if a.get("output_gate") else "")
+            + (", sinks" if a.get("sinks") else ""))
+    pattern = m.get("layer_pattern")
+    if pattern:
+        kinds = [pattern[i % len(pattern)] for i in range(m["num_layers"])]
+        named = {"full": "full", "window": f"{a.get('sliding_window')}-token window", "linear": "Gated DeltaNet"}
+        attn += " in " + " + ".join(f"{kinds.count(k)} {named[k]}" for k in ("full", "window", "linear") if k in kinds) + " layers"
     if mo is None:
         return f"{_LABELS[model_type]} dense ({attn}, {m['num_layers']} layers)"
     dense, n = m["first_dense_layers"], m["num_layers"]
@@ -467,8 +618,6 @@ def import_hf_config(raw: dict, name: str | None, source: str) -> tuple[dict, li
     model_type = raw.get("model_type")
     if model_type is None:
         raise SpecError(f"missing field 'model_type' (supported: {supported})")
-    if isinstance(model_type, str) and model_type in UNSUPPORTED:
-        raise SpecError(f"model_type {_short(model_type)} is not supported: {UNSUPPORTED[model_type]} (supported: {supported})")
     if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise SpecError(f"model_type {_short(model_type)} is not supported (supported: {supported})")
     c = _Config(raw, model_type)
@@ -566,7 +715,7 @@ def import_hf_file(path: str | Path, name: str | None = None) -> tuple[dict, lis
 # --------------------------------------------------------------------------- YAML
 _SECTIONS = [("kind", "name", "description", "source"),
              ("hidden_size", "num_layers", "first_dense_layers", "vocab_size", "tie_word_embeddings"),
-             ("attention",), ("dense_ffn",), ("moe",), ("mtp",), ("precision",), ("serving",)]
+             ("attention",), ("layer_pattern", "linear_attention"), ("dense_ffn",), ("moe",), ("mtp",), ("precision",), ("serving",)]
 
 
 def to_yaml(model: dict, header: list[str] = ()) -> str:

@@ -409,13 +409,21 @@ class MLA(Strict):
 
 class GQA(Strict):
     """Grouped-query attention (Llama, Qwen, Mixtral; MHA when num_kv_heads = num_heads):
-    a key and a value of ``head_dim`` per KV head are cached per token and layer."""
+    a key and a value of ``head_dim`` per KV head are cached per token and layer.
+
+    ``sliding_window``: the tokens a ``window`` layer of ``layer_pattern`` attends and keeps
+    (gpt-oss: 128); ``sinks``: one learned logit per head joins every softmax (gpt-oss);
+    ``output_gate``: the query projection also emits a sigmoid gate per head dimension that
+    scales the attention output before ``o`` (Qwen3-Next's gated attention)."""
 
     type: Literal["gqa"]
     num_heads: int = Field(gt=0)
     num_kv_heads: int = Field(gt=0)
     head_dim: int = Field(gt=0)
     qk_norm: bool = False  # RMSNorm on q and k per head (Qwen3)
+    sliding_window: Optional[int] = Field(default=None, gt=0)
+    sinks: bool = False
+    output_gate: bool = False
 
     @model_validator(mode="after")
     def _groups(self):
@@ -424,7 +432,57 @@ class GQA(Strict):
         return self
 
 
-Attention = Annotated[Union[MLA, GQA], Field(discriminator="type")]
+class Indexer(Strict):
+    """DeepSeek-V3.2's lightning indexer (DSA): per query token, ``heads`` x ``head_dim``
+    scores against one cached indexer key per token (its own cache: ``head_dim`` values in
+    ``precision.indexer`` plus ``scale_B`` of scale when that dtype is 8-bit or narrower),
+    then the ``topk`` best keys are the only ones the MLA core attends."""
+
+    heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    topk: int = Field(gt=0)
+    scale_B: int = Field(default=4, ge=0)  # one FP32 scale per cached key (vLLM's 132 B layout)
+
+
+class SparseMLA(MLA):
+    """MLA whose core attends only the keys a lightning indexer selects (DSA, DeepSeek-V3.2)."""
+
+    type: Literal["dsa"]
+    indexer: Indexer
+
+    @model_validator(mode="after")
+    def _query_latent(self):
+        if self.q_lora_rank is None:
+            raise ValueError("a DSA indexer projects its queries from the MLA query latent: give `q_lora_rank`")
+        return self
+
+
+Attention = Annotated[Union[MLA, SparseMLA, GQA], Field(discriminator="type")]
+
+StateDtype = Literal["bf16", "fp16", "fp32"]  # bytes: cmperf.cost.arch.STATE_DTYPE_BYTES
+LayerKind = Literal["full", "window", "linear"]
+
+
+class LinearAttention(Strict):
+    """Gated DeltaNet (Qwen3-Next's linear-attention layers): a causal depthwise conv1d of
+    ``conv_kernel`` taps over q, k and v, then a gated delta-rule recurrence whose state is
+    one ``key_head_dim`` x ``value_head_dim`` matrix per value head, of fixed size whatever
+    the context (kept in ``state_dtype``). ``value_heads`` is a multiple of ``key_heads``
+    (each key head serves value_heads / key_heads value heads)."""
+
+    type: Literal["gated_deltanet"]
+    key_heads: int = Field(gt=0)
+    value_heads: int = Field(gt=0)
+    key_head_dim: int = Field(gt=0)
+    value_head_dim: int = Field(gt=0)
+    conv_kernel: int = Field(gt=0)
+    state_dtype: StateDtype
+
+    @model_validator(mode="after")
+    def _heads(self):
+        if self.value_heads % self.key_heads:
+            raise ValueError(f"key_heads ({self.key_heads}) must divide value_heads ({self.value_heads})")
+        return self
 
 
 class DenseFFN(Strict):
@@ -470,6 +528,7 @@ class Precision(Strict):
     experts: Optional[Dtype] = None
     weights: Optional[Dtype] = None  # storage of the attention / dense / MTP projection weights
     expert_weights: Optional[Dtype] = None  # storage of the expert weights
+    indexer: Optional[Dtype] = None  # a DSA indexer's scores and its key cache (default: attention)
 
 
 class Imbalance(Sourced):
@@ -494,6 +553,11 @@ class ModelSpec(Strict):
     vocab_size: int = Field(gt=0)
     tie_word_embeddings: bool
     attention: Attention
+    # attention of each layer, repeated over the layers (absent: every layer `full`): `full`
+    # attends the whole context with `attention`, `window` its last `attention.sliding_window`
+    # tokens, `linear` runs `linear_attention` instead
+    layer_pattern: Optional[list[LayerKind]] = Field(default=None, min_length=1)
+    linear_attention: Optional[LinearAttention] = None
     dense_ffn: Optional[DenseFFN] = None
     moe: Optional[MoE] = None
     mtp: MTP = MTP(modules=0)
@@ -513,9 +577,33 @@ class ModelSpec(Strict):
             problems.append("a MoE model needs `serving.default_expert_imbalance`")
         if self.mtp.modules > 0 and self.moe is None:
             problems.append("an MTP module is a MoE block here: it needs `moe`")
+        problems += self._pattern_problems()
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _pattern_problems(self) -> list[str]:
+        """What ``layer_pattern`` needs of the other attention fields, and they of it."""
+        pattern = self.layer_pattern or ["full"]
+        a, problems = self.attention, []
+        if self.num_layers % len(pattern):
+            problems.append(f"layer_pattern has {len(pattern)} entries, which does not divide num_layers "
+                            f"({self.num_layers}): give a pattern that repeats over the layers, or one entry per layer")
+        window = getattr(a, "sliding_window", None)
+        if "window" in pattern and window is None:
+            problems.append("layer_pattern has `window` layers: they need `attention.sliding_window` "
+                            "(a GQA attention's window in tokens)")
+        if window is not None and "window" not in pattern:
+            problems.append(f"attention.sliding_window ({window}) is set but no layer of layer_pattern is `window` "
+                            "(give e.g. layer_pattern: [window] for every layer)")
+        if "linear" in pattern and self.linear_attention is None:
+            problems.append("layer_pattern has `linear` layers: they need a `linear_attention` section")
+        if self.linear_attention is not None and "linear" not in pattern:
+            problems.append("`linear_attention` is given but no layer of layer_pattern is `linear`")
+        if self.precision.indexer is not None and a.type != "dsa":
+            problems.append(f"precision.indexer ({self.precision.indexer}) is the dtype of a DSA indexer: "
+                            f"attention type '{a.type}' has none")
+        return problems
 
 
 # --------------------------------------------------------------------------- serving stack
