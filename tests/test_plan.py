@@ -275,17 +275,23 @@ def test_reading_the_cache_over_ub_beats_the_vpc_plane():
 
 
 # --------------------------------------------------------------------------- AFD vs PD
-def _shape_goodput(tpot_slo_s: float) -> dict:
-    p = plan(workload(slo=SLO(2.0, tpot_slo_s)), shape_names=["pd", "afd"])
-    return {r["shape"]: r["goodput_rps"] for _, r in p.table.drop_duplicates("shape").iterrows()}
+def _decode_capacity_per_npu(tpot_slo_s: float) -> dict:
+    """Best decode capacity (requests/s the decode side carries at the TPOT SLO) per decode
+    NPU of each shape, for 16K-token prompts and 1K-token outputs."""
+    p = plan(workload(prompt=fixed(16384), output=fixed(1024), slo=SLO(60.0, tpot_slo_s)),
+             shape_names=["pd", "afd"])
+    per_npu = p.table["decode_max_rps"] / p.table["decode_npus"]
+    return per_npu.groupby(p.table["shape"]).max().to_dict()
 
 
 def test_afd_loses_under_a_tight_tpot_and_wins_when_decode_is_memory_bound():
     """Attention dies hold no experts (more KV, larger batches) but AFD pays two transfers per
     layer and its expert dies see only the attention dies' tokens: under a 20 ms TPOT
-    (small batches) PD decode serves more; under 100 ms, where PD's decode batch is capped by
-    KV memory, AFD's larger batch serves more (docs/model.md §5.4, §9.8)."""
-    tight, loose = _shape_goodput(0.020), _shape_goodput(0.100)
+    (small batches) PD decode carries more per decode NPU; under 100 ms, with 16K-token
+    contexts, where PD's decode batch is capped by KV memory, AFD's larger batch carries more
+    (docs/model.md §5.4, §9.8). Decode capacity, not goodput: the prefill side binds both
+    shapes' goodput at the same rate."""
+    tight, loose = _decode_capacity_per_npu(0.020), _decode_capacity_per_npu(0.100)
     assert tight["pd"] > tight["afd"]
     assert loose["afd"] > loose["pd"]
 
