@@ -47,7 +47,8 @@ def model_import(config: str = typer.Argument(..., metavar="CONFIG.json", help="
                  name: Optional[str] = typer.Option(None, "--name", help="the spec's name (default: the file name)"),
                  out: Optional[str] = typer.Option(None, "--out", help="write the YAML to this file (whole or not at all) instead of stdout")):
     """Make a model spec from a Hugging Face config.json (Llama, Mistral, Qwen2/2.5, Qwen3,
-    Mixtral, Qwen3-MoE, DeepSeek-V2, DeepSeek-V3/R1, Kimi K2, GLM-4.5/4.6). Prints the YAML;
+    Mixtral, Qwen3-MoE, Qwen3-Next, DeepSeek-V2, DeepSeek-V3/R1, DeepSeek-V3.2, Kimi K2,
+    GLM-4.5/4.6, gpt-oss). Prints the YAML;
     each config field it could not map is warned about on stderr. Example: cmperf model import
     config.json --name my-model --out models/my-model.yaml"""
     from pathlib import Path

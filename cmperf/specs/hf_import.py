@@ -367,8 +367,9 @@ _DEEPSEEK_ROUTING = {
 def _deepseek(c: _Config) -> dict:
     """MLA attention (``q_lora_rank`` null: q projected straight from the hidden state, as in
     DeepSeek-V2-Lite) + the shared-expert MoE. DeepSeek-V2 routes by softmax scores, greedily or
-    group-limited (``n_group`` / ``topk_group`` device groups); V3 and Kimi K2 by sigmoid scores,
-    group-limited with a score-correction bias (``noaux_tc``)."""
+    group-limited (``n_group`` / ``topk_group`` device groups); V3, V3.2 and Kimi K2 by sigmoid
+    scores, group-limited with a score-correction bias (``noaux_tc``). V3.2 (``deepseek_v32``)
+    adds the lightning indexer: attention type ``dsa``, its keys and scores in FP8."""
     c.ignore("mla")
     attention = {
         "type": "mla",
