@@ -38,13 +38,14 @@ def model_facts(m: ModelSpec, context: int = 4096) -> list[dict]:
                       f"layer_pattern {', '.join(m.layer_pattern)} repeated"))
     per_layer = (f"({a.kv_lora_rank} + {a.qk_rope_head_dim})" if arch.is_mla(m)
                  else f"2 x {a.num_kv_heads} KV heads x {a.head_dim}")
-    if arch.is_dsa(m):
-        per_layer += f" + indexer key {arch.indexer_key_B(m, DTYPE_BYTES[m.precision.indexer or m.precision.attention]):g} B"
+    indexer = (f" + indexer key {arch.indexer_key_B(m, DTYPE_BYTES[m.precision.indexer or m.precision.attention]):g} B"
+               if arch.is_dsa(m) else "")
     for dt, b in DTYPE_BYTES.items():
         if dt in ("fp16", "int8"):
             continue
+        per_token = f"({per_layer} x {b:g} B{indexer})" if indexer else f"{per_layer} x {b:g} B"
         out.append(_r("KV cache per token", dt, arch.kv_bytes_per_token(m, b), "B",
-                      f"{per_layer} x {counts.get('full', 0)} full-attention layers x {b:g} B"))
+                      f"{per_token} x {counts.get('full', 0)} full-attention layers"))
         kv = arch.kv_cache(m, b)
         if counts.get("window"):
             out.append(_r("KV cache per sequence, window layers", dt, kv.window_B * kv.window, "B",
