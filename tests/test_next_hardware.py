@@ -355,3 +355,22 @@ def test_compare_across_generations_prints_one_table_with_confidence(cli):
     code, out, err = cli("compare", "decode", "--hardware", ",".join(systems), "--model", "deepseek-v3")
     assert code == 0 and out.count("confidence") == 1 and all(s in out for s in systems)
 
+
+
+def test_a_decode_curve_keeps_only_batches_that_serve_more():
+    """A TPOT step (a GEMM wave, a microbatch switch) can make a larger batch serve fewer
+    requests: the Atlas 950 SuperPoD's 64 + 16-die AFD instance of DeepSeek-R1 serves 496 req/s
+    at batch 96 (48.4 ms) and 480 at batch 104 (54.1 ms), and the planner once read TPOT 57 ms
+    off the wrong branch, above its 50 ms SLO. The curve is the Pareto front: by hand, 8 dies at
+    batch 1, 2, 3, 4 per die and 10, 20, 40, 30 ms TPOT for 1,000-token outputs serve 8 b /
+    (1000 TPOT) = 0.8, 0.8, 0.6, 1.07 requests/s: batch 2 serves no more than batch 1 at a
+    higher TPOT, batch 3 less than batch 4 at a higher one; batches 1 and 4 remain."""
+    import pandas as pd
+
+    from cmperf.plan.instances import decode_curves
+
+    t = pd.DataFrame({"dies": 8.0, "tp": 1.0, "fits": True, "batch": [1.0, 2.0, 3.0, 4.0],
+                      "tpot_ms": [10.0, 20.0, 40.0, 30.0]})
+    c = decode_curves(t, dies_per_npu=1, output_tokens=1000.0)
+    assert c.batch[0].tolist() == [1.0, 4.0] and c.tpot_s[0].tolist() == [0.01, 0.03]
+    assert c.capacity_rps[0] == pytest.approx([8 * 1 / (1000 * 0.01), 8 * 4 / (1000 * 0.03)])

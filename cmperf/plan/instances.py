@@ -87,14 +87,19 @@ def decode_curves(table: pd.DataFrame, dies_per_npu: int, output_tokens: float, 
     dies, names, batch, tpot, cap = [], [], [], [], []
     for key, t in groups:
         key = key if isinstance(key, tuple) else (key,)
-        t = t.sort_values("batch")
+        t = t.sort_values(["tpot_ms", "batch"])
         b = t["batch"].to_numpy(dtype=float)
         s = t["tpot_ms"].to_numpy(dtype=float) / 1e3
+        capacity = b * (float(t[request_dies].iat[0]) / dies_per_npu) / (output_tokens * s)
+        # the Pareto front: a batch that serves no more requests than one of lower TPOT is never
+        # run (a TPOT step, e.g. a GEMM wave, can make capacity fall with the batch), so TPOT and
+        # capacity both rise along the curve, as max_rate and at_rate interpolate
+        front = capacity > np.maximum.accumulate(np.r_[-np.inf, capacity[:-1]])
         names.append({k: float(v) for k, v in zip(keys, key)})
         dies.append(sum(names[-1][c] for c in size))
-        batch.append(b)
-        tpot.append(s)
-        cap.append(b * (float(t[request_dies].iat[0]) / dies_per_npu) / (output_tokens * s))
+        batch.append(b[front])
+        tpot.append(s[front])
+        cap.append(capacity[front])
     return DecodeCurves(dies=np.asarray(dies, dtype=float), keys=names, batch=batch, tpot_s=tpot, capacity_rps=cap)
 
 
