@@ -13,6 +13,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -162,7 +163,7 @@ def test_atlas_950_superpod_totals_are_the_keynotes():
     assert rows[("totals", "dense BF16")]["value"] == 8192 * 486e12
     ub = raw("atlas-950-superpod")["tiers"]["ub"]
     assert 8192 * 2 * num(ub["nominal_Bps"]) == pytest.approx(16.3e15, rel=0.015)
-    assert num(ub["nominal_Bps"]) == 72 * 112e9 / 8 / 2 * 2  # 72 lanes x 112 Gbps = 2,016 GB/s both ways
+    assert num(ub["nominal_Bps"]) == 72 * 112e9 / 8  # 72 lanes x 112 Gbps = 1,008 GB/s each way, 2,016 both
     assert num(ub["bandwidth_Bps"]) == pytest.approx(18 * 53e9 * 0.85, rel=1e-6)  # MSM's 53 GB/s x4 links at 0.85
     assert num(ub["domain_chips"]) == 8192
 
@@ -357,20 +358,22 @@ def test_compare_across_generations_prints_one_table_with_confidence(cli):
 
 
 
-def test_a_decode_curve_keeps_only_batches_that_serve_more():
+def test_a_decode_curve_is_read_on_its_rising_branch():
     """A TPOT step (a GEMM wave, a microbatch switch) can make a larger batch serve fewer
     requests: the Atlas 950 SuperPoD's 64 + 16-die AFD instance of DeepSeek-R1 serves 496 req/s
     at batch 96 (48.4 ms) and 480 at batch 104 (54.1 ms), and the planner once read TPOT 57 ms
-    off the wrong branch, above its 50 ms SLO. The curve is the Pareto front: by hand, 8 dies at
-    batch 1, 2, 3, 4 per die and 10, 20, 40, 30 ms TPOT for 1,000-token outputs serve 8 b /
-    (1000 TPOT) = 0.8, 0.8, 0.6, 1.07 requests/s: batch 2 serves no more than batch 1 at a
-    higher TPOT, batch 3 less than batch 4 at a higher one; batches 1 and 4 remain."""
-    import pandas as pd
+    off the falling branch, above its 50 ms SLO. By hand, a curve of batches 1, 2, 3, 4 at 10,
+    20, 30, 40 ms that serves 1, 3, 2, 4 requests/s: 2.5 req/s is first reached between batch 1
+    and 2 (f = (2.5 - 1) / (3 - 1) = 0.75): batch 1.75 at 17.5 ms, not on the 3 -> 2 branch
+    (batch 2.5, 25 ms); 3.5 req/s between batch 3 and 4 (f = 0.75); below the curve the smallest
+    batch, above it the largest (as np.interp)."""
+    from cmperf.plan.instances import DecodeCurves
 
-    from cmperf.plan.instances import decode_curves
-
-    t = pd.DataFrame({"dies": 8.0, "tp": 1.0, "fits": True, "batch": [1.0, 2.0, 3.0, 4.0],
-                      "tpot_ms": [10.0, 20.0, 40.0, 30.0]})
-    c = decode_curves(t, dies_per_npu=1, output_tokens=1000.0)
-    assert c.batch[0].tolist() == [1.0, 4.0] and c.tpot_s[0].tolist() == [0.01, 0.03]
-    assert c.capacity_rps[0] == pytest.approx([8 * 1 / (1000 * 0.01), 8 * 4 / (1000 * 0.03)])
+    c = DecodeCurves(dies=np.array([8.0]), keys=[{"dies": 8.0}], batch=[np.array([1.0, 2.0, 3.0, 4.0])],
+                     tpot_s=[np.array([0.01, 0.02, 0.03, 0.04])], capacity_rps=[np.array([1.0, 3.0, 2.0, 4.0])])
+    batch, tpot = c.at_rate(np.zeros(4, dtype=int), np.array([2.5, 0.5, 5.0, 3.5]))
+    assert batch.tolist() == pytest.approx([1.75, 1.0, 4.0, 3.75]) and tpot.tolist() == pytest.approx([0.0175, 0.01, 0.04, 0.0375])
+    mono = DecodeCurves(dies=np.array([8.0]), keys=[{"dies": 8.0}], batch=[np.array([1.0, 2.0, 4.0])],
+                        tpot_s=[np.array([0.01, 0.02, 0.03])], capacity_rps=[np.array([1.0, 2.0, 3.0])])
+    rates = np.linspace(0.0, 4.0, 17)  # a rising curve reads as np.interp
+    assert mono.at_rate(np.zeros(17, dtype=int), rates)[1] == pytest.approx(np.interp(rates, [1.0, 2.0, 3.0], [0.01, 0.02, 0.03]))

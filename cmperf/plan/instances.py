@@ -57,9 +57,25 @@ class DecodeCurves:
             x = self.capacity_rps[k]
             if len(x) == 0:
                 continue
-            batch[sel] = np.interp(rate_per_instance[sel], x, self.batch[k])
-            tpot[sel] = np.interp(rate_per_instance[sel], x, self.tpot_s[k])
+            batch[sel], tpot[sel] = _first_reach(x, (self.batch[k], self.tpot_s[k]), rate_per_instance[sel])
         return batch, tpot
+
+
+def _first_reach(x: np.ndarray, ys, rate) -> list[np.ndarray]:
+    """Each of ``ys`` where the curve's capacity ``x`` (in batch order) first reaches ``rate``:
+    linear between that point and the one before, clamped to the ends as np.interp. A TPOT
+    step (a GEMM wave, a microbatch switch) can make a larger batch serve fewer requests; the
+    rate is then served at the smaller batch, on the rising branch (np.interp on such a curve
+    read the Atlas 950 SuperPoD's AFD instance at batch 112 and TPOT 57 ms for a rate batch 96
+    serves at 48 ms, under the 50 ms SLO)."""
+    rate = np.asarray(rate, dtype=float)
+    reached = x[None, :] >= rate[:, None]
+    some = reached.any(axis=1)
+    i = np.where(some, reached.argmax(axis=1), len(x) - 1)
+    before = np.maximum(i - 1, 0)
+    span = x[i] - x[before]
+    f = np.where(some & (i > 0) & (span > 0), (rate - x[before]) / np.where(span > 0, span, 1.0), 1.0)
+    return [y[before] + f * (y[i] - y[before]) for y in ys]
 
 
 def run(phase: str, rows: list[dict], specs: Specs) -> pd.DataFrame:
@@ -87,19 +103,14 @@ def decode_curves(table: pd.DataFrame, dies_per_npu: int, output_tokens: float, 
     dies, names, batch, tpot, cap = [], [], [], [], []
     for key, t in groups:
         key = key if isinstance(key, tuple) else (key,)
-        t = t.sort_values(["tpot_ms", "batch"])
+        t = t.sort_values("batch")
         b = t["batch"].to_numpy(dtype=float)
         s = t["tpot_ms"].to_numpy(dtype=float) / 1e3
-        capacity = b * (float(t[request_dies].iat[0]) / dies_per_npu) / (output_tokens * s)
-        # the Pareto front: a batch that serves no more requests than one of lower TPOT is never
-        # run (a TPOT step, e.g. a GEMM wave, can make capacity fall with the batch), so TPOT and
-        # capacity both rise along the curve, as max_rate and at_rate interpolate
-        front = capacity > np.maximum.accumulate(np.r_[-np.inf, capacity[:-1]])
         names.append({k: float(v) for k, v in zip(keys, key)})
         dies.append(sum(names[-1][c] for c in size))
-        batch.append(b[front])
-        tpot.append(s[front])
-        cap.append(capacity[front])
+        batch.append(b)
+        tpot.append(s)
+        cap.append(b * (float(t[request_dies].iat[0]) / dies_per_npu) / (output_tokens * s))
     return DecodeCurves(dies=np.asarray(dies, dtype=float), keys=names, batch=batch, tpot_s=tpot, capacity_rps=cap)
 
 
