@@ -33,7 +33,7 @@ from .schedule.memory import afd_memory, decode_memory, prefill_memory
 from .schedule.prefill import prefill
 from . import deployment, stack
 from .scenario import check_inputs, grid_from_rows, make_grid, validate
-from .specs.dtypes import DTYPE_BYTES, dtypes_of
+from .specs.dtypes import NARROW_FLOATS, closest_dtype, dtypes_of
 from .specs.loader import Hardware, cached_spec, load_hardware_parts, load_model, split_overrides
 from .specs.view import HardwareView, SpecView
 
@@ -485,7 +485,7 @@ def _needed_dtypes(m) -> dict[str, str]:
         needed["hidden"] = p.hidden
         if p.experts is not None:
             needed["experts"] = p.experts
-    if p.kv_cache in ("fp8", "fp4"):
+    if p.kv_cache in NARROW_FLOATS:
         needed["kv_cache"] = p.kv_cache
     if getattr(p, "indexer", None) is not None:  # a DSA indexer's score GEMMs
         needed["indexer"] = p.indexer
@@ -531,11 +531,8 @@ def check_precision(specs: Specs) -> None:
 
 
 def _closest(dtype: str, chip) -> str:
-    """The chip's dtype of the same width, else the narrowest wider one, else its widest."""
-    have = dtypes_of(chip.die.peak_flops_per_s)
-    same = [d for d in have if DTYPE_BYTES[d] == DTYPE_BYTES[dtype]]
-    wider = sorted((d for d in have if DTYPE_BYTES[d] > DTYPE_BYTES[dtype]), key=lambda d: DTYPE_BYTES[d])
-    return same[0] if same else wider[0] if wider else have[0]
+    """The chip's dtype that runs ``dtype`` best (same element width first: :func:`closest_dtype`)."""
+    return closest_dtype(dtype, dtypes_of(chip.die.peak_flops_per_s))
 
 
 def _rows_with_instance(phase: str, rows: list[Mapping[str, Any]], hw, m) -> list[dict]:

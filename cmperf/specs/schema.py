@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .dtypes import DTYPE_BYTES, dtypes_of
 
-Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
+Dtype = Literal["bf16", "fp16", "fp8", "hif8", "mxfp8", "int8", "fp4", "mxfp4", "int4"]  # = DTYPE_BYTES (cmperf/specs/dtypes.py)
 Confidence = Literal["high", "medium", "low"]
 
 
@@ -71,13 +71,18 @@ class SourcedChoice(Strict):
 
 # --------------------------------------------------------------------------- chip
 class PeakFlops(Strict):
-    """Dense peak per die in each dtype the chip's matrix units run natively."""
+    """Dense peak per die in each dtype the chip's matrix units run natively (the formats
+    and their bytes: cmperf/specs/dtypes.py). ``hif8``: HiFloat8 (Ascend 950); ``mxfp8``,
+    ``mxfp4``: the OCP microscaling formats (an E8M0 scale per 32 elements)."""
 
     bf16: Optional[Positive] = None
     fp16: Optional[Positive] = None
     fp8: Optional[Positive] = None
+    hif8: Optional[Positive] = None
+    mxfp8: Optional[Positive] = None
     int8: Optional[Positive] = None
     fp4: Optional[Positive] = None
+    mxfp4: Optional[Positive] = None
     int4: Optional[Positive] = None
 
     def dtypes(self) -> list[str]:
@@ -87,7 +92,7 @@ class PeakFlops(Strict):
     @model_validator(mode="after")
     def _some(self):
         if not self.dtypes():
-            raise ValueError("give the dense peak of at least one dtype (bf16, fp16, fp8, int8, fp4, int4)")
+            raise ValueError(f"give the dense peak of at least one dtype ({', '.join(DTYPE_BYTES)})")
         return self
 
 
