@@ -466,7 +466,7 @@ def test_new_families_import_their_attention(models):
     assert (la.key_heads, la.value_heads, la.key_head_dim, la.value_head_dim, la.conv_kernel) == (16, 32, 128, 128, 4)
     assert (q3n.moe.routed_experts, q3n.moe.experts_per_token, q3n.moe.shared_experts) == (512, 10, 1)
     assert oss.layer_pattern == ["window", "full"] and oss.attention.sliding_window == 128 and oss.attention.sinks
-    assert oss.precision.expert_weights == "fp4" and oss.precision.matmul == "bf16"
+    assert oss.precision.expert_weights == "mxfp4" and oss.precision.matmul == "bf16"
     assert (oss.moe.routed_experts, oss.moe.experts_per_token, oss.moe.shared_experts) == (128, 4, 0)
 
 
@@ -502,7 +502,7 @@ def test_bad_new_family_fields_are_one_line(cli, tmp_path, file, change, needles
 def test_unsupported_quantization_of_the_new_families_is_named():
     model, unmapped = import_hf_config({**_raw("gpt-oss-120b.json"), "quantization_config": {
         "quant_method": "mxfp4", "modules_to_not_convert": ["lm_head"]}}, "x", "test")
-    assert model["precision"]["expert_weights"] == "fp4" and len(unmapped) == 1 and "modules_to_not_convert" in unmapped[0]
+    assert model["precision"]["expert_weights"] == "mxfp4" and len(unmapped) == 1 and "modules_to_not_convert" in unmapped[0]
 
 
 def test_import_not_json(cli, tmp_path):

@@ -270,7 +270,7 @@ def _precision(c: _Config) -> dict:
                     c.report("quantization_config", f"quantization_config.{k} = {_short(v)}: "
                              "not mapped (cmperf knows FP8 e4m3 with 128x128 weight blocks)")
         elif isinstance(q, dict) and q.get("quant_method") == "mxfp4" and c.model_type in _MXFP4_KEEP:
-            expert_weights = "fp4"
+            expert_weights = "mxfp4"
             keep = _MXFP4_KEEP[c.model_type]
             for k, v in q.items():
                 if k == "modules_to_not_convert" and isinstance(v, list) and set(v) == keep:
@@ -530,8 +530,8 @@ def _gpt_oss(c: _Config) -> dict:
     (``sliding_window`` tokens) and full attention; every layer MoE (``num_local_experts``,
     top ``num_experts_per_tok``, each expert ``intermediate_size`` wide, softmax over the
     chosen; the experts' and router's biases, 128 x (2 x 2,880 + 2,880) + 128 per layer, not
-    counted), no shared expert; MXFP4 expert weights (``quantization_config``: cmperf's
-    storage-only fp4, 0.5 B per weight; MXFP4's shared 8-bit scale per 32 values adds 1/32 B)."""
+    counted), no shared expert; MXFP4 expert weights (``quantization_config``: ``mxfp4``, 0.5 B per weight plus the
+    shared 8-bit scale per 32 values, 1/32 B)."""
     c.ignore("gpt_oss")
     n = c.int("num_hidden_layers")
     pattern = _layer_pattern(c, ["window" if (i + 1) % 2 else "full" for i in range(n)], ("full", "window"))
