@@ -420,7 +420,7 @@ def check_results(t: pd.DataFrame, phase: str, path: str) -> pd.DataFrame:
     """A search CSV's cells checked before they are ranked: one phase; ``fits``/``meets_slo``/
     ``on_pareto`` true or false; latency and SLO positive, throughput and memory non-negative,
     every input and swept spec value a finite number (``attention_share`` may be empty: unset),
-    ``rank`` empty or a whole number >= 1. The first bad cell is named by line and column."""
+    ``rank`` empty or a whole number >= 1; one SLO on every line. The first bad cell is named by line and column."""
     def bad(rows, col, expected):
         i = int(np.flatnonzero(np.asarray(rows))[0])
         raise ConfigError(f"{short(str(path))}: line {i + 2}, column '{short(col, 40)}': expected {expected}, "
@@ -435,6 +435,9 @@ def check_results(t: pd.DataFrame, phase: str, path: str) -> pd.DataFrame:
             if (~text.isin(["true", "false", "1", "0"])).any():
                 bad(~text.isin(["true", "false", "1", "0"]), col, "True or False")
             t = t.assign(**{col: text.isin(["true", "1"])})
+    slo_text = t["slo_ms"].astype(str).str.strip()
+    if (slo_text != slo_text.iat[0]).any():
+        bad(slo_text != slo_text.iat[0], "slo_ms", f"line 2's SLO {short(slo_text.iat[0], 20)!r} (one SLO per search)")
     positive = [LATENCY[phase], "slo_ms"]
     non_negative = [THROUGHPUT, "memory_per_die_bytes", "hbm_per_die_bytes"]
     inputs = [c for c in PHASE_DEFAULTS[phase] if c in t.columns and c != "attention_share"]
