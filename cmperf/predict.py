@@ -34,7 +34,8 @@ from .schedule.prefill import prefill
 from . import deployment
 from .scenario import check_inputs, grid_from_rows, make_grid, validate
 from .specs.dtypes import DTYPE_BYTES, dtypes_of
-from .specs.loader import Hardware, cached_spec, load_hardware_parts, load_model, split_overrides
+from .specs.loader import (UNIT_RATES, Hardware, cached_spec, load_hardware_parts, load_model, split_overrides,
+                           unit_rate_scale)
 from .specs.view import HardwareView, SpecView
 
 if TYPE_CHECKING:
@@ -86,17 +87,40 @@ class Specs:
         return self._model
 
     def views(self, sweeps: Mapping[str, np.ndarray] | None = None):
+        """Numeric views of the specs, with ``sweeps`` (spec path -> array over the grid's rows)
+        in place of their fields; a swept unit count carries the rates its units sum along
+        (:data:`.specs.loader.UNIT_RATES`), as a ``--set`` of it does."""
         sweeps = sweeps or {}
         pick = lambda prefix: {k[len(prefix):]: v for k, v in sweeps.items() if k.startswith(prefix)}
         if self._plain is not None:
             system, chip, model = self._plain["system"], self._plain["chip"], self._plain["model"]
         else:
             system, chip, model = self.hardware.system, self.hardware.chip, self.model
-        hw = HardwareView(SpecView(system, pick("system.")), SpecView(chip, pick("chip.")))
+        chip_over = pick("chip.")
+        for count in UNIT_RATES.keys() & chip_over.keys():
+            chip_over.update(_unit_rates(SpecView(chip), count, chip_over))
+        hw = HardwareView(SpecView(system, pick("system.")), SpecView(chip, chip_over))
         return hw, SpecView(model, pick("model."))
 
     def __repr__(self) -> str:
         return f"Specs(hardware={self.hardware!r}, model={self.model!r})"
+
+
+def _unit_rates(chip: SpecView, count: str, swept: Mapping[str, Any]) -> dict[str, Any]:
+    """The rates a swept unit count ``count`` scales (``UNIT_RATES``), as view overrides."""
+    base = chip
+    for k in count.split("."):
+        base = base[k]
+    factor = unit_rate_scale(count, np.asarray(swept[count], dtype=float), base, swept)
+    if factor is None:
+        return {}
+    rates = UNIT_RATES[count]
+    node = chip
+    for k in rates.split("."):
+        node = node[k]
+    if isinstance(node, SpecView):  # a mapping of rates (peaks per dtype)
+        return {f"{rates}.{d}": node[d] * factor for d in node.keys() if node[d] is not None}
+    return {rates: node * factor}
 
 
 DEFAULT_MODEL = "deepseek-r1"  # the model of a system whose deployment names none (the paper's)

@@ -19,6 +19,7 @@ import numpy as np
 from .columns import Columns, product
 from .defaults import PHASE_DEFAULTS
 from .errors import ConfigError, short
+from .cost.roofline import core_split_fits
 from .specs.dtypes import dtypes_of
 
 
@@ -230,11 +231,17 @@ def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(
         share = g["attention_share"].to_numpy(dtype=float)
         check((share <= 0) | (share >= 1),
               lambda i: f"--attention-share must be within (0, 1) (got {short(share[i])})")
-        units = np.minimum(hw.chip.die.matrix_units, hw.chip.die.vector_units)
-        check(~np.isnan(share) & ((share * units < 1 - 1e-9) | ((1 - share) * units < 1 - 1e-9)),
-              lambda i: f"--attention-share {short(share[i])} leaves a stream less than one core "
-                        f"(a die has {at(hw.chip.die.matrix_units, i)} matrix and {at(hw.chip.die.vector_units, i)} vector units; "
-                        f"each stream needs at least one of each)")
+        def cores(i):
+            return (f"(a die has {at(hw.chip.die.matrix_units, i)} matrix and {at(hw.chip.die.vector_units, i)} vector units; "
+                    f"each stream needs at least one of each)")
+
+        check(~np.isnan(share) & ~core_split_fits(hw, np.nan_to_num(share, nan=0.5)),
+              lambda i: f"--attention-share {short(share[i])} leaves a stream less than one core {cores(i)}")
+        overlap = hw.system.overlap.decode
+        if overlap.style == "core-split":
+            check((g["microbatches"] == 2) & ~core_split_fits(hw, overlap.attention_share),
+                  lambda i: f"--microbatches 2: the system's attention share {short(overlap.attention_share)} "
+                            f"(overlap.decode) leaves a stream less than one core {cores(i)}")
         check(g["chunk_tokens"] < 0, lambda i: f"--chunk-tokens must be >= 0 (got {short(g['chunk_tokens'].iat[i])})")
         check(g["tp"] < 1, lambda i: f"--tp must be >= 1 (got {g['tp'].iat[i]})")
         check(np.mod(m.attention.num_heads, g["tp"]) != 0,

@@ -255,6 +255,57 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
         node = node[k]
 
 
+# A die's rates are its units' rates summed (docs/specs.md, "Units and rates"): one unit of a
+# die does peak / matrix_units. A what-if that changes how many units a die has keeps what
+# one unit does, so the rates it sums scale with the count unless they are set too (a die
+# with one cube core has 1/24 of the 910C die's peaks, not 24 times the peak per core).
+UNIT_RATES = {"die.matrix_units": "die.peak_flops_per_s", "die.vector_units": "die.vector_ops_per_s"}
+
+
+def unit_rate_scale(count_path: str, new_units, base_units, given: Iterable[str]):
+    """The factor a chip's rates under ``UNIT_RATES[count_path]`` take when its unit count
+    moves from ``base_units`` to ``new_units`` (scalars or arrays), or None when the count is
+    not moved or the rates are ``given`` as well (a set or swept path at or under them)."""
+    rates = UNIT_RATES[count_path]
+    if any(g == rates or g.startswith(rates + ".") for g in given):
+        return None
+    return new_units / float(base_units)  # a scalar, or a numpy array of swept counts
+
+
+def keep_unit_rates(raw: dict, base: dict, overrides: Mapping[str, Any]) -> None:
+    """In the raw chip mapping ``raw`` (``base`` before the ``--set`` ``overrides``), scale the
+    rates whose unit count the overrides move (:data:`UNIT_RATES`), in place; each scaled
+    value's source says so. A count that is not a positive whole number is left to validation."""
+    for count, rates in UNIT_RATES.items():
+        if count not in overrides:
+            continue
+        new, old = _raw_value(raw, count), _raw_value(base, count)
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (new, old)):
+            continue
+        factor = unit_rate_scale(count, new, old, overrides)
+        if factor is None or factor == 1:
+            continue
+        node = _raw_node(raw, rates)
+        pairs = node.values() if isinstance(node, dict) and "value" not in node else [node]
+        for pair in (p for p in pairs if isinstance(p, dict)):
+            v = pair.get("value")
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                pair["value"] = v * float(factor)
+                pair["source"] = f"scaled x {new}/{old} with --set chip.{count} (each unit's rate kept); {pair.get('source')}"
+
+
+def _raw_node(raw: Any, path: str) -> Any:
+    node = raw
+    for k in path.split("."):
+        node = node.get(k) if isinstance(node, dict) else None
+    return node
+
+
+def _raw_value(raw: Any, path: str) -> Any:
+    node = _raw_node(raw, path)
+    return node.get("value") if isinstance(node, dict) else node
+
+
 def _schema_fields(kind: str, keys: list[str]) -> dict[str, bool]:
     """The fields the schema of ``kind`` allows under the dotted ``keys`` (through optional
     fields and name-keyed mappings such as ``tiers``), each with whether it is a sourced
@@ -364,6 +415,8 @@ def load(kind: str, name_or_path: str | Path, overrides: Mapping[str, Any] | Non
     base = copy.deepcopy(raw)
     for key, value in overrides.items():
         apply_override(raw, key, value, label or kind)
+    if kind == "chip":
+        keep_unit_rates(raw, base, overrides)
     try:
         return validate(kind, raw, path, overrides, label or kind), path
     except SpecError as e:
