@@ -226,6 +226,13 @@ def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(
     check(~g["microbatches"].isin([0, 1, 2]), lambda i: f"--microbatches must be 1, 2 or auto (got {g['microbatches'].iat[i]})")
     check(g["prompt_len"] < 1, lambda i: f"--prompt-len must be >= 1 (got {g['prompt_len'].iat[i]})")
     check(~g["mtp"].isin([0, 1]), lambda i: "--mtp must be on or off")
+    for ph in ("decode", "prefill"):  # communication holds some of a die's units; compute keeps one at least
+        overlap = hw.system.overlap[ph]
+        if overlap.style == "compute-comm":
+            held = np.asarray(overlap.comm_units, dtype=float)
+            check(held > hw.chip.die.vector_units - 1,
+                  lambda i, ph=ph, held=held: f"system overlap.{ph}.comm_units {at(held, i)}: communication would hold "
+                                              f"all of a die's {at(hw.chip.die.vector_units, i)} units, none left to compute")
     if phase == "decode":
         _check_decode_tokens(g, m, check)
         share = g["attention_share"].to_numpy(dtype=float)
@@ -259,6 +266,13 @@ def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(
               lambda i: f"--tokens-per-npu {at(g['tokens_per_npu'], i)} puts less than one prompt's computed tokens "
                         f"(--prompt-len {g['prompt_len'].iat[i]} - --cached-len {g['cached_len'].iat[i]}) on an attention TP "
                         f"group of --attn-tp {g['attn_tp'].iat[i]} dies: a prompt is split over its TP group at most")
+        kv_tier = hw.system.kv_transfer_tier
+        kv_domain = hw.system.tiers[kv_tier].domain_chips
+        if kv_domain is not None:  # the decode instance the KV cache goes to is on other NPUs of the same domain
+            check(g["dies"] / dies_per_pkg + 1 > kv_domain,
+                  lambda i: f"a prefill instance of {g['dies'].iat[i]} dies: the system's kv_transfer_tier '{kv_tier}' "
+                            f"connects {at(kv_domain, i)} NPUs per domain, too few for it and a decode instance to receive "
+                            f"its KV cache (give a smaller --dies, or --set system.kv_transfer_tier=TIER that reaches further)")
         check(g["attn_tp"] < 1, lambda i: f"--attn-tp must be >= 1 (got {g['attn_tp'].iat[i]})")
         check(np.mod(g["dies"], g["attn_tp"]) != 0,
               lambda i: f"--attn-tp {g['attn_tp'].iat[i]} does not divide --dies {g['dies'].iat[i]}")

@@ -120,6 +120,13 @@ def parse_sweeps(items: Iterable[str]) -> dict[str, list[float]]:
     return out
 
 
+def set_text(path: str, value: float) -> str:
+    """The ``--set`` a swept value stands for, written as a user would type it (24, not 24.0:
+    a count field takes whole numbers only)."""
+    typed = int(value) if float(value).is_integer() and abs(value) < 2**53 else value
+    return f"{path}={typed!r}"
+
+
 def check_sweeps(sweeps: Mapping[str, list], hardware: str, model: str, sets: Iterable[str] = ()) -> None:
     """Every swept path must be a numeric spec field, and every one of its values must pass the
     spec schema (a whole number of cores, a fraction within (0, 1], ...): apply each as a
@@ -138,8 +145,7 @@ def check_sweeps(sweeps: Mapping[str, list], hardware: str, model: str, sets: It
             raise ConfigError(f"--sweep {short(path)}: the path must start with chip., system. or model. "
                               f"(e.g. system.tiers.ub.bandwidth_Bps=100e9,200e9)")
         for v in sorted(set(values)):
-            typed = int(v) if float(v).is_integer() and abs(v) < 2**53 else v  # as a user would type it: 24, not 24.0
-            overrides = split_overrides([*sets, f"{path}={typed!r}"])
+            overrides = split_overrides([*sets, set_text(path, v)])
             try:
                 if path.startswith("model."):
                     load_model(model, overrides)

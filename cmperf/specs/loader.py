@@ -150,16 +150,16 @@ def read_text(path: Path, what: str = "file") -> str:
         raise SpecError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at line {line}); save it as UTF-8") from None
 
 
-def parse_yaml(text: str) -> Any:
-    """YAML text -> Python objects, with the limits of :class:`.safe_yaml._Loader`. PyYAML's own
-    constructors fail on some misused tags (``!!timestamp x``, ``!!bool maybe``) with plain
-    Python exceptions: they become a YAMLError too."""
+def parse_yaml(text: str, loader: Any = None) -> Any:
+    """YAML text -> Python objects, with the limits of :class:`.safe_yaml._Loader` (or the
+    ``loader`` given). PyYAML's own constructors fail on some misused tags (``!!timestamp x``,
+    ``!!bool maybe``) with plain Python exceptions: they become a YAMLError too."""
     import yaml
 
     from .safe_yaml import _Loader
 
     try:
-        return yaml.load(text, Loader=_Loader)
+        return yaml.load(text, Loader=loader or _Loader)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError) as e:
         raise yaml.YAMLError(f"a value cannot be read ({type(e).__name__}: {short(str(e), 60)}); check its tag (!!...)") from None
 
@@ -207,21 +207,25 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- overrides
+_DECIMAL = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+
+
 def parse_value(text: str, where: str = "--set") -> Any:
-    """A --set value: int, float (1e12 forms too), bool, or string; never nan or inf."""
+    """A --set/--with value as YAML 1.2 reads it: a decimal int or float (1e12 forms too),
+    true/false, a string, or a flow list/mapping of them (``[ub, rdma]``); never nan or inf,
+    and never YAML 1.1's other numbers (``1:30`` as 90, ``0x10`` as 16, ``1_000``: strings)."""
     t = text.strip()
-    for conv in (int, float) if t.isascii() else ():  # int() reads other scripts' digits ('٣' = 3)
-        try:
-            value = conv(t)
-        except ValueError:
-            continue
+    if t.isascii() and _DECIMAL.fullmatch(t):  # int() and float() read other scripts' digits ('٣' = 3): ASCII only
+        value = int(t) if t.lstrip("+-").isdigit() and len(t) <= 4000 else float(t)
         if isinstance(value, float) and not math.isfinite(value):
             raise SpecError(f"{where}: expected a finite number, got {short(t, 40)}")
         return value
     import yaml
 
+    from .safe_yaml import _ValueLoader
+
     try:
-        return parse_yaml(t)
+        return parse_yaml(t, _ValueLoader)
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise SpecError(f"{where}: cannot read the value {short(t, 40)} ({short(problem, 80)})") from None

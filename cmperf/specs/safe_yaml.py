@@ -94,3 +94,21 @@ _Loader.add_implicit_resolver(
     ),
     list("-+0123456789."),
 )
+
+
+class _ValueLoader(_Loader):
+    """The loader of one ``--set``/``--with`` value: YAML 1.2's core schema for plain scalars
+    (decimal integers and floats, true/false, null; .inf/.nan refused as in files), not YAML
+    1.1's: ``1:30`` (sexagesimal 90), ``0x10``, ``0o17``, ``1_000`` and ``yes``/``on`` stay
+    strings, which the schema then refuses where a number or a flag is due."""
+
+    yaml_implicit_resolvers: dict = {}
+
+
+for _tag, _pattern, _first in (
+        ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+        ("tag:yaml.org,2002:int", r"^[-+]?[0-9]+$", "-+0123456789"),
+        ("tag:yaml.org,2002:float", r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$", "-+0123456789."),
+        ("tag:yaml.org,2002:float", r"^(?:[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+."),
+        ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""])):
+    _ValueLoader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
