@@ -34,8 +34,8 @@ from .schedule.prefill import prefill
 from . import deployment
 from .scenario import check_inputs, grid_from_rows, make_grid, validate
 from .specs.dtypes import DTYPE_BYTES, dtypes_of
-from .specs.loader import (UNIT_RATES, Hardware, cached_spec, load_hardware_parts, load_model, split_overrides,
-                           unit_rate_scale)
+from .specs.loader import (UNIT_RATES, Hardware, cached_spec, carried_scale, load_hardware_parts, load_model,
+                           split_overrides)
 from .specs.view import HardwareView, SpecView
 
 if TYPE_CHECKING:
@@ -111,10 +111,10 @@ def _unit_rates(chip: SpecView, count: str, swept: Mapping[str, Any]) -> dict[st
     base = chip
     for k in count.split("."):
         base = base[k]
-    factor = unit_rate_scale(count, np.asarray(swept[count], dtype=float), base, swept)
+    rates = UNIT_RATES[count]
+    factor = carried_scale(rates, np.asarray(swept[count], dtype=float), base, swept)
     if factor is None:
         return {}
-    rates = UNIT_RATES[count]
     node = chip
     for k in rates.split("."):
         node = node[k]

@@ -35,7 +35,7 @@ SPEC_DIRS = {"chip": "hardware", "system": "hardware", "model": "models"}
 # and far below what could exhaust memory or the stack.
 MAX_FILE_BYTES = 1_000_000
 MAX_DEPTH = 32
-MAX_NODES = 100_000  # nodes of the document with every alias expanded (a "billion laughs" fails fast)
+MAX_NODES = 100_000  # values the aliases of a document add once expanded (a "billion laughs" fails fast)
 
 
 def builtin_dirs(folder: str) -> list[Path]:
@@ -259,43 +259,54 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
         node = node[k]
 
 
-# A die's rates are its units' rates summed (docs/specs.md, "Units and rates"): one unit of a
-# die does peak / matrix_units. A what-if that changes how many units a die has keeps what
-# one unit does, so the rates it sums scale with the count unless they are set too (a die
-# with one cube core has 1/24 of the 910C die's peaks, not 24 times the peak per core).
+# What a --set of one field carries along (docs/specs.md, "What a --set carries along").
+# A die's rates are its units' rates summed: one unit of a die does peak / matrix_units, and a
+# what-if that changes how many units a die has keeps what one unit does, so the rates it sums
+# scale with the count (a die with one cube core has 1/24 of the 910C die's peaks, not 24
+# times the peak per core). A tier's achievable bandwidth is a share of its nominal rate: a
+# what-if of a faster link keeps the share, so the nominal rate scales with it (the achievable
+# rate above the nominal is an error of the file). Neither applies to a field set as well.
 UNIT_RATES = {"die.matrix_units": "die.peak_flops_per_s", "die.vector_units": "die.vector_ops_per_s"}
 
 
-def unit_rate_scale(count_path: str, new_units, base_units, given: Iterable[str]):
-    """The factor a chip's rates under ``UNIT_RATES[count_path]`` take when its unit count
-    moves from ``base_units`` to ``new_units`` (scalars or arrays), or None when the count is
-    not moved or the rates are ``given`` as well (a set or swept path at or under them)."""
-    rates = UNIT_RATES[count_path]
-    if any(g == rates or g.startswith(rates + ".") for g in given):
+def carried(kind: str, raw: Any) -> dict[str, str]:
+    """Field path -> the path a --set of it carries along, in a raw spec of ``kind``."""
+    if kind == "chip":
+        return dict(UNIT_RATES)
+    tiers = raw.get("tiers") if kind == "system" and isinstance(raw, dict) else None
+    return {f"tiers.{t}.bandwidth_Bps": f"tiers.{t}.nominal_Bps" for t in tiers} if isinstance(tiers, dict) else {}
+
+
+def carried_scale(follower: str, new, old, given: Iterable[str]):
+    """The factor the field(s) at ``follower`` take when the field they follow moves from
+    ``old`` to ``new`` (scalars or numpy arrays), or None when the follower is ``given`` as
+    well (a set or swept path at or under it)."""
+    if any(g == follower or g.startswith(follower + ".") for g in given):
         return None
-    return new_units / float(base_units)  # a scalar, or a numpy array of swept counts
+    return new / float(old)
 
 
-def keep_unit_rates(raw: dict, base: dict, overrides: Mapping[str, Any]) -> None:
-    """In the raw chip mapping ``raw`` (``base`` before the ``--set`` ``overrides``), scale the
-    rates whose unit count the overrides move (:data:`UNIT_RATES`), in place; each scaled
-    value's source says so. A count that is not a positive whole number is left to validation."""
-    for count, rates in UNIT_RATES.items():
-        if count not in overrides:
+def keep_carried(kind: str, raw: dict, base: dict, overrides: Mapping[str, Any]) -> None:
+    """In the raw mapping ``raw`` of a spec of ``kind`` (``base``: before the ``--set``
+    ``overrides``), scale the fields a --set carries along (:func:`carried`), in place; each
+    scaled value's source says so. A value that is not a positive number is left to
+    validation (a count that is not whole too)."""
+    for moved, follower in carried(kind, base).items():
+        if moved not in overrides:
             continue
-        new, old = _raw_value(raw, count), _raw_value(base, count)
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (new, old)):
+        new, old = _raw_value(raw, moved), _raw_value(base, moved)
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in (new, old)):
             continue
-        factor = unit_rate_scale(count, new, old, overrides)
+        factor = carried_scale(follower, new, old, overrides)
         if factor is None or factor == 1:
             continue
-        node = _raw_node(raw, rates)
+        node = _raw_node(raw, follower)
         pairs = node.values() if isinstance(node, dict) and "value" not in node else [node]
         for pair in (p for p in pairs if isinstance(p, dict)):
             v = pair.get("value")
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 pair["value"] = v * float(factor)
-                pair["source"] = f"scaled x {new}/{old} with --set chip.{count} (each unit's rate kept); {pair.get('source')}"
+                pair["source"] = f"scaled x {new:g}/{old:g} with --set {kind}.{moved}; {pair.get('source')}"
 
 
 def _raw_node(raw: Any, path: str) -> Any:
@@ -419,8 +430,7 @@ def load(kind: str, name_or_path: str | Path, overrides: Mapping[str, Any] | Non
     base = copy.deepcopy(raw)
     for key, value in overrides.items():
         apply_override(raw, key, value, label or kind)
-    if kind == "chip":
-        keep_unit_rates(raw, base, overrides)
+    keep_carried(kind, raw, base, overrides)
     try:
         return validate(kind, raw, path, overrides, label or kind), path
     except SpecError as e:
