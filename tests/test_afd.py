@@ -207,7 +207,7 @@ def test_cli_predict_afd(cli):
     (("--attention-dies", "0"), ("--attention-dies",)),
     (("--microbatches", "5"), ("--microbatches 5",)),
     (("--model", "llama-3.1-70b"), ("no MoE layers",)),
-    (("--set", "system.tiers.ub.domain_chips=64"), ("128 dies", "'ub' domain")),
+    (("--set", "system.tiers.ub.domain_chips=64", "--set", "system.memory_pool.tier=rdma"), ("128 dies", "'ub' domain")),
 ])
 def test_cli_afd_bad_input(cli, args, names):
     code, _, err = cli("predict", "afd", *args)
