@@ -432,7 +432,7 @@ def trial(mut: Mutation | None, snapshot: Path, args) -> Result:
                 imported = Path(probe.stdout.strip().splitlines()[-1]).resolve() if probe.stdout.strip() else None
                 if probe.returncode != 0 or imported is None or copy.resolve() not in imported.parents:
                     raise RuntimeError(f"the copy's cmperf is not the one imported: {probe.stdout.strip()!r}")
-                fit = run([sys.executable, *FIT], copy, env, deadline, log)
+                fit = run([sys.executable, *FIT, *[f for f in args.fit.split(",") if f]], copy, env, deadline, log)
                 res.fitted = fitted_values(fit.stdout)
                 if fit.returncode != 0:
                     tail = [ln for ln in fit.stdout.strip().splitlines() if ln.strip()]
@@ -511,6 +511,9 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline", action="store_true", help="run only the baseline (unmutated copy: fit + tests)")
     ap.add_argument("--skip-baseline", action="store_true", help="do not run the baseline first")
     ap.add_argument("--hypothesis-seed", default="0", help="seed of the property tests' draws, or 'random' (default 0)")
+    ap.add_argument("--fit", default="", metavar="REF[,REF]",
+                    help="reference files the re-fit runs (default: every built-in one); e.g. "
+                         "cmperf/reference/cloudmatrix384-paper.yaml for bugs only its fit could absorb")
     ap.add_argument("--first", default="tests/test_planted.py,tests/test_physics.py,tests/test_monotonicity.py",
                     help="test files a mutation's run starts with (the whole suite follows; a caught mutation stops "
                          "at its first failure, so the files most likely to catch one save time); '' for the plain order")
