@@ -514,7 +514,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", default="", metavar="REF[,REF]",
                     help="reference files the re-fit runs (default: every built-in one); e.g. "
                          "cmperf/reference/cloudmatrix384-paper.yaml for bugs only its fit could absorb")
-    ap.add_argument("--first", default="tests/test_planted.py,tests/test_physics.py,tests/test_monotonicity.py",
+    ap.add_argument("--first", default="tests/test_planted.py,tests/test_physics.py,tests/test_monotonicity.py,tests/test_spec_cache.py",
                     help="test files a mutation's run starts with (the whole suite follows; a caught mutation stops "
                          "at its first failure, so the files most likely to catch one save time); '' for the plain order")
     args = ap.parse_args(argv)
