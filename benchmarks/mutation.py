@@ -24,8 +24,10 @@ layer count off by one, ...). For each one the script
    fitted parameters and the prediction bands can absorb the bug as far as they are able;
 4. runs ``pytest -q -x -p no:cacheprovider -rfE`` in the copy (same PYTHONPATH) and records
 
-   * ``caught``   -- some test fails (the first failing test id is reported),
-   * ``survived`` -- every test passes: no test notices the bug,
+   * ``caught``   -- some test fails (the first failing test id is reported); the tests
+     that compare shipped numbers with a re-fit or a pinned output (``BOOKKEEPING``: they fail
+     on any change, bug or not) are deselected, so a bug only they notice is not caught,
+   * ``survived`` -- every other test passes: no test of the physics notices the bug,
    * ``broken``   -- the fit itself crashed (counted as caught, but reported as such),
    * ``timeout``  -- fit + tests exceeded ``--timeout`` (counted as caught, reported as such).
 
@@ -65,6 +67,20 @@ REPO = Path(__file__).resolve().parent.parent
 EXCLUDE = (".git", ".ci-venv", "__pycache__", ".pytest_cache", ".hypothesis")
 FIT = ["-m", "cmperf.calibration", "--write"]
 PYTEST = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"]
+# Tests that compare shipped numbers with what the code now gives (a re-fit, the README's quoted
+# numbers, the stored bands, values pinned from an earlier run): any change fails them, a bug or
+# not, so a mutation that only they notice is NOT caught. They are deselected in a mutation's run
+# (the baseline runs them: the shipped numbers must be the code's).
+BOOKKEEPING = (
+    "tests/test_validation.py::test_shipped_values_are_the_fit_output",
+    "tests/test_validation.py::test_platform_values_are_their_micro_benchmark_fit",
+    "tests/test_validation.py::test_910b_proxies_track_the_910c_fit",
+    "tests/test_readme.py::test_every_quoted_number_is_what_the_tool_prints",
+    "tests/test_readme.py::test_quoted_bands_and_held_out_errors_are_the_stored_ones",
+    "tests/test_bands.py::test_stored_band_is_never_narrower_than_the_errors_it_names",
+    "tests/test_bands.py::test_stored_band_covers_every_in_sample_error",
+    "tests/test_physics.py::test_no_chunk_leaves_the_decode_iteration_as_it_was",
+)
 
 
 @dataclass(frozen=True)
@@ -148,8 +164,8 @@ CATALOGUE = [
              "pipeline pool floor adds the shared pools (cores, HBM, UB) instead of taking the busiest"),
     # ---------------------------------------------------------------- counts
     Mutation("moe-layers-plus-one", "cmperf/schedule/decode.py", "layer count",
-             'sched.stack("moe_layer", main, m.num_layers - n_dense, rule=rule(hw, n))',
-             'sched.stack("moe_layer", main, m.num_layers - n_dense + 1, rule=rule(hw, n))',
+             'sched.stack("moe_layer", main, m.num_layers - n_dense, rule=rule(n, overlap))',
+             'sched.stack("moe_layer", main, m.num_layers - n_dense + 1, rule=rule(n, overlap))',
              "decode runs 59 MoE layers instead of 58 (num_layers - first_dense_layers + 1)"),
     Mutation("dense-layers-as-moe", "cmperf/schedule/decode.py", "structure",
              "    n_dense = m.first_dense_layers\n",
@@ -160,8 +176,8 @@ CATALOGUE = [
              '"int8": 2,',
              "INT8 tensors (weights, activations, dispatch messages) counted as 2 bytes"),
     Mutation("mtp-layer-double-tokens", "cmperf/schedule/decode.py", "token count",
-             "draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n), n)",
-             "draft = pipeline(moe_stages(hw, m, g, 2 * R_die, R_die, n), n)",
+             "draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n, overlap=overlap), n)",
+             "draft = pipeline(moe_stages(hw, m, g, 2 * R_die, R_die, n, overlap=overlap), n)",
              "each MTP draft step pushes two tokens per request through the MTP block instead of one"),
     Mutation("mtp-acceptance-ignored", "cmperf/schedule/decode.py", "MTP series",
              "k, a * (1 - a ** k) / np.where(",
@@ -169,16 +185,16 @@ CATALOGUE = [
              "accepted drafts 1 + a + ... + a^(k-1) instead of a + ... + a^k (k = 1: every draft accepted)"),
     # ---------------------------------------------------------------- memory and placement
     Mutation("kv-memory-prompt-only", "cmperf/schedule/memory.py", "memory",
-             'kv_tok = decode_kv_bytes_per_token(m, g)\n    context = g["prompt_len"] + g["output_len"]',
-             'kv_tok = decode_kv_bytes_per_token(m, g)\n    context = g["prompt_len"]',
-             "decode KV cache sized for the prompt only, not prompt + output (max batch too large)"),
+             'peak = np.maximum(np.asarray(g["prompt_len"], dtype=float) + g["output_len"], g["kv_len"]) + k',
+             'peak = np.maximum(np.asarray(g["prompt_len"], dtype=float), g["kv_len"]) + k',
+             "a request's peak KV sized for the prompt only, not prompt + output (the peak cache too small)"),
     Mutation("expert-weights-once-time", "cmperf/cost/ops.py", "per instance",
-             "hbm_bytes=pl.instances_per_die * e_w * b.expert + swiglu_activation_bytes(m, rows, I, b.expert),",
-             "hbm_bytes=e_w * b.expert + swiglu_activation_bytes(m, rows, I, b.expert),",
+             "hbm_bytes=pl.instances_per_die * e_w * b.expert_weight + swiglu_activation_bytes(m, rows, I, b.expert),",
+             "hbm_bytes=e_w * b.expert_weight + swiglu_activation_bytes(m, rows, I, b.expert),",
              "experts read one instance's weights per microbatch whatever the instances per die (prefill: 10)"),
     Mutation("expert-weights-once-memory", "cmperf/cost/ops.py", "per instance",
-             "weight_bytes=pl.instances_per_die * e_w * b.expert)",
-             "weight_bytes=e_w * b.expert)",
+             "weight_bytes=pl.instances_per_die * e_w * b.expert_weight)",
+             "weight_bytes=e_w * b.expert_weight)",
              "HBM holds one expert instance per MoE layer whatever the placement (prefill: 10 per die)"),
     # ---------------------------------------------------------------- vector work, waits, cores
     Mutation("combine-no-residual", "cmperf/cost/ops.py", "vector work",
@@ -193,7 +209,89 @@ CATALOGUE = [
              'attn = timed(attn_ops, hw, share, share)',
              'attn = timed(attn_ops, hw)',
              "with two microbatches the attention stream runs on all cores, not its 16/24 and 32/48 share"),
+    # ---------------------------------------------------------------- issue 17: bugs the suite let through
+    Mutation("mla-cache-write-dropped", "cmperf/cost/ops.py", "term dropped",
+             "hbm_bytes=prolog_w * b.weight + T * h * b.hidden + T * H * lat * b.attn + T * lat * b.kv,",
+             "hbm_bytes=prolog_w * b.weight + T * h * b.hidden + T * H * lat * b.attn,",
+             "MLAProlog forgets to write the new token's latent to the KV cache"),
+    Mutation("embedding-hidden-dtype", "cmperf/cost/ops.py", "dtype bytes",
+             'return Op("embedding", "vector", hbm_bytes=2 * T * m.hidden_size * b.emb)',
+             'return Op("embedding", "vector", hbm_bytes=2 * T * m.hidden_size * b.hidden)',
+             "the embedding is read in the hidden dtype instead of its own"),
+    Mutation("dispatch-local-expert-remote", "cmperf/cost/ops.py", "fan-out",
+             "    remote = (ep - 1) / ep\n",
+             "    remote = np.ones_like(ep)\n",
+             "dispatch sends a message for every routed expert, the ones on the token's own die included"),
+    Mutation("tp-allreduce-one-pass", "cmperf/cost/ops.py", "factor 2 dropped",
+             "net_bytes=2 * (tp - 1) / tp * data",
+             "net_bytes=(tp - 1) / tp * data",
+             "the TP ring all-reduce counts one pass (reduce-scatter) instead of two (+ all-gather)"),
+    Mutation("gqa-kv-keys-only", "cmperf/cost/ops.py", "factor 2 dropped",
+             "hbm_bytes=R * L * 2 * Hkv * d * b.kv + 2 * T * H * d * b.attn)",
+             "hbm_bytes=R * L * Hkv * d * b.kv + 2 * T * H * d * b.attn)",
+             "GQA decode attention reads the cached keys but not the values"),
+    Mutation("chunk-prompts-per-chunk", "cmperf/schedule/decode.py", "count slip",
+             '"prompts": T / P,',
+             '"prompts": T / np.where(k > 0, k, 1.0),',
+             "a co-located iteration finishes one prompt per chunk instead of chunk / prompt length"),
+    Mutation("colocated-capacity-per-die", "cmperf/plan/planner.py", "unit slip",
+             "    cap_d = batch * npus_i / (workload.output.mean * tpot)\n",
+             "    cap_d = batch * dies / (workload.output.mean * tpot)\n",
+             "a co-located instance's decode capacity counts the batch per NPU once per die"),
+    Mutation("colocated-prompts-per-npu", "cmperf/plan/planner.py", "unit slip",
+             "    per_die = chunk_tok / dpp / prompt.mean  # prompts per die per iteration\n",
+             "    per_die = chunk_tok / prompt.mean  # prompts per die per iteration\n",
+             "a co-located die takes the whole NPU's chunk of prompt tokens (prompt slots doubled)"),
+    Mutation("ems-block-not-rounded", "cmperf/plan/workload.py", "rounding dropped",
+             "return float(math.floor(self.prefix_hit * self.prompt.mean / self.block_tokens) * self.block_tokens)",
+             "return float(self.prefix_hit * self.prompt.mean)",
+             "a cached prefix counts its tokens, not whole KV blocks (EMS caches blocks)"),
+    Mutation("pool-blocks-not-rounded", "cmperf/schedule/prefill.py", "rounding dropped",
+             "blocks = seqs * np.ceil(C / hw.system.memory_pool.block_tokens)",
+             "blocks = seqs * C / hw.system.memory_pool.block_tokens",
+             "a prefix read from the pool pays a fraction of a block fetch instead of whole blocks"),
+    Mutation("bringup-no-die-fill", "cmperf/plan/bringup.py", "term dropped",
+             "    return copy + np.asarray(weights_per_die_B, dtype=float) / rate\n",
+             "    return copy + 0.0 * np.asarray(weights_per_die_B, dtype=float) / rate\n",
+             "bring-up ends when the model's copy arrives, before the dies fill their HBM"),
+    Mutation("hf-kv-heads-default-mqa", "cmperf/specs/hf_import.py", "default",
+             'kv_heads = c.int("num_key_value_heads", heads)',
+             'kv_heads = c.int("num_key_value_heads", 1)',
+             "a config without num_key_value_heads imports as multi-query attention (transformers: MHA)"),
+    Mutation("hf-tie-default-llama", "cmperf/specs/hf_import.py", "default",
+             '"llama": False, "mistral": False,',
+             '"llama": True, "mistral": False,',
+             "a Llama config without tie_word_embeddings imports tied (transformers: untied)"),
+    Mutation("prefill-head-every-token", "cmperf/schedule/prefill.py", "token count",
+             "timed([embedding_op(m, T_die), head_op(m, seqs)], hw)",
+             "timed([embedding_op(m, T_die), head_op(m, T_die)], hw)",
+             "prefill runs the LM head on every prompt token, not the last of each prompt"),
+    Mutation("prefill-no-dense-layers", "cmperf/schedule/prefill.py", "structure",
+             "    n_dense = m.first_dense_layers\n",
+             "    n_dense = 0\n",
+             "prefill runs DeepSeek-R1's 3 dense layers as MoE layers"),
+    Mutation("decode-dispatch-wait-attention-only", "cmperf/schedule/decode.py", "barrier wait",
+             "wait_after(attn + moe[:2], ep, hw)",
+             "wait_after(attn, ep, hw)",
+             "decode's dispatch barrier waits for the attention's spread only, not the gate's and the send's"),
+    Mutation("prefill-dispatch-wait-tp-group", "cmperf/schedule/prefill.py", "barrier wait",
+             'groups = [g["attn_tp"], g["attn_tp"], g["ep"] if moe else g["attn_tp"], g["ep"]]',
+             'groups = [g["attn_tp"], g["attn_tp"], g["attn_tp"], g["ep"]]',
+             "prefill's dispatch barrier waits for the attention TP group instead of the whole EP group"),
+    Mutation("stream-share-rounding", "cmperf/cost/roofline.py", "rounding",
+             "return np.floor(np.asarray(units, dtype=float) * np.asarray(share, dtype=float) + 1e-9)",
+             "return np.floor(np.asarray(units, dtype=float) * np.asarray(share, dtype=float))",
+             "a stream owning 1 - 0.666666666667 of 24 cube cores gets 7, not 8"),
+    Mutation("unit-rate-not-kept", "cmperf/specs/loader.py", "what-if",
+             "    keep_carried(kind, raw, base, overrides)\n",
+             "    pass\n",
+             "--set chip.die.matrix_units=1 keeps the die's peak: one cube core 24x as fast"),
+    Mutation("cache-no-checksum", "cmperf/specs/cache.py", "cache",
+             'if not sep or head.decode("ascii", "replace") != _hash(_key(kind, text), b"|", body):',
+             "if not sep:",
+             "a spec-cache entry is trusted without its checksum (an edited entry changes answers)"),
 ]
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,13 +432,16 @@ def trial(mut: Mutation | None, snapshot: Path, args) -> Result:
                 imported = Path(probe.stdout.strip().splitlines()[-1]).resolve() if probe.stdout.strip() else None
                 if probe.returncode != 0 or imported is None or copy.resolve() not in imported.parents:
                     raise RuntimeError(f"the copy's cmperf is not the one imported: {probe.stdout.strip()!r}")
-                fit = run([sys.executable, *FIT], copy, env, deadline, log)
+                fit = run([sys.executable, *FIT, *[f for f in args.fit.split(",") if f]], copy, env, deadline, log)
                 res.fitted = fitted_values(fit.stdout)
                 if fit.returncode != 0:
                     tail = [ln for ln in fit.stdout.strip().splitlines() if ln.strip()]
                     res.result, res.reason = "broken", (tail[-1] if tail else f"exit {fit.returncode}")[:160]
                     return res
-                cmd = [sys.executable, *PYTEST, *(["-x"] if mut else [])]
+                first = [f for f in args.first.split(",") if f] if mut else []
+                order = first + [str(p.relative_to(copy)) for p in sorted((copy / "tests").glob("test_*.py"))
+                                 if str(p.relative_to(copy)) not in first] if first else []
+                cmd = [sys.executable, *PYTEST, *(["-x", *(f"--deselect={t}" for t in BOOKKEEPING)] if mut else []), *order]
                 if args.hypothesis_seed != "random":
                     cmd.append(f"--hypothesis-seed={args.hypothesis_seed}")
                 tests = run(cmd, copy, env, deadline, log)
@@ -410,6 +511,12 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline", action="store_true", help="run only the baseline (unmutated copy: fit + tests)")
     ap.add_argument("--skip-baseline", action="store_true", help="do not run the baseline first")
     ap.add_argument("--hypothesis-seed", default="0", help="seed of the property tests' draws, or 'random' (default 0)")
+    ap.add_argument("--fit", default="", metavar="REF[,REF]",
+                    help="reference files the re-fit runs (default: every built-in one); e.g. "
+                         "cmperf/reference/cloudmatrix384-paper.yaml for bugs only its fit could absorb")
+    ap.add_argument("--first", default="tests/test_planted.py,tests/test_physics.py,tests/test_monotonicity.py,tests/test_spec_cache.py",
+                    help="test files a mutation's run starts with (the whole suite follows; a caught mutation stops "
+                         "at its first failure, so the files most likely to catch one save time); '' for the plain order")
     args = ap.parse_args(argv)
 
     if args.jobs < 1:

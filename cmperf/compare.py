@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import ConfigError, SpecError
+from .errors import ConfigError, SpecError, short
 from .predict import load_specs, predict
 from .scenario import check_inputs
 
@@ -86,7 +86,11 @@ def compare(phase: str, systems: list[str] | None = None, setups: Setups | None 
                              source=f"the system's deployment defaults for {chosen} (docs/model.md §10)")
         spec_sets = [*su.sets, *sets.get("*", []), *sets.get(name, [])]
         specs = load_specs(name, chosen, spec_sets)
-        check_inputs(phase, getattr(su, phase), name=lambda k, n=name: f"set-ups {setups.name}: systems.{n}.{phase}.{k}")
+        where = lambda k, n=name: f"set-ups {setups.name}: systems.{n}.{phase}.{k}"  # noqa: E731
+        for k, v in getattr(su, phase).items():
+            if v is None or isinstance(v, (list, tuple, dict)):
+                raise ConfigError(f"{where(k)}: expected one value (one configuration per system), got {short(v, 40)}")
+        check_inputs(phase, getattr(su, phase), name=where)
         for target in ("*", name):  # each --with value, named as the user wrote it
             check_inputs(phase, values.get(target, {}), name=lambda k, t=target: f"--with {'' if t == '*' else t + ':'}{k}")
         inputs = {**getattr(su, phase), **values.get("*", {}), **values.get(name, {})}

@@ -26,3 +26,12 @@ def short(value, limit: int = 80) -> str:
     text = value if isinstance(value, str) else repr(value)
     text = " ".join(text.split()) if any(c.isspace() and c != " " for c in text) else text  # \x1e, \u2028 break lines too
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+PATH_LIMIT = 1000  # a file's path in a message: whole (the file system bounds it), one line; cut past this
+
+
+def short_path(path) -> str:
+    """A file path as an error message names it: whole unless longer than PATH_LIMIT (a path
+    cut to 80 characters no longer names the file)."""
+    return short(str(path), PATH_LIMIT)

@@ -34,7 +34,8 @@ from .schedule.prefill import prefill
 from . import deployment, stack
 from .scenario import check_inputs, grid_from_rows, make_grid, validate
 from .specs.dtypes import NARROW_FLOATS, closest_dtype, dtypes_of
-from .specs.loader import Hardware, cached_spec, load_hardware_parts, load_model, split_overrides
+from .specs.loader import (UNIT_RATES, Hardware, cached_spec, carried_scale, load_hardware_parts, load_model,
+                           split_overrides)
 from .specs.view import HardwareView, SpecView
 
 if TYPE_CHECKING:
@@ -69,6 +70,11 @@ class Specs:
         return cls(plain={"system": system, "chip": chip, "model": model, "system_path": system_path,
                           "chip_path": chip_path}, notes=notes)
 
+    def with_hardware(self, hardware: Hardware) -> "Specs":
+        """A copy on ``hardware``, keeping the model, the notes and the serving stack."""
+        return Specs(hardware=hardware, model=self.model, notes=self.notes, stack=self.stack,
+                     stack_name=self.stack_name)
+
     @property
     def hardware(self) -> Hardware:
         if self._hardware is None:
@@ -88,19 +94,24 @@ class Specs:
         return self._model
 
     def views(self, sweeps: Mapping[str, np.ndarray] | None = None, phase: str | None = None):
-        """(hardware view, model view) with swept fields as arrays; for ``phase``, the
-        serving stack's host time put into the chip's latency (cmperf/stack.py)."""
+        """Numeric views of the specs, with ``sweeps`` (spec path -> array over the grid's rows)
+        in place of their fields; a swept unit count carries the rates its units sum along
+        (:data:`.specs.loader.UNIT_RATES`), as a ``--set`` of it does. For ``phase``, the
+        serving stack's host time is put into the chip's latency (cmperf/stack.py)."""
         sweeps = sweeps or {}
         pick = lambda prefix: {k[len(prefix):]: v for k, v in sweeps.items() if k.startswith(prefix)}
         if self._plain is not None:
             system, chip, model = self._plain["system"], self._plain["chip"], self._plain["model"]
         else:
             system, chip, model = self.hardware.system, self.hardware.chip, self.model
-        chip_view = SpecView(chip, pick("chip."))
+        chip_over = pick("chip.")
+        for count in UNIT_RATES.keys() & chip_over.keys():
+            chip_over.update(_unit_rates(SpecView(chip), count, chip_over))
+        chip_view = SpecView(chip, chip_over)
         if self.stack is not None and phase is not None:
             from .stack import host_overrides
 
-            chip_view = SpecView(chip, {**pick("chip."), **host_overrides(SpecView(self.stack), phase, chip_view.latency)})
+            chip_view = SpecView(chip, {**chip_over, **host_overrides(SpecView(self.stack), phase, chip_view.latency)})
         hw = HardwareView(SpecView(system, pick("system.")), chip_view)
         return hw, SpecView(model, pick("model."))
 
@@ -110,6 +121,23 @@ class Specs:
 
     def __repr__(self) -> str:
         return f"Specs(hardware={self.hardware!r}, model={self.model!r})"
+
+
+def _unit_rates(chip: SpecView, count: str, swept: Mapping[str, Any]) -> dict[str, Any]:
+    """The rates a swept unit count ``count`` scales (``UNIT_RATES``), as view overrides."""
+    base = chip
+    for k in count.split("."):
+        base = base[k]
+    rates = UNIT_RATES[count]
+    factor = carried_scale(rates, np.asarray(swept[count], dtype=float), base, swept)
+    if factor is None:
+        return {}
+    node = chip
+    for k in rates.split("."):
+        node = node[k]
+    if isinstance(node, SpecView):  # a mapping of rates (peaks per dtype)
+        return {f"{rates}.{d}": node[d] * factor for d in node.keys() if node[d] is not None}
+    return {rates: node * factor}
 
 
 DEFAULT_MODEL = "deepseek-r1"  # the model of a system whose deployment names none (the paper's)
@@ -168,7 +196,7 @@ def load_specs(hardware: str = "cloudmatrix384", model: str | None = None, sets:
     if not sets:
         cached = _cached_specs(hardware, model)
         if cached is not None:
-            return _with_stack(cached, hardware, stack, {})
+            return _warned(_with_stack(cached, hardware, stack, {}))
     overrides = split_overrides(sets)
     (system, chip, spath, cpath), problems = load_hardware_parts(hardware, overrides)
     m = None
@@ -185,7 +213,28 @@ def load_specs(hardware: str = "cloudmatrix384", model: str | None = None, sets:
     if problems:
         raise SpecError(" | ".join(problems))
     specs = Specs(hardware=Hardware(system=system, chip=chip, system_path=spath, chip_path=cpath), model=m, notes=notes)
-    return _with_stack(specs, hardware, stack, overrides["stack"])
+    return _warned(_with_stack(specs, hardware, stack, overrides["stack"]))
+
+
+_implausible_said: set[str] = set()
+
+
+def _warned(specs: Specs) -> Specs:
+    """``specs``, after one warning line on stderr (once per process) for each value outside the
+    range of any real part (:mod:`.specs.plausible`); the prediction runs all the same."""
+    import sys
+
+    from .specs.plausible import implausible
+
+    if specs._plain is not None:
+        chip, system = specs._plain["chip"], specs._plain["system"]
+    else:
+        chip, system = specs.hardware.chip.model_dump(), specs.hardware.system.model_dump()
+    for line in implausible(chip, system):
+        if line not in _implausible_said:
+            _implausible_said.add(line)
+            sys.stderr.write(f"cmperf: warning: {line}\n")
+    return specs
 
 
 def _cached_specs(hardware: str, model: str) -> Specs | None:
@@ -371,9 +420,11 @@ def _spread(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(out), np.inf, out)
 
 
-def inert_overrides(phase: str, values: Mapping[str, Any], specs: Specs, sets: Iterable[str]) -> list[str]:
-    """The ``--set`` paths (numeric ones) that change no output of this prediction
-    (:func:`inert_specs`)."""
+def inert_overrides(phase: str, values: Mapping[str, Any], specs: Specs, sets: Iterable[str],
+                    base: Specs | None = None) -> list[str]:
+    """The ``--set`` paths (numeric ones) that change no output of this prediction: the same
+    prediction at the value the files give them (``base``: the specs without the overrides)
+    is the same (:func:`inert_specs`). Without ``base``, each is moved x 2 instead."""
     from .specs.loader import split_overrides
 
     at: dict[str, float] = {}
@@ -383,19 +434,36 @@ def inert_overrides(phase: str, values: Mapping[str, Any], specs: Specs, sets: I
                 continue  # it chooses inputs or limits (docs/model.md §10-§11), not a number the cost model reads
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 at[f"{prefix}.{path.removesuffix('.value')}"] = float(v)
-    return inert_specs(phase, values, specs, at) or []
+    return inert_specs(phase, values, specs, at, file_values(base, at) if base is not None else None) or []
 
 
-def inert_specs(phase: str, values: Mapping[str, Any], specs: Specs, at: Mapping[str, float]) -> list[str] | None:
+def file_values(base: Specs, paths: Iterable[str]) -> dict[str, float]:
+    """The numbers ``base`` (the specs as the files give them) holds at ``paths`` (a path the
+    files leave out, an optional field a --set adds, is not among them)."""
+    out = {}
+    for path in paths:
+        try:
+            v = spec_value(base, path)
+        except (KeyError, AttributeError, TypeError):
+            continue
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out[path] = float(v)
+    return out
+
+
+def inert_specs(phase: str, values: Mapping[str, Any], specs: Specs, at: Mapping[str, float],
+                other: Mapping[str, float] | None = None) -> list[str] | None:
     """The spec fields of ``at`` (path -> the value it holds) that change no output of the
-    prediction of ``phase`` at ``values``: the prediction is run again with each field moved
-    (x 2; 0 -> 1), one field per point of a zipped sweep, and :func:`inert_fields` judges. A
-    field the vectorised model cannot vary (a count that shapes the model) cannot be judged:
-    None then."""
+    prediction of ``phase`` at ``values``: the prediction is run again with each field at
+    ``other``'s value for it (the unchanged file's, for a --set), else moved (x 2; 0 -> 1),
+    one field per point of a zipped sweep, and :func:`inert_fields` judges. A field the
+    vectorised model cannot vary (a count that shapes the model) cannot be judged: None then."""
     keys = list(at)
     if not keys:
         return []
-    points = {k: [at[k]] + [(at[k] * 2 or 1.0) if j == i else at[k] for j in range(len(keys))]
+    other = other or {}
+    moved = {k: other[k] if k in other and other[k] != at[k] else (at[k] * 2 or 1.0) for k in keys}
+    points = {k: [at[k]] + [moved[k] if j == i else at[k] for j in range(len(keys))]
               for i, k in enumerate(keys)}
     try:
         t = predict(phase, values, specs, sweeps=points, strict=False, zip_sweeps=True).columns
@@ -417,11 +485,12 @@ def spec_value(specs: Specs, path: str) -> Any:
     return node
 
 
-def unused_fields(specs: Specs, fields: Iterable[str]) -> list[str] | None:
+def unused_fields(specs: Specs, fields: Iterable[str], other: Mapping[str, float] | None = None) -> list[str] | None:
     """The numeric spec ``fields`` that change no output of the default decode nor of the
-    default prefill prediction on these specs (:func:`inert_specs`): the instance the system
-    runs the model with (cmperf/deployment.py). None when neither default is a valid
-    configuration there. The deployment section is not judged: it chooses inputs."""
+    default prefill prediction on these specs (:func:`inert_specs`; ``other``: the value to
+    compare a field's with, the file's for a --set): the instance the system runs the model
+    with (cmperf/deployment.py). None when neither default is a valid configuration there.
+    The deployment section is not judged: it chooses inputs."""
     at = {}
     for f in fields:
         if f.startswith("system.deployment."):
@@ -438,9 +507,9 @@ def unused_fields(specs: Specs, fields: Iterable[str]) -> list[str] | None:
         judged = True
         inputs = {k: r.columns[k].iat[0] for k in ("dies", "ep", "tp", "attn_tp", "batch", "tokens_per_npu", "mtp",
                                                  "redundant_experts", "shared_copies") if k in r.columns}
-        inert = inert_specs(phase, inputs, specs, at)
+        inert = inert_specs(phase, inputs, specs, at, other)
         if inert is None:  # some field cannot be varied across a grid: judge each alone
-            inert = [f for f in at if inert_specs(phase, inputs, specs, {f: at[f]})]
+            inert = [f for f in at if inert_specs(phase, inputs, specs, {f: at[f]}, other)]
         unused &= set(inert)
     return [f for f in at if f in unused] if judged else None
 

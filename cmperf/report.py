@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .errors import ConfigError, short
+from .errors import ConfigError, short, short_path
 
 FORMATS = ("table", "json", "csv")
 
@@ -213,9 +213,9 @@ def _check_output(p: Path, text: str, label: str) -> None:
     parent = p.resolve().parent
     if not parent.is_dir():
         what = "is not a directory" if parent.exists() else "does not exist"
-        raise ConfigError(f"{label}{short(text)}: directory {short(str(p.parent))} {what}")
+        raise ConfigError(f"{label}{short(text)}: directory {short_path(p.parent)} {what}")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{label}{short(text)}: directory {short(str(parent))} is not writable")
+        raise ConfigError(f"{label}{short(text)}: directory {short_path(parent)} is not writable")
     if p.exists() and not os.access(p, os.W_OK):
         raise ConfigError(f"{label}{short(text)}: the file is not writable")
 
@@ -242,7 +242,7 @@ def write_atomic(path: str | Path, write: Any, flag: str = "") -> None:
     except OSError as e:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        raise ConfigError(f"{flag + ' ' if flag else ''}{short(str(path))}: cannot write the file ({e.strerror or e})") from None
+        raise ConfigError(f"{flag + ' ' if flag else ''}{short_path(path)}: cannot write the file ({e.strerror or e})") from None
     except BaseException:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)

@@ -19,6 +19,7 @@ import numpy as np
 from .columns import Columns, product
 from .defaults import PHASE_DEFAULTS
 from .errors import ConfigError, short
+from .cost.roofline import core_split_fits
 from .specs.dtypes import dtypes_of
 
 
@@ -227,16 +228,29 @@ def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(
     check(~g["microbatches"].isin([0, 1, 2]), lambda i: f"--microbatches must be 1, 2 or auto (got {g['microbatches'].iat[i]})")
     check(g["prompt_len"] < 1, lambda i: f"--prompt-len must be >= 1 (got {g['prompt_len'].iat[i]})")
     check(~g["mtp"].isin([0, 1]), lambda i: "--mtp must be on or off")
+    for ph in ("decode", "prefill"):  # communication holds some of a die's units; compute keeps one at least
+        overlap = hw.system.overlap[ph]
+        if overlap.style == "compute-comm":
+            held = np.asarray(overlap.comm_units, dtype=float)
+            check(held > hw.chip.die.vector_units - 1,
+                  lambda i, ph=ph, held=held: f"system overlap.{ph}.comm_units {at(held, i)}: communication would hold "
+                                              f"all of a die's {at(hw.chip.die.vector_units, i)} units, none left to compute")
     if phase == "decode":
         _check_decode_tokens(g, m, check)
         share = g["attention_share"].to_numpy(dtype=float)
         check((share <= 0) | (share >= 1),
               lambda i: f"--attention-share must be within (0, 1) (got {short(share[i])})")
-        units = np.minimum(hw.chip.die.matrix_units, hw.chip.die.vector_units)
-        check(~np.isnan(share) & ((share * units < 1 - 1e-9) | ((1 - share) * units < 1 - 1e-9)),
-              lambda i: f"--attention-share {short(share[i])} leaves a stream less than one core "
-                        f"(a die has {at(hw.chip.die.matrix_units, i)} matrix and {at(hw.chip.die.vector_units, i)} vector units; "
-                        f"each stream needs at least one of each)")
+        def cores(i):
+            return (f"(a die has {at(hw.chip.die.matrix_units, i)} matrix and {at(hw.chip.die.vector_units, i)} vector units; "
+                    f"each stream needs at least one of each)")
+
+        check(~np.isnan(share) & ~core_split_fits(hw, np.nan_to_num(share, nan=0.5)),
+              lambda i: f"--attention-share {short(share[i])} leaves a stream less than one core {cores(i)}")
+        overlap = hw.system.overlap.decode
+        if overlap.style == "core-split":
+            check((g["microbatches"] == 2) & ~core_split_fits(hw, overlap.attention_share),
+                  lambda i: f"--microbatches 2: the system's attention share {short(overlap.attention_share)} "
+                            f"(overlap.decode) leaves a stream less than one core {cores(i)}")
         check(g["chunk_tokens"] < 0, lambda i: f"--chunk-tokens must be >= 0 (got {short(g['chunk_tokens'].iat[i])})")
         check(g["tp"] < 1, lambda i: f"--tp must be >= 1 (got {g['tp'].iat[i]})")
         check(np.mod(m.attention.num_heads, g["tp"]) != 0,
@@ -254,6 +268,13 @@ def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(
               lambda i: f"--tokens-per-npu {at(g['tokens_per_npu'], i)} puts less than one prompt's computed tokens "
                         f"(--prompt-len {g['prompt_len'].iat[i]} - --cached-len {g['cached_len'].iat[i]}) on an attention TP "
                         f"group of --attn-tp {g['attn_tp'].iat[i]} dies: a prompt is split over its TP group at most")
+        kv_tier = hw.system.kv_transfer_tier
+        kv_domain = hw.system.tiers[kv_tier].domain_chips
+        if kv_domain is not None:  # the decode instance the KV cache goes to is on other NPUs of the same domain
+            check(g["dies"] / dies_per_pkg + 1 > kv_domain,
+                  lambda i: f"a prefill instance of {g['dies'].iat[i]} dies: the system's kv_transfer_tier '{kv_tier}' "
+                            f"connects {at(kv_domain, i)} NPUs per domain, too few for it and a decode instance to receive "
+                            f"its KV cache (give a smaller --dies, or --set system.kv_transfer_tier=TIER that reaches further)")
         check(g["attn_tp"] < 1, lambda i: f"--attn-tp must be >= 1 (got {g['attn_tp'].iat[i]})")
         check(np.mod(g["dies"], g["attn_tp"]) != 0,
               lambda i: f"--attn-tp {g['attn_tp'].iat[i]} does not divide --dies {g['dies'].iat[i]}")

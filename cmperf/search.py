@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .errors import ConfigError, short
+from .errors import ConfigError, short, short_path
 from .predict import Specs, inert_fields, load_specs, predict
 from .defaults import PHASE_DEFAULTS
 from .scenario import check_inputs
@@ -120,6 +120,13 @@ def parse_sweeps(items: Iterable[str]) -> dict[str, list[float]]:
     return out
 
 
+def set_text(path: str, value: float) -> str:
+    """The ``--set`` a swept value stands for, written as a user would type it (24, not 24.0:
+    a count field takes whole numbers only)."""
+    typed = int(value) if float(value).is_integer() and abs(value) < 2**53 else value
+    return f"{path}={typed!r}"
+
+
 def check_sweeps(sweeps: Mapping[str, list], hardware: str, model: str, sets: Iterable[str] = ()) -> None:
     """Every swept path must be a numeric spec field, and every one of its values must pass the
     spec schema (a whole number of cores, a fraction within (0, 1], ...): apply each as a
@@ -138,8 +145,7 @@ def check_sweeps(sweeps: Mapping[str, list], hardware: str, model: str, sets: It
             raise ConfigError(f"--sweep {short(path)}: the path must start with chip., system. or model. "
                               f"(e.g. system.tiers.ub.bandwidth_Bps=100e9,200e9)")
         for v in sorted(set(values)):
-            typed = int(v) if float(v).is_integer() and abs(v) < 2**53 else v  # as a user would type it: 24, not 24.0
-            overrides = split_overrides([*sets, f"{path}={typed!r}"])
+            overrides = split_overrides([*sets, set_text(path, v)])
             try:
                 if path.startswith("model."):
                     load_model(model, overrides)
@@ -389,7 +395,7 @@ def read_results(path: str, slo_ms: float | None = None, top: int | None = None)
     from .report import read_provenance
 
     if Path(path).exists() and not Path(path).is_file():
-        raise ConfigError(f"{short(str(path))}: not a regular file (expected a CSV written by cmperf search --out)")
+        raise ConfigError(f"{short_path(path)}: not a regular file (expected a CSV written by cmperf search --out)")
     try:
         t = pd.read_csv(path, skiprows=read_provenance(path)[1])  # after the '# key: value' lines
     except FileNotFoundError:
@@ -406,7 +412,7 @@ def read_results(path: str, slo_ms: float | None = None, top: int | None = None)
     t = check_results(t, phase, path)
     slo = float(t["slo_ms"].iat[0]) if slo_ms is None else slo_ms
     if not (not math.isnan(slo) and slo > 0 and (math.isfinite(slo) or slo_ms is None)):  # a file searched without an SLO: inf
-        where = "--slo" if slo_ms is not None else f"{short(str(path))}: slo_ms"
+        where = "--slo" if slo_ms is not None else f"{short_path(path)}: slo_ms"
         raise ConfigError(f"{where} {short(slo)}: the SLO must be a positive number of milliseconds")
     n = top if top is not None else int(t["rank"].max()) if t["rank"].notna().any() else 10
     if n < 1:
@@ -423,7 +429,7 @@ def check_results(t: pd.DataFrame, phase: str, path: str) -> pd.DataFrame:
     ``rank`` empty or a whole number >= 1; one SLO on every line. The first bad cell is named by line and column."""
     def bad(rows, col, expected):
         i = int(np.flatnonzero(np.asarray(rows))[0])
-        raise ConfigError(f"{short(str(path))}: line {i + 2}, column '{short(col, 40)}': expected {expected}, "
+        raise ConfigError(f"{short_path(path)}: line {i + 2}, column '{short(col, 40)}': expected {expected}, "
                           f"found {short(t[col].iat[i], 40)!r}")
 
     phases = t["phase"].astype(str)

@@ -352,3 +352,241 @@ def judge(expect: str, code, stdout: str, stderr: str) -> str:
     if problem:
         return "bad output"
     return "silent acceptance" if expect == "error" else "ok"
+
+
+# --------------------------------------------------------------------------- issue 17's families
+# A case may carry a fourth element, options of the campaign's runner: ``env`` (variables),
+# ``stdout`` ("full": /dev/full, "closed": no descriptor 1), ``signal`` ((signal name, seconds
+# after the start)), ``leftovers`` (a directory that must hold nothing but what it held).
+def plan_cases(tmp: Path, big: bool = True) -> list[tuple]:
+    """plan's flags beyond numbers, and its --trace files (``big``: the 4 and 64 MB ones too)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    many = ",".join(str(i) for i in range(1, 65))
+    hits = ",".join(f"{i / 100:g}" for i in range(64))
+    small = ["--npus", "32", "--shapes", "pd", "-f", "json"]
+    out = [
+        ("plan --rate x --prefix-hit 64 x 64", ["plan", "--rate", many, "--prefix-hit", hits], "error"),
+        ("plan --sweep 1,000 values", ["plan", "--sweep", "system.tiers.ub.bandwidth_Bps=" + ",".join(
+            f"{100e9 + i * 1e9:g}" for i in range(1000))], "error"),
+        ("plan --rate 65 values", ["plan", "--rate", ",".join(str(i) for i in range(1, 66))], "error"),
+        ("plan --kv-tier die_to_die", ["plan", "--kv-tier", "die_to_die", *small], "error"),
+        ("plan --pool-path die_to_die", ["plan", "--pool-path", "die_to_die", "--prefix-hit", "0.5", *small], "error"),
+        ("plan --kv-tier nosuch", ["plan", "--kv-tier", "nosuch", *small], "error"),
+        ("plan h800 --kv-tier nvlink 64 NPUs", ["plan", "--hardware", "h800-cluster", "--kv-tier", "nvlink", "--npus", "64"],
+         "error"),
+        ("plan --pool-path on h800 (no pool)", ["plan", "--hardware", "h800-cluster", "--pool-path", "ib", *small], "error"),
+        ("plan --shapes none", ["plan", "--shapes", "nope", "--npus", "32"], "error"),
+        ("plan --shapes ,", ["plan", "--shapes", ",", "--npus", "32"], "error"),
+        ("plan --supernode 100", ["plan", "--supernode", "100"], "error"),
+        ("plan --supernode 1000", ["plan", "--supernode", "1000"], "error"),
+        ("plan --ttft-stat p99", ["plan", "--ttft-stat", "p99", *small], "error"),
+        ("plan --prompt-len 4096:1", ["plan", "--prompt-len", "4096:1", *small], "error"),
+        ("plan --prompt-len 100:10000", ["plan", "--prompt-len", "100:10000", *small], "error"),
+        ("plan --output-len exp:1e9", ["plan", "--output-len", "exp:1e9", *small], "error"),
+        ("plan --output-len exp:abc", ["plan", "--output-len", "exp:abc", *small], "error"),
+        ("plan --prompt-len 1", ["plan", "--prompt-len", "1", *small], "any"),
+        ("plan --prompt-len 2", ["plan", "--prompt-len", "2", *small], "any"),
+        ("plan --prompt-len 3", ["plan", "--prompt-len", "3", *small], "any"),
+        ("plan --prefix-hit 0.5 --sweep block_tokens 128,512", ["plan", "--prefix-hit", "0.5", *small, "--sweep",
+                                                                "system.memory_pool.block_tokens=128,512"], "any"),
+        ("plan --sweep block_tokens 128.5", ["plan", "--prefix-hit", "0.5", *small, "--sweep",
+                                            "system.memory_pool.block_tokens=128.5"], "error"),
+        ("plan --sweep and --set the same field", ["plan", *small, "--set", "chip.die.hbm_bandwidth_Bps=2e12",
+                                                   "--sweep", "chip.die.hbm_bandwidth_Bps=1e12,2e12"], "error"),
+        ("plan --trace and --prefix-hit with a cached column", None, "error"),
+    ]
+    traces = {
+        "BOM": (b"\xef\xbb\xbfprompt_len,output_len\n4096,256\n", "any"),
+        "UTF-16": ("prompt_len,output_len\n4096,256\n".encode("utf-16"), "error"),
+        "binary": (os.urandom(3000), "error"),
+        "empty": (b"", "error"),
+        "header only": (b"prompt_len,output_len\n", "error"),
+        "wrong header": (b"prompt,output\n4096,256\n", "error"),
+        "ragged": (b"prompt_len,output_len\n4096,256\n4096\n", "error"),
+        "a 2e9 output": (b"prompt_len,output_len\n4096,2000000000\n", "error"),
+        "a 1e9 prompt + output": (b"prompt_len,output_len\n1000000000,1000000000\n", "error"),
+        "a fraction": (b"prompt_len,output_len\n4096.5,256\n", "error"),
+        "a zero": (b"prompt_len,output_len\n0,256\n", "error"),
+        "nan": (b"prompt_len,output_len\nnan,256\n", "error"),
+        "digit groups": (b"prompt_len,output_len\n4_096,256\n", "error"),
+        "cached >= prompt": (b"prompt_len,output_len,prefix_hit_tokens\n4096,256,4096\n", "error"),
+        "cached column": (b"prompt_len,output_len,prefix_hit_tokens\n4096,256,1024\n8192,128,0\n", "any"),
+        "a NUL byte": (b"prompt_len,output_len\n4096,2\x0056\n", "error"),
+        "a blank line": (b"prompt_len,output_len\n4096,256\n\n4096,256\n", "error"),
+        "a 200 kB cell": (b"prompt_len,output_len\n" + b"9" * 200_000 + b",1\n", "error"),
+        "1,000,001 rows": (b"prompt_len,output_len\n" + b"1,1\n" * 1_000_001, "error"),
+        "16 million rows": (b"prompt_len,output_len\n" + b"1,1\n" * 15_999_990, "error"),
+    }
+    for name, (data, expect) in traces.items():
+        if not big and len(data) > 1_000_000:
+            continue
+        p = tmp / f"trace-{len(out)}.csv"
+        p.write_bytes(data)
+        out.append((f"plan --trace {name}", ["plan", "--trace", str(p), *small], expect))
+    cached = tmp / "trace-cached.csv"
+    cached.write_bytes(traces["cached column"][0])
+    out = [c if c[1] is not None else (c[0], ["plan", "--trace", str(cached), "--prefix-hit", "0.3", *small], c[2])
+           for c in out]
+    fifo = tmp / "trace-fifo.csv"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    out += [("plan --trace FIFO", ["plan", "--trace", str(fifo), *small], "error"),
+            ("plan --trace directory", ["plan", "--trace", str(tmp), *small], "error"),
+            ("plan --trace missing", ["plan", "--trace", str(tmp / "nope.csv"), *small], "error")]
+    return out
+
+
+def compare_cases(tmp: Path) -> list[tuple]:
+    """compare's --with values and its set-up files (--config)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    out = []
+    for w in ["batch=", "batch=null", "batch=[8,16]", "batch={a: 1}", "h800-cluster:batch=", "batch=1:30", "batch=0x10",
+              "batch=abc", "nope=1", "nosuch-system:batch=8", "batch", ":batch=8", "batch=1e300", "batch=-1"]:
+        out.append((f"compare --with {w}", ["compare", "decode", "--with", w, "-f", "json"], "error"))
+    out.append(("compare --with batch=64", ["compare", "decode", "--with", "batch=64", "-f", "json"], "any"))
+    out.append(("compare --set unknown system", ["compare", "decode", "--set", "nosuch:chip.die.hbm_bandwidth_Bps=1e12"],
+                "error"))
+    out.append(("compare --hardware nosuch", ["compare", "decode", "--hardware", "nosuch"], "error"))
+    setups = {
+        "a list value": "decode: {batch: [8, 16]}",
+        "a null value": "decode: {batch: null}",
+        "an unknown input": "decode: {batchh: 8}",
+        "a mapping value": "decode: {batch: {a: 1}}",
+        "an unknown model": "decode: {batch: 8}\n    model: nosuch",
+        "a bad --set": "sets: ['chip.die.hbm_bandwidth_Bps=-1']",
+        "a sexagesimal set": "sets: ['chip.die.hbm_bandwidth_Bps=1:30']",
+    }
+    for name, body in setups.items():
+        p = tmp / f"setup-{len(out)}.yaml"
+        model = "" if "model:" in body else "\n    model: deepseek-r1"
+        p.write_text(f"name: mine\nsource: s\nsystems:\n  cloudmatrix384:\n    {body}{model}\n")
+        out.append((f"compare --config {name}", ["compare", "decode", "--config", str(p), "-f", "json"], "error"))
+    for name, data in (("empty", b""), ("no systems", b"name: x\nsource: s\nsystems: {}\n"), ("binary", os.urandom(500)),
+                       ("a list", b"- 1\n")):
+        p = tmp / f"setup-{len(out)}.yaml"
+        p.write_bytes(data)
+        out.append((f"compare --config {name}", ["compare", "decode", "--config", str(p)], "error"))
+    return out
+
+
+def hf_cases(tmp: Path) -> list[tuple]:
+    """model import and --model of a config.json gone wrong, and what sits beside it."""
+    src = Path("/work/shared/reference/hf-configs/llama-3.1-70b.json")
+    if not src.is_file():
+        return []
+    text = src.read_text()
+    base = json.loads(text)
+    out = []
+
+    def case(name, data, expect="error", sources=None, argv_extra=()):
+        d = tmp / f"hf-{len(out)}"
+        d.mkdir(parents=True, exist_ok=True)
+        p = d / "config.json"
+        p.write_bytes(data if isinstance(data, bytes) else data.encode())
+        if sources == "fifo":
+            os.mkfifo(d / "SOURCES.md")
+        elif sources == "dir":
+            (d / "SOURCES.md").mkdir()
+        elif sources is not None:
+            (d / "SOURCES.md").write_bytes(sources)
+        out.append((f"config.json: {name}", ["model", "import", str(p), *argv_extra], expect))
+
+    case("a 5,001-digit integer", text.replace('"vocab_size": 128256', '"vocab_size": ' + "9" * 5001))
+    case("a 400-digit float", text.replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 1' + "0" * 400 + '.5'))
+    case("NaN", text.replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": NaN'))
+    case("Infinity", text.replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": Infinity'))
+    case("nested 10,000 deep", text[:-2] + ', "x": ' + "[" * 10000 + "]" * 10000 + "}\n")
+    case("a key twice", text.replace('{', '{"hidden_size": 1, ', 1))
+    case("a list", "[1, 2]")
+    case("UTF-16", text.encode("utf-16"))
+    case("binary", os.urandom(2000))
+    case("empty", b"")
+    case("hidden_size a string", json.dumps({**base, "hidden_size": "8192"}))
+    case("hidden_size true", json.dumps({**base, "hidden_size": True}))
+    case("hidden_size 0", json.dumps({**base, "hidden_size": 0}))
+    case("no num_hidden_layers", json.dumps({k: v for k, v in base.items() if k != "num_hidden_layers"}))
+    case("an unknown model_type", json.dumps({**base, "model_type": "nosuch"}))
+    case("a model_type with a line break", json.dumps({**base, "model_type": "llama\nkind: chip"}))
+    case("a key with a line break", json.dumps({**base, "weird\nkey: 1\n- x": 3, "sep\u2028key": 4}), "any")
+    case("--name with a line break", text, "any", argv_extra=("--name", "a\nkind: chip"))
+    case("SOURCES.md not UTF-8", text, "any", sources=b"| config.json | \xe9t\xe9 |\n")
+    case("SOURCES.md a FIFO", text, "any", sources="fifo")
+    case("SOURCES.md a folder", text, "any", sources="dir")
+    case("SOURCES.md 3 MB", text, "any", sources=b"x" * 3_000_000)
+    out.append(("config.json as --model", ["predict", "decode", "--hardware", "h100-cluster", "--model",
+                                           str(tmp / "hf-0" / "config.json")], "error"))
+    return out
+
+
+def what_if_cases() -> list[tuple]:
+    """Absurd what-ifs: implausible ones are predicted with a warning; impossible ones are errors."""
+    implausible = ["chip.efficiency.matmul_compute=1e-9", "chip.die.hbm_bandwidth_Bps=1e30",
+                   "chip.die.peak_flops_per_s.int8=1e30", "system.tiers.rdma.latency_s=10", "chip.die.matrix_units=1",
+                   "chip.die.vector_units=1", "chip.die.matrix_units=100000", "system.tiers.ub.bandwidth_Bps=1e15",
+                   "system.collectives.step_time_cv=5", "chip.latency.kernel_launch_s=1"]
+    impossible = ["system.kv_transfer_tier=die_to_die", "system.memory_pool.tier=die_to_die",
+                  "system.tiers.ub.domain_chips=1000", "system.kv_transfer_tier=[x]", "system.kv_transfer_tier={a: 1}",
+                  "system.memory_pool.tier=[ub]", "system.expert_parallel.decode.tiers=[[ub]]",
+                  "chip.die.hbm_bandwidth_Bps=1:30", "chip.die.hbm_bandwidth_Bps=0x10", "chip.die.hbm_bandwidth_Bps=0o17",
+                  "model.tie_word_embeddings=yes", "system.nodes=47"]
+    out = [(f"what-if {s}", ["predict", "decode", "--set", s, "-f", "json"], "any") for s in implausible]
+    out += [(f"what-if {s}", ["predict", "decode", "--set", s, "-f", "json"], "error") for s in impossible]
+    out += [("what-if ub above its nominal (both set)", ["predict", "decode", "--set", "system.tiers.ub.bandwidth_Bps=300e9",
+                                                        "--set", "system.tiers.ub.nominal_Bps=200e9"], "error"),
+            ("what-if h800 comm_units 200", ["predict", "prefill", "--hardware", "h800-cluster", "--set",
+                                            "system.overlap.prefill.comm_units=200"], "error"),
+            ("what-if h800 KV over nvlink", ["predict", "prefill", "--hardware", "h800-cluster", "--set",
+                                            "system.kv_transfer_tier=nvlink"], "error"),
+            ("what-if one cube core, two microbatches", ["predict", "decode", "--set", "chip.die.matrix_units=1",
+                                                         "--microbatches", "2"], "error"),
+            ("what-if search --sweep matrix_units 1,24", ["search", "decode", "--tpot-slo", "1000", "--batch", "8",
+                                                          "--sweep", "chip.die.matrix_units=1,24", "-f", "json"], "any")]
+    return out
+
+
+def reference_file_cases(tmp: Path) -> list[tuple]:
+    """Reference files a user may give validate: long plain ones are files, not alias bombs."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    row = ("  - {{id: R{i}, description: d, where: w, phase: spec, metric: chip.die.hbm_bandwidth_Bps, paper: 1.6e12, "
+           "tolerance: 0.01}}\n")
+    out = []
+    for name, body, expect in (
+            ("6,000 plain rows", "".join(row.format(i=i) for i in range(6000)), "any"),
+            ("a row id twice", row.format(i=1) * 2, "error"),
+            ("nine aliases of nine", "l0: &l0 x\n" + "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n"
+                                                             for i in range(1, 10)), "error")):
+        p = tmp / f"ref-{len(out)}.yaml"
+        head = "name: t\nsource: test\nhardware: cloudmatrix384\n"
+        p.write_text(head + (body if body.startswith("l0") else "rows:\n" + body))
+        out.append((f"reference file: {name}", ["validate", str(p), "-f", "json"], expect))
+    p = tmp / "ref-bom.yaml"
+    p.write_bytes(b"\xef\xbb\xbf" + ("name: t\nsource: test\nrows:\n" + row.format(i=0)).encode())
+    out.append(("reference file: a byte-order mark", ["validate", str(p), "-f", "json"], "any"))
+    return out
+
+
+def environment_cases(tmp: Path) -> list[tuple]:
+    """Output streams, encodings, signals and the spec cache: cases with runner options."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    out = []
+    for argv in (["predict", "decode"], ["hw", "show", "cloudmatrix384"], ["plan", "--npus", "32", "--shapes", "pd"],
+                 ["validate", str(Path(resolve("system", "cloudmatrix384")).parents[1] / "cmperf" / "reference" /
+                                  "h800-microbenchmarks.yaml")], ["compare", "decode"], ["search", "decode", "--tpot-slo", "50"]):
+        name = " ".join(argv[:2])
+        out.append((f"stream: {name} with PYTHONIOENCODING=ascii", argv, "any", {"env": {"PYTHONIOENCODING": "ascii"}}))
+        out.append((f"stream: {name} in a C locale", argv, "any", {"env": {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}}))
+        out.append((f"stream: {name} to a full disk", argv, "error", {"stdout": "full"}))
+        out.append((f"stream: {name} with stdout closed", argv, "error", {"stdout": "closed"}))
+    for sig in ("SIGINT", "SIGTERM", "SIGHUP"):
+        for label, argv in (("search --out", ["search", "decode", "--batch", "1:256:1", "--kv-len", "1024:131072:256"]),
+                            ("plan --out", ["plan", "--npus", "64", "--rate", ",".join(str(i) for i in range(1, 40))])):
+            d = tmp / f"sig-{len(out)}"
+            d.mkdir(exist_ok=True)
+            (d / "f.csv").write_text("old\n")
+            out.append((f"signal: {sig} during {label}", [*argv, "--out", str(d / "f.csv")], "interrupted",
+                        {"signal": (sig, 5.0), "leftovers": str(d)}))
+    # the spec cache, every entry corrupted one way (the runner copies a filled cache first)
+    for how in ("valid JSON lie", "wrong type", "truncated", "binary", "FIFO", "folder", "link to /dev/zero", "empty"):
+        out.append((f"cache: every entry {how}", ["predict", "decode", "-f", "json"], "same",
+                    {"cache": how}))
+    return out

@@ -117,7 +117,7 @@ def judged_once(monkeypatch):
 
     real = predict.unused_fields
 
-    def once(specs, fields):
+    def once(specs, fields, other=None):
         fields = list(fields)
         key = specs.hardware.system.name
         if key not in _JUDGED or not set(fields) <= _JUDGED[key][0]:

@@ -344,10 +344,11 @@ def test_a_chunk_holds_the_kv_of_the_prompts_it_fills(fixed):
 
 def test_no_chunk_leaves_the_decode_iteration_as_it_was(fixed):
     """chunk_tokens = 0 is the decode pass before the co-located input existed: D2 and D1 at the
-    fixed parameters (26.6473 ms and 91.3012 ms per iteration, the values of the model before
-    it), alone or in a grid with chunked rows."""
+    fixed parameters (26.6473 ms and 89.0486 ms per iteration, the values of the model before
+    it, with the MoE stream on its 8 whole cube cores: 91.3012 ms when a rounding error gave it
+    7), alone or in a grid with chunked rows."""
     alone = predict("decode", {"batch": [8, 96]}, fixed).table["iteration_ms"].to_numpy()
-    assert alone == pytest.approx([26.647302847331897, 91.30119506481023], rel=1e-12)
+    assert alone == pytest.approx([26.647302847331897, 89.04855973761715], rel=1e-12)
     mixed = predict("decode", {"batch": [8, 96], "chunk_tokens": [0, 512]}, fixed).table
     assert mixed.loc[mixed["chunk_tokens"] == 0, "iteration_ms"].to_numpy() == pytest.approx(alone, rel=1e-12)
     h100 = load_specs("h100-cluster", "llama-3.1-70b")

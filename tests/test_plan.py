@@ -274,6 +274,18 @@ def test_reading_the_cache_over_ub_beats_the_vpc_plane():
     assert vpc["goodput_rps"] < ub["goodput_rps"]
 
 
+def test_another_pool_path_or_kv_tier_keeps_the_serving_stack():
+    """--pool-path/--kv-tier choose a route, not a stack: the decode instances keep the system's
+    stack and its caps (a plan over the VPC plane once lost them and out-served UB)."""
+    w = workload(prefix_hit=0.5)
+    base = plan(w, shape_names=["pd"], npus=64)
+    for kw in ({"pool_path": "vpc"}, {"kv_tier": "vpc"}):
+        other = plan(w, shape_names=["pd"], npus=64, **kw)
+        assert other.specs.stack_name == base.specs.stack_name is not None
+        key = ["dies", "tp", "batch"]
+        assert other.instances["decode"][key].equals(base.instances["decode"][key])
+
+
 # --------------------------------------------------------------------------- AFD vs PD
 def _decode_capacity_per_npu(tpot_slo_s: float) -> dict:
     """Best decode capacity (requests/s the decode side carries at the TPOT SLO) per decode

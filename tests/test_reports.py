@@ -36,8 +36,8 @@ def _warnings(err):
 # --------------------------------------------------------------------------- inert overrides
 def test_inert_set_is_named_once_and_really_changes_nothing(cli):
     """CloudMatrix384's decode runs EP over UB and its attention is data-parallel: nothing
-    crosses the die-to-die link alone, so a one-second die-to-die latency changes no output."""
-    code, out, err = cli("predict", "decode", "--set", f"{D2D}=1", "--format", "json")
+    crosses the die-to-die link alone, so a one-millisecond die-to-die latency changes no output."""
+    code, out, err = cli("predict", "decode", "--set", f"{D2D}=1e-3", "--format", "json")
     assert code == 0, err
     warned = _warnings(err)
     assert len(warned) == 1 and f"--set {D2D}" in warned[0] and "changes no output" in warned[0]
@@ -47,7 +47,7 @@ def test_inert_set_is_named_once_and_really_changes_nothing(cli):
 
 
 def test_a_set_that_matters_is_not_named(cli):
-    code, out, err = cli("predict", "decode", "--set", f"{HBM}=3.2e12", "--set", f"{D2D}=1", "--format", "json")
+    code, out, err = cli("predict", "decode", "--set", f"{HBM}=3.2e12", "--set", f"{D2D}=1e-3", "--format", "json")
     assert code == 0, err
     warned = _warnings(err)
     assert len(warned) == 1 and D2D in warned[0] and HBM not in warned[0]

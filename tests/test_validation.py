@@ -4,6 +4,7 @@ what the documented fit produces."""
 
 import json
 
+import pandas as pd
 import pytest
 
 from cmperf.calibration.reference import load_reference
@@ -73,8 +74,18 @@ def test_headline_counts_evidence_only(results):
     s = summary(results.reset_index())
     assert s["evidence_rows"] == len(EVIDENCE) + len(ABLATION) + 12
     assert s["spec_rows"] == 8 and s["derived_rows"] == len(BOOKKEEPING)
-    ev = results[(results["kind"] == "evidence") & (results["unit"] == "%")]
-    assert s["evidence_mean_abs_error_pct"] == pytest.approx(ev["error"].abs().mean())
+
+
+def test_headline_by_hand():
+    """Five rows made up: % evidence errors +1, -3, +2 (mean |error| 2, max 3), an absolute one
+    of -0.04, and a derived row of 50 % that must not count."""
+    rows = pd.DataFrame({"kind": ["evidence"] * 4 + ["derived"], "unit": ["%", "%", "%", "abs", "%"],
+                         "error": [1.0, -3.0, 2.0, -0.04, 50.0], "pass": [True, True, False, True, False],
+                         "within": [True, True, False, True, False], "known_miss": ["", "", "", "", ""]})
+    s = summary(rows)
+    assert (s["evidence_rows"], s["evidence_failed"], s["derived_rows"], s["failed"]) == (4, 1, 1, 2)
+    assert s["evidence_mean_abs_error_pct"] == 2.0 and s["evidence_max_abs_error_pct"] == 3.0
+    assert s["evidence_max_abs_error_abs"] == 0.04
 
 
 @pytest.mark.parametrize("kind", ["D", "C"])

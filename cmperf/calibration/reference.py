@@ -20,7 +20,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import CmperfError, SpecError, short
+from ..errors import CmperfError, SpecError, short, short_path
 from ..specs.loader import read_yaml
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "reference"
@@ -117,7 +117,7 @@ def check_scenario(row: RefRow, path: Path) -> None:
     spec field and takes no scenario."""
     from ..scenario import check_inputs
 
-    where = f"{short(str(path))}: row {short(row.id, 40)}"
+    where = f"{short_path(path)}: row {short(row.id, 40)}"
     if row.phase == "spec":
         if row.scenario:
             raise SpecError(f"{where}: a spec row reads a spec field and takes no scenario (found {short(row.scenario)})")

@@ -132,11 +132,45 @@ def main() -> None:
     """Entry point. Every bad input ends in one line ``cmperf: error: ...`` on stderr and exit
     code 2: our own input errors (CmperfError) and click's usage errors (a flag's type, a
     missing argument, an unknown command) alike. ``--help``, ``--version`` and a command given
-    without arguments print their help as usual."""
+    without arguments print their help as usual.
+
+    The environment too: standard output closed, full or gone (a pipe whose reader left) is
+    one line and exit 2; an output encoding that lacks a character cmperf prints ('±', 'µ')
+    gets an ASCII spelling of it; Ctrl-C, SIGTERM and SIGHUP end the run with one line and
+    exit 128 + the signal's number, any half-written output file removed (write_atomic)."""
     import importlib
 
+    if sys.stdout is None or sys.stderr is None:  # started with a closed descriptor: nothing to print the result to
+        if sys.stderr is not None:
+            sys.stderr.write("cmperf: error: standard output is closed: nothing to write the result to\n")
+        sys.exit(2)
+    _spell_what_the_encoding_lacks()
+    handlers = _signals_end_the_run()
+    stdout = sys.stdout
+    sys.stdout = _Output(stdout)
     click = importlib.import_module(typer.BadParameter.__module__)  # click's exceptions (typer may vendor click)
     help_error = getattr(click, "NoArgsIsHelpError", ())
+    try:
+        code = _run_app(click, help_error)
+        sys.stdout.flush()
+    except _Signal as e:
+        _stop_output(stdout)
+        sys.stderr.write(f"cmperf: interrupted ({e.name})\n")
+        code = 128 + e.signum
+    except OutputError as e:
+        _stop_output(stdout)
+        sys.stderr.write(f"cmperf: error: {e}\n")
+        code = e.exit_code
+    finally:  # as it was (main may run in a process that goes on: the tests)
+        if isinstance(sys.stdout, _Output):
+            sys.stdout = stdout
+        _restore(handlers)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _run_app(click, help_error):
+    """The app's exit code; click's and cmperf's errors end the process (:func:`_error`)."""
+    code = 0
     try:
         code = app(standalone_mode=False)
     except help_error as e:
@@ -157,9 +191,113 @@ def main() -> None:
     except (getattr(click, "Abort", typer.Abort), typer.Abort):
         sys.stderr.write("cmperf: aborted\n")
         code = 1
+    except OutputError:
+        raise
     except CmperfError as e:
         _error(str(e), e.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
+    return code
+
+
+class OutputError(CmperfError):
+    """Standard output cannot take what cmperf writes (closed, full, a pipe whose reader left)."""
+
+
+class _Output:
+    """sys.stdout, whose write errors (ENOSPC, EPIPE, EIO) are an :class:`OutputError`."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise OutputError(f"cannot write to standard output ({e.strerror or e})") from None
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise OutputError(f"cannot write to standard output ({e.strerror or e})") from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _stop_output(stdout) -> None:
+    """After standard output failed or the run was interrupted: nothing more reaches it (the
+    interpreter's own flush at exit would fail again and print a traceback-like notice)."""
+    import os
+
+    sys.stdout = open(os.devnull, "w")
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stdout.fileno())
+        os.close(null)
+    except (OSError, AttributeError, ValueError):  # not a real file (a test's capture)
+        pass
+
+
+class _Signal(BaseException):
+    """SIGINT, SIGTERM or SIGHUP, raised where the run is so that cleanups run (not an Exception:
+    nothing catches it by accident)."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+def _signals_end_the_run() -> dict:
+    """Ctrl-C, SIGTERM and SIGHUP raise :class:`_Signal` (a signal the process was started
+    ignoring, as nohup does, stays ignored); returns the handlers they had."""
+    import signal
+
+    def handler(signum, frame):
+        raise _Signal(signum)
+
+    old = {}
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+            try:
+                old[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread
+                pass
+    return old
+
+
+def _restore(handlers: dict) -> None:
+    import signal
+
+    for sig, h in handlers.items():
+        signal.signal(sig, h)
+
+
+# What an output encoding without these characters (PYTHONIOENCODING=ascii, a C locale) prints instead.
+ASCII_SPELLING = {"±": "+/-", "µ": "u", "×": "x", "—": "-", "–": "-", "≤": "<=", "≥": ">=", "…": "...", "→": "->",
+                  "≈": "~", "²": "^2", "⁷": "^7", "½": "1/2", "·": "*", "’": "'", "‘": "'", "“": '"', "”": '"', "−": "-"}
+
+
+def _ascii_spelling(err: UnicodeEncodeError):
+    return "".join(ASCII_SPELLING.get(c, "?") for c in err.object[err.start:err.end]), err.end
+
+
+def _spell_what_the_encoding_lacks() -> None:
+    """Standard output and error write what their encoding cannot hold in ASCII spelling."""
+    import codecs
+
+    codecs.register_error("cmperf-ascii", _ascii_spelling)
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if reconfigure is not None and encoding not in ("utf8", "utf8sig"):
+            try:
+                reconfigure(errors="cmperf-ascii")
+            except (ValueError, OSError):
+                pass
 
 
 def _typed(e) -> str | None:

@@ -32,7 +32,12 @@ def _per_system(items: Optional[List[str]], flag: str, split_value: bool) -> dic
             raise CmperfError(f"{flag} {short(item)}: expected [SYSTEM:]key=value")
         key, value = rest.split("=", 1)
         if split_value:
-            out.setdefault(target, {})[key.strip()] = parse_value(value, f"{flag} {key.strip()}")
+            parsed = parse_value(value, f"{flag} {key.strip()}")
+            if parsed is None or isinstance(parsed, (list, dict)):
+                what = "no value" if parsed is None else "a list" if isinstance(parsed, list) else "a mapping"
+                raise CmperfError(f"{flag} {short(item)}: expected one value (compare runs one configuration per "
+                                  f"system; sweeps: cmperf search), got {what}")
+            out.setdefault(target, {})[key.strip()] = parsed
         else:
             out.setdefault(target, []).append(rest)
     return out

@@ -48,11 +48,14 @@ def hw_show(name: str = typer.Argument("cloudmatrix384", help="chip or system: b
     if is_chip:
         chip, _ = load_chip(name, overrides)
         records = chip_facts(chip)
-        print_records(_mark_unused(records, _system_of(chip, overrides)), fmt, f"{chip.name}: {chip.description}")
+        files = _system_of(load_chip(name)[0], {}) if sets else None
+        print_records(_mark_unused(records, _system_of(chip, overrides), overrides, files), fmt,
+                      f"{chip.name}: {chip.description}")
     else:
         hw = load_hardware(name, overrides)
         records = system_facts(hw) + chip_facts(hw.chip)
-        print_records(_mark_unused(records, hw), fmt, f"{hw.system.name}: {hw.system.description}")
+        print_records(_mark_unused(records, hw, overrides, load_hardware(name) if sets else None), fmt,
+                      f"{hw.system.name}: {hw.system.description}")
 
 
 def _system_of(chip, overrides):
@@ -74,12 +77,14 @@ def _system_of(chip, overrides):
 PLAN_ONLY = "system.memory_pool."
 
 
-def _mark_unused(records: list[dict], hw) -> list[dict]:
+def _mark_unused(records: list[dict], hw, overrides=None, files=None) -> list[dict]:
     """Records of spec fields get ``used`` (yes/no: whether the field changes any output of
     the default decode or prefill prediction of DeepSeek-R1 on ``hw``, cmperf.predict.
-    unused_fields); an unused one also says so in its note."""
+    unused_fields); an unused one also says so in its note. A field a --set moved
+    (``overrides``) is compared with its value in the files (``files``: the hardware without
+    the overrides), not with twice the value set."""
     from ..errors import CmperfError
-    from ..predict import Specs, unused_fields
+    from ..predict import Specs, file_values, unused_fields
     from ..specs.loader import load_model
 
     # the EMS pool enters a prefill with a cached prefix and the planner, not the defaults: not judged here
@@ -87,7 +92,10 @@ def _mark_unused(records: list[dict], hw) -> list[dict]:
     if hw is None or not fields:
         return records
     try:
-        unused = unused_fields(Specs(hardware=hw, model=load_model()[0]), fields)
+        model = load_model()[0]
+        set_paths = [f"{k}.{p.removesuffix('.value')}" for k in ("chip", "system") for p in (overrides or {}).get(k, {})]
+        other = file_values(Specs(hardware=files, model=model), set_paths) if files is not None else None
+        unused = unused_fields(Specs(hardware=hw, model=model), fields, other)
     except CmperfError:
         return records
     if unused is None:

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import ConfigError
+from ..errors import ConfigError, short
 from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt, StackOpt
 
 MAX_SLO_MS = 1e9  # eleven days: beyond it an SLO bounds nothing
@@ -77,6 +77,7 @@ def plan_cmd(
 
         _pyplot()
     rates, hits = _list(rate, "--rate"), _list(prefix_hit, "--prefix-hit")
+    _cap_plans(len(rates) * len(hits), {})
     variants = [({"rate": r, "prefix_hit": h} if len(rates) * len(hits) > 1 else {},
                  _workload(r, prompt_len, output_len, trace, h, ttft_slo, tpot_slo, ttft_stat))
                 for r in rates for h in hits]
@@ -102,13 +103,19 @@ def plan_cmd(
                       prefix_hit=prefix_hit, pool_path=pool_path, block_tokens=block_tokens, working_set_tokens=working_set, ttft_slo_ms=ttft_slo,
                       ttft_stat=ttft_stat, tpot_slo_ms=tpot_slo, shapes=shapes, kv_tier=kv_tier)
 
+    sweeps = {}
+    if sweep:
+        from ..predict import system_model
+        from ..search import check_sweeps, parse_sweeps
+
+        sweeps = parse_sweeps(sweep)
+        _cap_plans(len(variants), sweeps)
+        check_sweeps(sweeps, hardware, model or system_model(hardware), sets)
     progress = _ChunkProgress()
     try:
         if sweep or len(variants) > 1:
-            from ..search import parse_sweeps
-
             kwargs.pop("deployment")
-            result = plan_sweep(variants, parse_sweeps(sweep or []), progress=progress, **kwargs)
+            result = plan_sweep(variants, sweeps, progress=progress, **kwargs)
         else:
             result = plan(workload, progress=progress, **kwargs)
     finally:
@@ -116,9 +123,8 @@ def plan_cmd(
     if sweep or len(variants) > 1:
         if plot and len(result):
             from ..plots import plan_sweep_figure
-            from ..search import parse_sweeps
 
-            plan_sweep_figure(result, [*parse_sweeps(sweep or []), "prefix_hit", "rate"], workload.slo,
+            plan_sweep_figure(result, [*sweeps, "prefix_hit", "rate"], workload.slo,
                               f"cmperf plan: the best deployment per value, {hardware}, {model}", plot)
         _render_sweep(result, fmt, out, prov)
         return
@@ -152,6 +158,19 @@ def _verify(result, prompts: int) -> dict | None:
                                             "p90_tpot_ms", "p99_tpot_ms", "request_throughput_rps", "goodput_rps")}}
 
 
+MAX_PLANS = 64  # plans one run makes (each takes seconds): the variants of --rate x --prefix-hit x --sweep
+
+
+def _cap_plans(variants: int, sweeps: dict) -> None:
+    """At most MAX_PLANS plans in one run, said before any is made."""
+    total = variants * math.prod(len(v) for v in sweeps.values())
+    if total > MAX_PLANS:
+        what = [f"{variants:,} --rate x --prefix-hit variants"] if variants > 1 else []
+        what += [f"{len(v):,} values of --sweep {short(k, 60)}" for k, v in sweeps.items()]
+        raise ConfigError(f"{' x '.join(what)}: {total:,} plans; at most {MAX_PLANS} are made in one run "
+                          f"(plan fewer values at a time)")
+
+
 def _list(text: str, flag: str) -> list[str]:
     items = [t.strip() for t in str(text).split(",")]
     if any(not t for t in items):
@@ -162,7 +181,7 @@ def _list(text: str, flag: str) -> list[str]:
 
 
 def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, ttft_stat):
-    from ..plan.workload import SLO, Workload, parse_lengths, read_trace
+    from ..plan.workload import MAX_TOKENS, SLO, Workload, parse_lengths, read_trace
 
     from ..search import parse_number
 
@@ -184,8 +203,13 @@ def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_sl
             raise ConfigError("--prefix-hit: the trace gives prefix_hit_tokens per request; give one or the other")
     else:
         prompt, output = parse_lengths(prompt_len, "--prompt-len"), parse_lengths(output_len, "--output-len")
-    return Workload(prompt=prompt, output=output, prefix_hit=prefix_hit, slo=SLO(ttft_slo / 1e3, tpot_slo / 1e3, ttft_stat),
-                    arrival_rate_per_s=arrival, cached_samples=cached)
+    w = Workload(prompt=prompt, output=output, prefix_hit=prefix_hit, slo=SLO(ttft_slo / 1e3, tpot_slo / 1e3, ttft_stat),
+                 arrival_rate_per_s=arrival, cached_samples=cached)
+    if not w.decode_kv_len <= MAX_TOKENS:  # E[P] + E[O] (1 + scv) / 2: the lengths' own bounds do not bound it
+        given = f"--trace {trace}" if trace is not None else f"--prompt-len {prompt_len} --output-len {output_len}"
+        raise ConfigError(f"{short(given, 120)}: a decode step attends {w.decode_kv_len:,.0f} tokens on average "
+                          f"(prompt + output x (1 + scv) / 2); at most {MAX_TOKENS:g}")
+    return w
 
 
 def _shown(v: float) -> str:

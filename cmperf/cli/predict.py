@@ -118,7 +118,13 @@ def _run_predict(phase: str, values: dict, hardware: str, model: Optional[str], 
     for i in range(len(table)):
         if not bool(table["fits"].iat[i]):
             warn(_misfit(table.records()[i], phase))
-    for path in inert_overrides(phase, given, specs, sets):
+    base = None
+    if sets:
+        try:
+            base = load_specs(hardware, model)  # the files as they are: what each --set is compared with
+        except CmperfError:
+            base = None
+    for path in inert_overrides(phase, given, specs, sets, base):
         warn(f"--set {path} changes no output of this prediction (the cost model does not read it, "
              f"or it never limits this configuration)")
     prov = provenance(f"predict {phase}", hardware, model, sets, stack=specs.stack_name or "none")

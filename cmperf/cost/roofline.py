@@ -128,9 +128,9 @@ def tiling(g: Gemm, units, tile_rows, tile_cols=None) -> Tiling:
     the fullest last wave, then is the largest; TMA multicast of A over two units when the
     GEMM's rows (all groups of a contiguous layout) reach 1,024, N splits into an even number
     of tiles and the layout is not masked with several groups."""
-    m, n, groups, masked = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (g.m, g.n, g.groups, g.masked)))
+    m, n, groups, masked, units = np.broadcast_arrays(*(np.asarray(x, dtype=float)
+                                                        for x in (g.m, g.n, g.groups, g.masked, units)))
     masked = masked.astype(bool)
-    units = np.asarray(units, dtype=float)
     if tile_cols is not None:
         bm = np.minimum(float(tile_rows), np.maximum(np.ceil(m / FRACTAL) * FRACTAL, FRACTAL))
         bn = np.full(m.shape, float(tile_cols))
@@ -265,6 +265,22 @@ def matmul_dtype(hw, dtype: str):
     return eff.matmul_compute, 0.0
 
 
+def stream_units(units, share) -> np.ndarray:
+    """Whole units a stream that owns ``share`` of a die's ``units`` has: floor(units x share),
+    read with a tolerance for a share given as a rounded fraction (1 - 0.666666666667 of 24
+    units is 8, not 7)."""
+    return np.floor(np.asarray(units, dtype=float) * np.asarray(share, dtype=float) + 1e-9)
+
+
+def core_split_fits(hw, share) -> np.ndarray:
+    """Whether two streams that own ``share`` and 1 - ``share`` of a die's cores each have
+    at least one matrix and one vector unit (a die with one cube core cannot split it)."""
+    die = hw.chip.die
+    share = np.asarray(share, dtype=float)
+    fits = [stream_units(u, x) >= 1 for u in (die.matrix_units, die.vector_units) for x in (share, 1.0 - share)]
+    return np.logical_and.reduce(np.broadcast_arrays(*fits))
+
+
 def gemm_terms(gemms, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Tile-level times of an op's GEMMs (one :class:`Gemm` or several run one after the
     other) on one die (docs/model.md §3): the compute of their waves on the stream's share
@@ -275,12 +291,12 @@ def gemm_terms(gemms, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.nd
         return tuple(sum(p[i] for p in parts) for i in range(3))
     g = gemms
     eff = hw.chip.efficiency
-    units = float(hw.chip.die.matrix_units)
+    units = np.asarray(hw.chip.die.matrix_units, dtype=float)
     rate, _ = matmul_dtype(hw, dtype)
     per_unit = getattr(hw.chip.die.peak_flops_per_s, dtype) * rate / units
     k0 = eff.matmul_k_overhead if eff.matmul_k_overhead is not None else 0.0
     k = np.asarray(g.k, dtype=float)
-    own = np.maximum(np.floor(units * np.asarray(cube_share, dtype=float)), 1.0)
+    own = np.maximum(stream_units(units, cube_share), 1.0)
 
     def compute(n_units):
         t = tiling(g, n_units, eff.matmul_tile_rows, eff.matmul_tile_cols)

@@ -156,6 +156,17 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
         raise ConfigError(f"--kv-tier {tier}: {npus} NPUs span several {system_npus}-NPU systems and tier '{tier}' "
                           f"stops at {domain} NPUs; prefill and decode may sit apart: use a tier without a domain (e.g. "
                           f"{tiers[-1]})")
+    reach = [t for t in tiers if hw.system.tiers[t].domain_chips is None or hw.system.tiers[t].domain_chips >= npus]
+    if domain is not None and domain < npus:  # any prefill instance may send to any decode instance of the budget
+        raise ConfigError(f"--kv-tier {tier}: tier '{tier}' connects {int(domain)} NPU(s) per domain, fewer than the "
+                          f"{npus} NPUs whose prefill and decode instances it would connect (tiers that reach them all: "
+                          f"{', '.join(reach)})")
+    if pool_path is not None:
+        pool_domain = hw.system.tiers[pool_path].domain_chips
+        if pool_domain is not None and pool_domain < system_npus:  # the pool is the DRAM of every node
+            raise ConfigError(f"--pool-path {pool_path}: tier '{pool_path}' connects {int(pool_domain)} NPU(s) per "
+                              f"domain; the pool, the CPU DRAM of every node, is read over a tier that reaches all "
+                              f"{system_npus} (e.g. {', '.join(t for t in reach if t != pool_path) or tiers[-1]})")
     specs = _with_system(specs, tier, pool_path)
     hw, m = specs.views()
     pool_path = hw.system.memory_pool.tier if hw.system.memory_pool is not None else None
@@ -241,9 +252,8 @@ def _with_system(specs: Specs, kv_tier: str, pool_tier: str | None) -> Specs:
     if not update:
         return specs
     hardware = specs.hardware
-    return Specs(hardware=type(hardware)(system=system.model_copy(update=update), chip=hardware.chip,
-                                         system_path=hardware.system_path, chip_path=hardware.chip_path),
-                 model=specs.model)
+    return specs.with_hardware(type(hardware)(system=system.model_copy(update=update), chip=hardware.chip,
+                                              system_path=hardware.system_path, chip_path=hardware.chip_path))
 
 
 def curves(p: Plan, row, rates) -> dict:
@@ -619,13 +629,15 @@ def plan_sweep(workloads: list[tuple[dict, Workload]], sweeps: dict, progress=No
     swept values first."""
     import itertools
 
+    from ..search import set_text
+
     keys = list(sweeps)
     points = list(itertools.product(*(sweeps[k] for k in keys)))
     sets = list(kwargs.pop("sets", None) or [])
     rows = []
     total = len(points) * len(workloads)
     for n, (values, (labels, workload)) in enumerate(itertools.product(points, workloads), start=1):
-        p = plan(workload, sets=sets + [f"{k}={v!r}" for k, v in zip(keys, values)], **kwargs)
+        p = plan(workload, sets=sets + [set_text(k, v) for k, v in zip(keys, values)], **kwargs)
         best = public(p.table).iloc[0].to_dict() if len(p.table) else {"goodput_rps": 0.0}
         rows.append({**labels, **dict(zip(keys, values)), **best})
         if progress:

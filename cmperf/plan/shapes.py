@@ -68,14 +68,15 @@ def dense_groups(hw, m, limit_dies: int) -> list[int]:
 
 def prefill_rows(hw, m, limit_dies: int, prompt_tokens: float, prompt_len: float, common: dict) -> list[dict]:
     """Prefill options: instance size x prompts per NPU per pass (``prompt_tokens`` computed
-    tokens each); a dense model's instance is one TP group."""
+    tokens each; a share of a prompt per NPU only while it is a token at least: a 1-token
+    prompt is one per NPU or more); a dense model's instance is one TP group."""
     if m.moe is None:
         layouts = [{"dies": t, "ep": t, "attn_tp": t, "redundant_experts": 0, "shared_copies": 0}
                    for t in dense_groups(hw, m, limit_dies)]
     else:
         layouts = [{"dies": d, "ep": d} for d in sizes(hw, PREFILL_NODES, limit_dies)]
     return [{**lay, "tokens_per_npu": k * prompt_tokens, "prompt_len": prompt_len, **common}
-            for lay in layouts for k in PREFILL_PROMPTS_PER_NPU]
+            for lay in layouts for k in PREFILL_PROMPTS_PER_NPU if k * prompt_tokens >= 1]  # whole tokens on an NPU
 
 
 def decode_layouts(hw, m, limit_dies: int) -> list[dict]:

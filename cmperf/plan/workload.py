@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, short
 
 Z90 = 1.2815515655446004  # standard normal 90th percentile
 MAX_TRACE_ROWS = 1_000_000
@@ -150,48 +150,78 @@ class Workload:
 
 def read_trace(path: str) -> tuple[Lengths, Lengths, np.ndarray | None]:
     """A CSV of ``prompt_len,output_len[,prefix_hit_tokens]`` rows (a header line naming the
-    columns is required). Every cell is checked: whole, finite, prompt and output >= 1,
-    0 <= cached < prompt."""
+    columns is required; a UTF-8 byte-order mark before it is read as none). Read row by row:
+    at most MAX_TRACE_ROWS rows are ever held (the count is checked as they come, before
+    memory), every cell checked: whole, finite, prompt and output from 1 to MAX_TOKENS,
+    0 <= cached < prompt; an error names the file and the line."""
+    from array import array
+
     p = Path(path)
+    where = f"--trace {path}"
     if not p.exists():
-        raise ConfigError(f"--trace {path}: no such file")
+        raise ConfigError(f"{where}: no such file")
     if not p.is_file():
-        raise ConfigError(f"--trace {path}: not a regular file (a directory, FIFO or device); expected a CSV file")
+        raise ConfigError(f"{where}: not a regular file (a directory, FIFO or device); expected a CSV file")
     if p.stat().st_size > MAX_TRACE_BYTES:
-        raise ConfigError(f"--trace {path}: {p.stat().st_size:,} bytes; at most {MAX_TRACE_BYTES:,}")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--trace {path}: cannot read it as UTF-8 text ({type(e).__name__})") from None
-    rows = list(csv.reader(text.splitlines()))
-    if not rows:
-        raise ConfigError(f"--trace {path}: empty file (expected a header prompt_len,output_len[,prefix_hit_tokens])")
-    header = [h.strip() for h in rows[0]]
+        raise ConfigError(f"{where}: {p.stat().st_size:,} bytes; at most {MAX_TRACE_BYTES:,}")
+    _count_rows(p, where)
     need = ["prompt_len", "output_len"]
-    if header[:2] != need or len(header) > 3 or (len(header) == 3 and header[2] != "prefix_hit_tokens"):
-        raise ConfigError(f"--trace {path}: header must be prompt_len,output_len[,prefix_hit_tokens] (found {','.join(header)[:80]})")
-    body = rows[1:]
-    if not body:
-        raise ConfigError(f"--trace {path}: no request rows after the header")
-    if len(body) > MAX_TRACE_ROWS:
-        raise ConfigError(f"--trace {path}: {len(body):,} rows; at most {MAX_TRACE_ROWS:,}")
-    data = np.empty((len(body), len(header)))
-    for i, r in enumerate(body, start=2):
-        if len(r) != len(header):
-            raise ConfigError(f"--trace {path}: line {i} has {len(r)} cells, expected {len(header)}")
-        for j, cell in enumerate(r):
-            try:
-                x = float(cell)
-            except ValueError:
-                x = float("nan")
-            if not math.isfinite(x) or x != math.floor(x) or x < (0 if j == 2 else 1):
-                raise ConfigError(f"--trace {path}: line {i}, {header[j]}: expected a whole number >= {0 if j == 2 else 1} "
-                                  f"(found {cell.strip()[:40]!r})")
-            data[i - 2, j] = x
+    line = 1
+    try:
+        with open(p, encoding="utf-8-sig", newline="") as f:
+            rows = csv.reader(f)
+            first = next(rows, None)
+            if first is None:
+                raise ConfigError(f"{where}: empty file (expected a header prompt_len,output_len[,prefix_hit_tokens])")
+            header = [h.strip() for h in first]
+            if header[:2] != need or len(header) > 3 or (len(header) == 3 and header[2] != "prefix_hit_tokens"):
+                raise ConfigError(f"{where}: header must be prompt_len,output_len[,prefix_hit_tokens] "
+                                  f"(found {','.join(header)[:80]!r})")
+            columns = [array("d") for _ in header]
+            for line, r in enumerate(rows, start=2):
+                if line - 1 > MAX_TRACE_ROWS:
+                    raise ConfigError(f"{where}: more than {MAX_TRACE_ROWS:,} request rows (at most {MAX_TRACE_ROWS:,})")
+                if len(r) != len(header):
+                    raise ConfigError(f"{where}: line {line} has {len(r)} cells, expected {len(header)}")
+                for j, cell in enumerate(r):
+                    columns[j].append(_trace_cell(cell, header[j], where, line))
+    except (UnicodeDecodeError, csv.Error, OSError) as e:
+        what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else short(str(getattr(e, "strerror", None) or e), 80)
+        raise ConfigError(f"{where}: cannot read line {line + 1} ({what})") from None
+    data = np.column_stack([np.frombuffer(c, dtype=float) for c in columns]) if len(columns[0]) else None
+    if data is None:
+        raise ConfigError(f"{where}: no request rows after the header")
     if data.shape[1] == 3:
         bad = np.flatnonzero(data[:, 2] >= data[:, 0])
         if len(bad):
-            raise ConfigError(f"--trace {path}: line {bad[0] + 2}, prefix_hit_tokens must be below prompt_len")
+            raise ConfigError(f"{where}: line {bad[0] + 2}, prefix_hit_tokens must be below prompt_len")
     name = Path(path).name
     cached = data[:, 2] if data.shape[1] == 3 else None
     return from_samples(data[:, 0], name), from_samples(data[:, 1], name), cached
+
+
+def _count_rows(p: Path, where: str) -> None:
+    """Refuse a trace of more than MAX_TRACE_ROWS rows before parsing any (its lines counted
+    1 MB at a time: no more than that is held)."""
+    lines = 0
+    try:
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                lines += chunk.count(b"\n")
+                if lines > MAX_TRACE_ROWS + 1:
+                    raise ConfigError(f"{where}: more than {MAX_TRACE_ROWS:,} request rows (at most {MAX_TRACE_ROWS:,})")
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read the file ({e.strerror or e})") from None
+
+
+def _trace_cell(cell: str, column: str, where: str, line: int) -> float:
+    """One cell of a trace: a whole number of tokens, >= 1 (>= 0 for prefix_hit_tokens), at most MAX_TOKENS."""
+    low = 0 if column == "prefix_hit_tokens" else 1
+    try:
+        x = float(cell) if cell.strip().isascii() and "_" not in cell else math.nan
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or x != math.floor(x) or not low <= x <= MAX_TOKENS:
+        raise ConfigError(f"{where}: line {line}, {column}: expected a whole number of tokens from {low} to "
+                          f"{MAX_TOKENS:g} (found {cell.strip()[:40]!r})")
+    return x

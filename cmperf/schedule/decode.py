@@ -22,7 +22,7 @@ from ..cost import arch
 from ..cost.collectives import route_of
 from ..cost.ops import (attention_decode_ops, chunk_attention_ops, dense_ffn_op, embedding_op, head_op, moe_ops,
                         mtp_proj_op, placement, tp_allreduce_op)
-from ..cost.roofline import tier_for_group
+from ..cost.roofline import core_split_fits, tier_for_group
 from .common import (LayerMix, Part, Schedule, Section, choose, layer_section, select, timed, tokens_per_s_per_tflops,
                      wait_after)
 from .pipeline import Pipeline, Stage, pipeline
@@ -78,6 +78,13 @@ def chunk_geometry(hw, g) -> dict:
     return {"tokens": T, "chunk": k, "prompts": T / P, "in_flight": flight}
 
 
+def attention_share(hw, g, overlap=None):
+    """The share of the cores the attention stream owns with two microbatches: the input,
+    else the system's (core-split overlaps)."""
+    overlap = overlap or hw.system.overlap.decode
+    return np.where(np.isnan(g["attention_share"]), overlap.attention_share, g["attention_share"])
+
+
 def moe_stages(hw, m, g, tokens, requests, n: int, chunk=0.0, overlap=None, kind: str = "full") -> list[Stage]:
     """The stages of one MoE layer with attention of ``kind`` for one of ``n`` microbatches
     of a die's ``tokens`` tokens of ``requests`` requests (and ``chunk`` co-located prompt
@@ -96,7 +103,7 @@ def moe_stages(hw, m, g, tokens, requests, n: int, chunk=0.0, overlap=None, kind
     gate, dispatch, experts, combine = moe_ops(m, T + C, g["ep"], pl, route_of(hw, "decode"))
     ep = g["ep"]
     if overlap.style == "core-split":
-        share = np.where(np.isnan(g["attention_share"]), overlap.attention_share, g["attention_share"]) if n == 2 else 1.0
+        share = attention_share(hw, g, overlap) if n == 2 else 1.0
         other = 1.0 - share if n == 2 else 1.0
         attn = timed(attn_ops, hw, share, share)
         moe = timed([gate, dispatch, experts, combine], hw, other, other)
@@ -211,6 +218,8 @@ def decode(hw, m, g) -> dict:
     if m.moe is None:  # a dense model has no barrier for a second microbatch to hide
         return _dense_model(hw, m, g, it1, s1)
     it2, s2, p2 = iteration(hw, m, g, 2)
+    if hw.system.overlap.decode.style == "core-split":  # no second stream where a die's cores cannot be split
+        it2 = np.where(core_split_fits(hw, attention_share(hw, g)), it2, np.inf)
     lanes = LANE_NAMES[hw.system.overlap.decode.style]
     two_mb = {"period": p2.period_s, "wait": p2.wait_s, "a": p2.lane_s(lanes[0]), "b": p2.lane_s(lanes[1]) + p2.wait_s}
     chunked = np.asarray(g["chunk_tokens"], dtype=float) > 0
@@ -239,8 +248,8 @@ def decode(hw, m, g) -> dict:
         "throughput_per_npu": throughput,
         "tokens_per_s_per_user": 1.0 / tpot,
         "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
-        "microbatch_gain": it1 / it2 - 1.0,
-        "microbatch_layer_saving": 1.0 - two_mb["period"] / p1.period_s,
+        "microbatch_gain": np.where(np.isfinite(it2), it1 / it2 - 1.0, 0.0),
+        "microbatch_layer_saving": np.where(np.isfinite(it2), 1.0 - two_mb["period"] / p1.period_s, 0.0),
         "_schedules": (s1, s2),
         "_choice": choice,
     }

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -188,7 +190,8 @@ class _Config:
         out = list(self.problems)
         for k, v in self.raw.items():
             if k not in self.used and k not in IGNORED and k not in self.ignored:
-                out.append((k, f"{k} = {_short(v)}: not a field cmperf maps or knowingly ignores"))
+                name = k if k.isprintable() else json.dumps(k)  # a key with a line break in it, quoted
+                out.append((k, f"{name} = {_short(v)}: not a field cmperf maps or knowingly ignores"))
         return [m for _, m in sorted(out, key=lambda p: order.get(p[0], len(order)))]
 
 
@@ -638,11 +641,16 @@ def default_name(path: Path) -> str:
 
 def source_of(path: Path) -> str:
     """The spec's ``source``: the config file, and the row of a ``SOURCES.md`` next to it that names it."""
+    from .loader import read_text
+
     text = f"Hugging Face config.json: {path}"
     sources = path.parent / "SOURCES.md"
-    try:
-        lines = sources.read_text().splitlines()
-    except OSError:
+    if not os.path.lexists(sources):
+        return text
+    try:  # a regular UTF-8 file of at most 1 MB: a FIFO, a device or a binary file is not read
+        lines = read_text(sources, "SOURCES.md table").splitlines()
+    except SpecError as e:
+        sys.stderr.write(f"cmperf: warning: {short(str(e), 300)}; its provenance row is not read\n")
         return text
     for i, line in enumerate(lines, 1):
         cells = [x.strip() for x in line.strip().strip("|").split("|")]
@@ -650,6 +658,9 @@ def source_of(path: Path) -> str:
             model = f" ({cells[1]})" if len(cells) > 1 else ""
             return f"{text}{model}; provenance: {sources} line {i}"
     return text
+
+
+MAX_INT_DIGITS = 30  # far above any count a config holds (vocabularies, lengths: 6-7 digits)
 
 
 def read_hf_config(path: Path) -> dict:
@@ -677,8 +688,14 @@ def read_hf_config(path: Path) -> dict:
     depth = max(text.count("["), text.count("{"))
     if depth > MAX_DEPTH and _nesting(text) > MAX_DEPTH:
         raise SpecError(f"{path}: malformed JSON: nested deeper than {MAX_DEPTH} levels")
+    def integer(digits):
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            raise SpecError(f"{path}: malformed JSON: an integer of {len(digits.lstrip('-')):,} digits "
+                            f"(a config's counts have at most {MAX_INT_DIGITS})")
+        return int(digits)
+
     try:
-        raw = json.loads(text, parse_constant=no_constant, parse_float=finite, object_pairs_hook=pairs)
+        raw = json.loads(text, parse_constant=no_constant, parse_float=finite, parse_int=integer, object_pairs_hook=pairs)
     except json.JSONDecodeError as e:
         raise SpecError(f"{path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     if not isinstance(raw, dict):
@@ -733,5 +750,5 @@ def to_yaml(model: dict, header: list[str] = ()) -> str:
     rest = {k: v for k, v in model.items() if not any(k in s for s in _SECTIONS)}
     if rest:
         blocks.append(dump(rest))
-    head = "".join(f"# {line}\n" for line in header)
+    head = "".join(f"# {' '.join(line.splitlines())}\n" for line in header)  # a comment is one line: no line break of any kind in it
     return head + "\n".join(blocks)

@@ -35,7 +35,7 @@ SPEC_DIRS = {"chip": "hardware", "system": "hardware", "model": "models", "stack
 # and far below what could exhaust memory or the stack.
 MAX_FILE_BYTES = 1_000_000
 MAX_DEPTH = 32
-MAX_NODES = 100_000  # nodes of the document with every alias expanded (a "billion laughs" fails fast)
+MAX_NODES = 100_000  # values the aliases of a document add once expanded (a "billion laughs" fails fast)
 
 
 def builtin_dirs(folder: str) -> list[Path]:
@@ -150,16 +150,16 @@ def read_text(path: Path, what: str = "file") -> str:
         raise SpecError(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at line {line}); save it as UTF-8") from None
 
 
-def parse_yaml(text: str) -> Any:
-    """YAML text -> Python objects, with the limits of :class:`.safe_yaml._Loader`. PyYAML's own
-    constructors fail on some misused tags (``!!timestamp x``, ``!!bool maybe``) with plain
-    Python exceptions: they become a YAMLError too."""
+def parse_yaml(text: str, loader: Any = None) -> Any:
+    """YAML text -> Python objects, with the limits of :class:`.safe_yaml._Loader` (or the
+    ``loader`` given). PyYAML's own constructors fail on some misused tags (``!!timestamp x``,
+    ``!!bool maybe``) with plain Python exceptions: they become a YAMLError too."""
     import yaml
 
     from .safe_yaml import _Loader
 
     try:
-        return yaml.load(text, Loader=_Loader)
+        return yaml.load(text, Loader=loader or _Loader)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError) as e:
         raise yaml.YAMLError(f"a value cannot be read ({type(e).__name__}: {short(str(e), 60)}); check its tag (!!...)") from None
 
@@ -207,21 +207,25 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- overrides
+_DECIMAL = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?")
+
+
 def parse_value(text: str, where: str = "--set") -> Any:
-    """A --set value: int, float (1e12 forms too), bool, or string; never nan or inf."""
+    """A --set/--with value as YAML 1.2 reads it: a decimal int or float (1e12 forms too),
+    true/false, a string, or a flow list/mapping of them (``[ub, rdma]``); never nan or inf,
+    and never YAML 1.1's other numbers (``1:30`` as 90, ``0x10`` as 16, ``1_000``: strings)."""
     t = text.strip()
-    for conv in (int, float) if t.isascii() else ():  # int() reads other scripts' digits ('٣' = 3)
-        try:
-            value = conv(t)
-        except ValueError:
-            continue
+    if t.isascii() and _DECIMAL.fullmatch(t):  # int() and float() read other scripts' digits ('٣' = 3): ASCII only
+        value = int(t) if t.lstrip("+-").isdigit() and len(t) <= 4000 else float(t)
         if isinstance(value, float) and not math.isfinite(value):
             raise SpecError(f"{where}: expected a finite number, got {short(t, 40)}")
         return value
     import yaml
 
+    from .safe_yaml import _ValueLoader
+
     try:
-        return parse_yaml(t)
+        return parse_yaml(t, _ValueLoader)
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise SpecError(f"{where}: cannot read the value {short(t, 40)} ({short(problem, 80)})") from None
@@ -253,6 +257,68 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
             else:
                 node[k] = value
         node = node[k]
+
+
+# What a --set of one field carries along (docs/specs.md, "What a --set carries along").
+# A die's rates are its units' rates summed: one unit of a die does peak / matrix_units, and a
+# what-if that changes how many units a die has keeps what one unit does, so the rates it sums
+# scale with the count (a die with one cube core has 1/24 of the 910C die's peaks, not 24
+# times the peak per core). A tier's achievable bandwidth is a share of its nominal rate: a
+# what-if of a faster link keeps the share, so the nominal rate scales with it (the achievable
+# rate above the nominal is an error of the file). Neither applies to a field set as well.
+UNIT_RATES = {"die.matrix_units": "die.peak_flops_per_s", "die.vector_units": "die.vector_ops_per_s"}
+
+
+def carried(kind: str, raw: Any) -> dict[str, str]:
+    """Field path -> the path a --set of it carries along, in a raw spec of ``kind``."""
+    if kind == "chip":
+        return dict(UNIT_RATES)
+    tiers = raw.get("tiers") if kind == "system" and isinstance(raw, dict) else None
+    return {f"tiers.{t}.bandwidth_Bps": f"tiers.{t}.nominal_Bps" for t in tiers} if isinstance(tiers, dict) else {}
+
+
+def carried_scale(follower: str, new, old, given: Iterable[str]):
+    """The factor the field(s) at ``follower`` take when the field they follow moves from
+    ``old`` to ``new`` (scalars or numpy arrays), or None when the follower is ``given`` as
+    well (a set or swept path at or under it)."""
+    if any(g == follower or g.startswith(follower + ".") for g in given):
+        return None
+    return new / float(old)
+
+
+def keep_carried(kind: str, raw: dict, base: dict, overrides: Mapping[str, Any]) -> None:
+    """In the raw mapping ``raw`` of a spec of ``kind`` (``base``: before the ``--set``
+    ``overrides``), scale the fields a --set carries along (:func:`carried`), in place; each
+    scaled value's source says so. A value that is not a positive number is left to
+    validation (a count that is not whole too)."""
+    for moved, follower in carried(kind, base).items():
+        if moved not in overrides:
+            continue
+        new, old = _raw_value(raw, moved), _raw_value(base, moved)
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in (new, old)):
+            continue
+        factor = carried_scale(follower, new, old, overrides)
+        if factor is None or factor == 1:
+            continue
+        node = _raw_node(raw, follower)
+        pairs = node.values() if isinstance(node, dict) and "value" not in node else [node]
+        for pair in (p for p in pairs if isinstance(p, dict)):
+            v = pair.get("value")
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                pair["value"] = v * float(factor)
+                pair["source"] = f"scaled x {new:g}/{old:g} with --set {kind}.{moved}; {pair.get('source')}"
+
+
+def _raw_node(raw: Any, path: str) -> Any:
+    node = raw
+    for k in path.split("."):
+        node = node.get(k) if isinstance(node, dict) else None
+    return node
+
+
+def _raw_value(raw: Any, path: str) -> Any:
+    node = _raw_node(raw, path)
+    return node.get("value") if isinstance(node, dict) else node
 
 
 def _schema_fields(kind: str, keys: list[str]) -> dict[str, bool]:
@@ -364,6 +430,7 @@ def load(kind: str, name_or_path: str | Path, overrides: Mapping[str, Any] | Non
     base = copy.deepcopy(raw)
     for key, value in overrides.items():
         apply_override(raw, key, value, label or kind)
+    keep_carried(kind, raw, base, overrides)
     try:
         return validate(kind, raw, path, overrides, label or kind), path
     except SpecError as e:

@@ -1,8 +1,8 @@
 """The safe YAML loader of spec, reference and set-up files (used by :mod:`.loader`).
 
-PyYAML's SafeLoader with limits: no nesting deeper than MAX_DEPTH, no more than MAX_NODES
-values once aliases are expanded (a "billion laughs" document fails after counting its
-nodes, not after expanding them), no key given twice in a mapping, no ``.inf``/``.nan``;
+PyYAML's SafeLoader with limits: no nesting deeper than MAX_DEPTH, aliases that add no more
+than MAX_NODES values once expanded (a "billion laughs" document fails after counting its
+nodes, not after expanding them; a long file without aliases is bounded by its size alone), no key given twice in a mapping, no ``.inf``/``.nan``;
 ``1e12`` reads as a float. A module of its own so that a prediction whose specs are cached
 (:mod:`.cache`) never imports PyYAML.
 """
@@ -20,13 +20,14 @@ from .loader import MAX_DEPTH, MAX_NODES
 
 class _Loader(yaml.SafeLoader):
     """SafeLoader that also reads ``1e12`` / ``376.0e12`` as floats (YAML 1.1 wants ``1.0e+12``),
-    and refuses what no spec file needs: nesting deeper than MAX_DEPTH, more than MAX_NODES
-    nodes once aliases are expanded, a key given twice in one mapping, and ``.inf``/``.nan``."""
+    and refuses what no spec file needs: nesting deeper than MAX_DEPTH, aliases that expand
+    to more than MAX_NODES nodes, a key given twice in one mapping, and ``.inf``/``.nan``."""
 
     def __init__(self, stream):
         super().__init__(stream)
         self._depth = 0
         self._sizes: dict[int, int] = {}
+        self._expanded = 0  # values the aliases add once expanded (a file's own values are bounded by its size)
 
     def compose_node(self, parent, index):
         self._depth += 1
@@ -36,14 +37,15 @@ class _Loader(yaml.SafeLoader):
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
-        if id(node) not in self._sizes:  # an alias returns a node already counted
+        if id(node) in self._sizes:  # an alias: the node again, with every value under it
+            self._expanded += self._sizes[id(node)]
+            if self._expanded > MAX_NODES:
+                raise yaml.composer.ComposerError(None, None, f"its aliases expand to more than {MAX_NODES:,} values "
+                                                  f"(an alias bomb?)", node.start_mark)
+        else:
             children = node.value if isinstance(node, yaml.SequenceNode) else \
                 [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
-            size = 1 + sum(self._sizes.get(id(c), 1) for c in children)
-            if size > MAX_NODES:
-                raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values once its aliases are "
-                                                  f"expanded (an alias bomb?)", node.start_mark)
-            self._sizes[id(node)] = size
+            self._sizes[id(node)] = 1 + sum(self._sizes.get(id(c), 1) for c in children)
         return node
 
     def construct_mapping(self, node, deep=False):
@@ -94,3 +96,21 @@ _Loader.add_implicit_resolver(
     ),
     list("-+0123456789."),
 )
+
+
+class _ValueLoader(_Loader):
+    """The loader of one ``--set``/``--with`` value: YAML 1.2's core schema for plain scalars
+    (decimal integers and floats, true/false, null; .inf/.nan refused as in files), not YAML
+    1.1's: ``1:30`` (sexagesimal 90), ``0x10``, ``0o17``, ``1_000`` and ``yes``/``on`` stay
+    strings, which the schema then refuses where a number or a flag is due."""
+
+    yaml_implicit_resolvers: dict = {}
+
+
+for _tag, _pattern, _first in (
+        ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+        ("tag:yaml.org,2002:int", r"^[-+]?[0-9]+$", "-+0123456789"),
+        ("tag:yaml.org,2002:float", r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$", "-+0123456789."),
+        ("tag:yaml.org,2002:float", r"^(?:[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+."),
+        ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""])):
+    _ValueLoader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))

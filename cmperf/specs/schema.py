@@ -383,18 +383,58 @@ def system_reference_problems(raw) -> list[str]:
     for ph, r in routes.items():
         if isinstance(r, dict) and isinstance(r.get("tiers"), list):
             refs += [(f"expert_parallel.{ph}.tiers", t) for t in r["tiers"]]
-            order = [names.index(t) for t in r["tiers"] if t in tiers]
+            order = [names.index(t) for t in r["tiers"] if isinstance(t, str) and t in tiers]
             if order != sorted(order):
                 problems.append(f"`expert_parallel.{ph}.tiers` must list tiers innermost first, as `tiers` does")
             if r.get("route") == "hierarchical" and len(r["tiers"]) != 2:
                 problems.append(f"`expert_parallel.{ph}`: a hierarchical route needs two tiers, inner then outer")
     for where, t in refs:
-        if t is not None and t not in tiers:
+        if isinstance(t, str) and t not in tiers:  # another type: a field error
             problems.append(f"`{where}` names tier '{t}', which `tiers` does not define (tiers: {', '.join(names)})")
     sizes = [(n, domain(t)) for n, t in tiers.items()]
     for (n1, d1), (n2, d2) in zip(sizes, sizes[1:]):
         if (d1 is None and d2 is not None) or (d1 is not None and d2 is not None and d2 < d1):
             problems.append(f"tier '{n2}' must connect at least as many chips as the tier inside it, '{n1}'")
+    return problems + _route_problems(raw, tiers, dict(sizes))
+
+
+def _number(x):
+    """A raw field's number (a sourced pair's value), None for anything else (a field error)."""
+    v = x.get("value") if isinstance(x, dict) else x
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _chips(n) -> str:
+    return f"{n:,} chip" + ("" if n == 1 else "s")
+
+
+def _route_problems(raw: dict, tiers: dict, domains: dict) -> list[str]:
+    """What no real system can be (docs/specs.md, "Impossible routes"): a domain of more chips
+    than the system has, a tier faster than its nominal rate, a KV transfer over a tier that
+    connects no two packages (the die-to-die link inside one), a pool read over a tier that
+    does not reach every node's DRAM."""
+    problems = []
+    node = raw.get("node") if isinstance(raw.get("node"), dict) else {}
+    nodes, per_node = _number(raw.get("nodes")), _number(node.get("chips"))
+    chips = nodes * per_node if nodes is not None and per_node is not None else None
+    for name, t in tiers.items():
+        d = domains.get(name)
+        if chips is not None and d is not None and d > chips:
+            problems.append(f"tier '{name}' connects {d:,} chips per domain, more than the system's {chips:,} "
+                            f"(nodes x node.chips)")
+        if isinstance(t, dict):
+            bw, nominal = _number(t.get("bandwidth_Bps")), _number(t.get("nominal_Bps"))
+            if bw is not None and nominal is not None and bw > nominal * (1 + 1e-9):
+                problems.append(f"tier '{name}': achievable bandwidth_Bps {bw:g} is above its nominal_Bps {nominal:g}")
+    kv = raw.get("kv_transfer_tier")
+    if isinstance(kv, str) and domains.get(kv) is not None and domains[kv] < 2:
+        problems.append(f"`kv_transfer_tier` '{kv}' connects {_chips(domains[kv])} per domain (a link inside one package): "
+                        f"it cannot carry the KV cache from a prefill instance to a decode instance")
+    pool = raw.get("memory_pool") if isinstance(raw.get("memory_pool"), dict) else {}
+    tier = pool.get("tier")
+    if isinstance(tier, str) and chips is not None and domains.get(tier) is not None and domains[tier] < chips:
+        problems.append(f"`memory_pool.tier` '{tier}' connects {_chips(domains[tier])} per domain: the pool, the CPU DRAM of "
+                        f"every node, is read over a tier that reaches all {chips:,} chips")
     return problems
 
 
