@@ -201,6 +201,8 @@ def instance(phase: str, hw, m, values: Mapping[str, Any]) -> dict[str, Any]:
     if phase == "afd":
         if m.moe is None:
             return {}  # validate() says why: AFD needs experts
+        if {"expert_dies", "attention_dies"} <= given:
+            return out
         dpp = int(hw.chip.dies_per_package)
         total = moe_dies(hw, m, "decode", 1, mtp)
         experts = values["expert_dies"] if "expert_dies" in given else dpp * max(1, round(total * AFD_EXPERT_SHARE / dpp))

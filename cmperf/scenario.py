@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .columns import Columns, product
+from .columns import Columns, infer, product
 from .defaults import PHASE_DEFAULTS
 from .errors import ConfigError, short
 from .cost.roofline import core_split_fits
@@ -63,8 +63,8 @@ def check_inputs(phase: str, values: Mapping[str, Any], name=flag_name) -> dict[
         items = list(given) if many else [given]
         if many and not items:
             raise ConfigError(f"{name(key)}: no values (expected at least one)")
-        if len(items) > 64 and _all_fine(key, items):  # a long numeric axis of a search: checked as an array
-            out[key] = items
+        if len(items) > 64 and _all_fine(key, items):  # a long numeric axis (a search's, a plan's rows): one array
+            out[key] = np.asarray(items).astype(int).tolist() if key in INTEGER_INPUTS else items
             continue
         checked = [_check_value(phase, key, x, name) for x in items]
         out[key] = checked if many else checked[0]
@@ -72,15 +72,16 @@ def check_inputs(phase: str, values: Mapping[str, Any], name=flag_name) -> dict[
 
 
 def _all_fine(key: str, items: list) -> bool:
-    """Whether every item is a number that _check_value would pass unchanged (vectorised);
+    """Whether every item is a number that _check_value would pass (vectorised; a count is
+    then made an int, as _check_value makes it);
     False sends the items through _check_value one by one, which names the first bad one."""
     arr = np.asarray(items)
     if arr.dtype.kind not in "iuf":
         return False
     x = arr.astype(float)
     ok = np.isfinite(x) & (np.abs(x) <= MAX_INPUT) & (x >= AT_LEAST.get(key, -np.inf))
-    if key in INTEGER_INPUTS:
-        ok &= arr.dtype.kind in "iu"
+    if key in INTEGER_INPUTS:  # whole numbers, as ints or floats (8.0 is read as 8)
+        ok &= np.mod(x, 1.0) == 0
     return bool(ok.all())
 
 
@@ -136,10 +137,22 @@ def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> Columns:
 
 
 def grid_from_rows(phase: str, rows: list[Mapping[str, Any]]) -> Columns:
-    """One configuration per mapping (missing keys take the defaults), no cartesian product."""
+    """One configuration per mapping (missing keys take the defaults), no cartesian product.
+    The given cells are checked a column at a time (:func:`check_inputs`: a long column of
+    fine numbers as one array), so a planner's thousands of rows cost one check per input."""
     defaults = PHASE_DEFAULTS[phase]
-    rows = [check_inputs(phase, r) for r in rows]
-    df = Columns.from_records([{k: r.get(k, d.value) for k, d in defaults.items()} for r in rows], defaults)
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    cols = {}
+    for k in keys:
+        at = [i for i, r in enumerate(rows) if r.get(k) is not None]
+        checked = check_inputs(phase, {k: [rows[i][k] for i in at] if at else None}).get(k, [])
+        col = [defaults[k].value] * len(rows) if k in defaults else None
+        if col is not None:
+            for i, v in zip(at, checked):
+                col[i] = v
+            cols[k] = col
+    df = Columns({k: infer(cols[k]) if k in cols else np.repeat(infer([d.value]), len(rows))
+                  for k, d in defaults.items()}, n=len(rows))
     return resolve_defaults(phase, df)
 
 

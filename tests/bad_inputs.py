@@ -471,7 +471,7 @@ def compare_cases(tmp: Path) -> list[tuple]:
 
 def hf_cases(tmp: Path) -> list[tuple]:
     """model import and --model of a config.json gone wrong, and what sits beside it."""
-    src = Path("/work/shared/reference/hf-configs/llama-3.1-70b.json")
+    src = Path(__file__).parent / "data" / "hf-configs" / "llama-3.1-70b.json"
     if not src.is_file():
         return []
     text = src.read_text()

@@ -352,10 +352,11 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     kv_p = pre["kv_transfer_ms"].to_numpy(dtype=float)[i_idx] / 1e3
     servers_p = np.maximum(prompts, 1.0) * n_p
 
-    def ttft_p(rate):
-        return ttft_terms(rate, servers_p, pass_p, computed.scv, pass_p, pass_p + kv_p, slo.ttft_stat)["ttft_s"]
+    def ttft_over_s(rate, j):  # TTFT beyond the SLO of pairs j at ``rate``
+        return ttft_terms(rate, servers_p[j], pass_p[j], computed.scv, pass_p[j], pass_p[j] + kv_p[j],
+                          slo.ttft_stat)["ttft_s"] - slo.ttft_s
 
-    rate_p_all = largest_rate(lambda r: ttft_p(r) <= slo.ttft_s, servers_p / pass_p) * (prompts >= 1)
+    rate_p_all = largest_rate(ttft_over_s, servers_p / pass_p) * (prompts >= 1)
     given = workload.arrival_rate_per_s
     target = rate_p_all if given is None else np.minimum(rate_p_all, given)
     left = budget_dies - n_p * p_dies[i_idx]
@@ -379,8 +380,9 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     batch, tpot = curves.at_rate(k, rate / n_d)
     queue = {"_servers": servers, "_service_s": pass_s, "_period_s": pass_s, "_fixed_s": pass_s + kv_s,
              "_decode_curve": k, "_tpot_pass_s": np.zeros(len(k))}
-    split = {c: np.array([curves.keys[j].get(c, 0.0) for j in k]) for c in ("attention_dies", "expert_dies")}
-    split["decode_tp"] = np.array([curves.keys[j].get("tp", 1.0) for j in k])
+    per_curve = lambda c, default: np.array([key.get(c, default) for key in curves.keys], dtype=float)[k]  # noqa: E731
+    split = {c: per_curve(c, 0.0) for c in ("attention_dies", "expert_dies")}
+    split["decode_tp"] = per_curve("tp", 1.0)
     split["prefill_tp"] = pre["attn_tp"].to_numpy(dtype=float)[i]
     return _frame(shape, workload, rate, binding, n_p=n_p[a], p_dies=p_dies[i], split=split,
                   tokens_per_npu=pre["tokens_per_npu"].to_numpy(dtype=float)[i], n_d=n_d, d_dies=k_dies[k],
@@ -426,7 +428,8 @@ def _colocated(colo: pd.DataFrame, workload: Workload, budget_dies: int, dpp: in
     """Co-located instances (chunked prefill): each iteration is one forward pass carrying the
     decode batch and ``chunk_tokens`` prompt tokens per NPU (docs/model.md §9.4). A prompt runs
     on one die at the die's share of the chunk per iteration, whole (a co-located instance
-    computes its prompts: the EMS prefix read is the prefill instances')."""
+    computes its prompts: the EMS prefix read is the prefill instances'). Each option is one
+    row, at the count that ranks first among its counts (:func:`_colocated_counts`)."""
     slo = workload.slo
     rows = colo[colo["fits"]] if len(colo) else colo
     if len(rows) and (rows["tpot_ms"] <= slo.tpot_s * 1e3).any():  # the others serve nothing
@@ -446,15 +449,21 @@ def _colocated(colo: pd.DataFrame, workload: Workload, budget_dies: int, dpp: in
     service = np.where(per_die >= 1, it_s, np.ceil(1.0 / np.maximum(per_die, 1e-12)) * it_s)
     batch = rows["batch"].to_numpy(dtype=float)
     cap_d = batch * npus_i / (workload.output.mean * tpot)
-    counts = [instance_counts(int(x)) for x in np.floor(budget_dies / dies)]
-    idx = np.repeat(np.arange(len(rows)), [len(c) for c in counts])
-    if len(idx) == 0:
+    fit = np.flatnonzero(np.floor(budget_dies / dies) >= 1)
+    if len(fit) == 0:
         return _empty()
-    n = np.concatenate(counts).astype(float)
+
+    def sides(j, n):  # (prefill, decode) rates of options j at n instances each
+        servers, serve, period = servers_i[j] * n, service[j], it_s[j]
+        rate_p = largest_rate(lambda r, k: ttft_terms(r, servers[k], serve[k], prompt.scv, period[k], serve[k],
+                                                      slo.ttft_stat)["ttft_s"] - slo.ttft_s, servers / serve)
+        return rate_p, np.where(tpot[j] <= slo.tpot_s, cap_d[j] * n, 0.0)
+
+    idx = fit
+    n = _colocated_counts(idx, np.floor(budget_dies / dies[idx]), workload.arrival_rate_per_s, sides)
+    rate_p, rate_d = sides(idx, n)
     servers = servers_i[idx] * n
     ttft = lambda rate: ttft_terms(rate, servers, service[idx], prompt.scv, it_s[idx], service[idx], slo.ttft_stat)  # noqa: E731
-    rate_p = largest_rate(lambda r: ttft(r)["ttft_s"] <= slo.ttft_s, servers / service[idx])
-    rate_d = np.where(tpot[idx] <= slo.tpot_s, cap_d[idx] * n, 0.0)
     rate, binding = _operating(rate_p, rate_d, workload.arrival_rate_per_s, DECODE_TPOT)
     # the requests in decode at that rate (Little's law, at the iteration of this batch and chunk)
     in_batch = rate / n * workload.output.mean * tpot[idx] / npus_i[idx]
@@ -465,6 +474,26 @@ def _colocated(colo: pd.DataFrame, workload: Workload, budget_dies: int, dpp: in
                   n_d=n, d_dies=dies[idx], batch=in_batch, tpot=tpot[idx], t=ttft(rate),
                   pass_s=service[idx], kv_s=np.zeros(len(idx)), dpp=dpp, rate_p=rate_p, rate_d=rate_d,
                   queue=queue, split={"decode_tp": tp}, colocated=True)
+
+
+def _colocated_counts(options, n_max, given, sides) -> np.ndarray:
+    """The instance count each co-located option is evaluated at: both its sides grow with
+    the count (more servers, more decode slots), so with no rate given the most that fit
+    (``n_max``) serve the most, and with a rate the fewest of its count ladder
+    (:func:`instance_counts`) whose capacity ``min(sides(options, n))`` carries it (``n_max``
+    when none does) — the row that ranks first among the option's counts, found by halving
+    the ladder (a dozen evaluations, not one per count)."""
+    if given is None:
+        return n_max
+    ladders = [instance_counts(int(x)).astype(float) for x in n_max]
+    start = np.cumsum([0] + [len(x) for x in ladders[:-1]])
+    flat = np.concatenate(ladders)
+    lo, hi = np.zeros(len(options), dtype=int), np.array([len(x) - 1 for x in ladders])
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        carried = np.minimum(*sides(options, flat[start + mid])) >= given
+        lo, hi = np.where(carried | (lo >= hi), lo, mid + 1), np.where(carried & (lo < hi), mid, hi)
+    return flat[start + lo]
 
 
 # What binds a deployment, in the words a capacity planner uses.
