@@ -93,7 +93,7 @@ def quoted(cli) -> dict[str, str]:
                                                     f"{ratio['colocated_vs_pd_goodput']:.2f} of PD's",
         "50 % hits: 713.8": f"50 % hits: {hits['0.5']:.1f}",
         "90 %: 1,427.5": f"90 %: {hits['0.9']:,.1f}",
-        "VPC plane (704.9 and\n1,271.8)": f"VPC plane ({vpc['0.5']:.1f} and\n{vpc['0.9']:,.1f})",
+        "VPC plane (678.9 and\n1,270.9)": f"VPC plane ({vpc['0.5']:.1f} and\n{vpc['0.9']:,.1f})",
         "serves 76.5 requests/s": f"serves {h100['goodput_rps']:.1f} requests/s",
         "co-located instances serve\n1.52×": f"co-located instances serve\n{node['colocated_vs_pd_goodput']:.2f}×",
     }
@@ -107,19 +107,127 @@ def test_every_quoted_number_is_what_the_tool_prints(cli):
     assert not wrong, f"README phrase -> what the tool prints now: {wrong}"
 
 
+def _op_us(prediction, section, op):
+    """Time of one call of an operator in a `--breakdown` JSON (one microbatch)."""
+    (row,) = [r for r in prediction["breakdown"] if r["section"] == section and r["op"] == op]
+    return row["time_us"]
+
+
+def next_quoted(cli) -> dict[str, str]:
+    """The quotes of the deployment defaults of the new systems and of "Next machines and
+    models" (whitespace-insensitive: README phrase -> the phrase rebuilt from the output)."""
+    gb3 = _json(cli, "predict", "decode", "--hardware", "gb300-nvl72")
+    a950 = _json(cli, "predict", "decode", "--hardware", "atlas-950-superpod")
+    v32, qn, oss = (_json(cli, "predict", "decode", "--model", m, "--kv-len", "131072", "--breakdown")
+                    for m in ("deepseek-v3.2", "qwen3-next-80b-a3b", "gpt-oss-120b"))
+    state = [f for f in _json(cli, "model", "show", "qwen3-next-80b-a3b")
+             if f["section"] == "state per sequence, linear layers" and f["quantity"] == "bf16"]
+    systems = ("cloudmatrix384", "atlas-950-superpod", "gb300-nvl72", "h200-cluster")
+    cmp = {w: {r["system"]: r for r in _json(cli, "compare", "decode", "--model", "deepseek-v3.2", "--hardware",
+                                             ",".join(systems), *w)}
+           for w in ((), ("--with", "kv_len=131072"))}
+    short, long = cmp[()], cmp[("--with", "kv_len=131072")]
+    pl = _json(cli, "plan", "--hardware", "atlas-950-superpod")
+    b, ratio = pl["best"], pl["aggregated_vs_disaggregated"]
+    phrases = {
+        "GB200's EP48: 650 requests per GPU (768 capped by HBM)":
+            f"GB200's EP{gb3['ep']:g}: {gb3['batch']:g} requests per GPU (768 capped by HBM)",
+        "CloudMatrix384's EP320 on 320 NPUs, 96 per NPU: TPOT 64.13 ms":
+            f"CloudMatrix384's EP{a950['ep']:g} on {a950['dies']:g} NPUs, {a950['batch']:g} per NPU: TPOT {a950['tpot_ms']:.2f} ms",
+        "DeepSeek-V3.2 holds 6 requests per NPU (KV cache 31.3 GB per die) at TPOT 20.75 ms":
+            f"DeepSeek-V3.2 holds {v32['batch']:g} requests per NPU (KV cache {v32['kv_cache_per_die_bytes'] / 1e9:.1f} GB "
+            f"per die) at TPOT {v32['tpot_ms']:.2f} ms",
+        "scores all 131,072 cached keys in 169.5 µs":
+            f"scores all {v32['kv_len']:,.0f} cached keys in {_op_us(v32, 'moe_layer', 'indexer_scores'):.1f} µs",
+        "attends to the 2,048 it keeps in 22.4 µs":
+            f"attends to the 2,048 it keeps in {_op_us(v32, 'moe_layer', 'sparse_attention_core'):.1f} µs",
+        "Qwen3-Next-80B-A3B holds 32 per NPU (52.17 GB) at TPOT 52.12 ms":
+            f"Qwen3-Next-80B-A3B holds {qn['batch']:g} per NPU ({qn['kv_cache_per_die_bytes'] / 1e9:.2f} GB) at TPOT "
+            f"{qn['tpot_ms']:.2f} ms",
+        "`linear_attention` takes 26.2 µs per microbatch":
+            f"`linear_attention` takes {_op_us(qn, 'moe_layer_linear', 'linear_attention'):.1f} µs per microbatch",
+        "(39.52 MB per sequence in BF16:": f"({state[0]['value'] / 1e6:.2f} MB per sequence in BF16:",
+        "a full-attention layer's `attention_core` 1,597 µs":
+            f"a full-attention layer's `attention_core` {_op_us(qn, 'moe_layer', 'attention_core'):,.0f} µs",
+        "gpt-oss-120b holds 22 per NPU (53.2 GB) at TPOT 51.83 ms":
+            f"gpt-oss-120b holds {oss['batch']:g} per NPU ({oss['kv_cache_per_die_bytes'] / 1e9:.1f} GB) at TPOT "
+            f"{oss['tpot_ms']:.2f} ms",
+        "a 128-token window layer's attention takes 3.4 µs, a full layer's 2,196 µs":
+            f"a 128-token window layer's attention takes {_op_us(oss, 'moe_layer_window', 'window_attention_core'):.1f} µs, "
+            f"a full layer's {_op_us(oss, 'moe_layer', 'attention_core'):,.0f} µs",
+        "at its Table 4 set-up's 4,096-token cache, the others at prompt + output/2 = 4,224":
+            f"at its Table 4 set-up's {short['cloudmatrix384']['kv_len']:,.0f}-token cache, the others at prompt + "
+            f"output/2 = {short['h200-cluster']['kv_len']:,.0f}",
+        "the best deployment is AFD, 849 prefill instances of 8 dies (TP 4) and 15 AFD decode instances of 64 "
+        "attention + 16 expert dies (7,992 NPUs), serving 7,330 requests/s, bound by the prefill TTFT":
+            f"the best deployment is {b['shape'].upper()}, {b['prefill_instances']:g} prefill instances of "
+            f"{b['prefill_dies']:g} dies (TP {b['prefill_tp']:g}) and {b['decode_instances']:g} AFD decode instances of "
+            f"{b['attention_dies']:g} attention + {b['expert_dies']:g} expert dies ({b['npus']:,.0f} NPUs), serving "
+            f"{b['goodput_rps']:,.0f} requests/s, bound by the "
+            + ("prefill TTFT" if b["binding"] == "prefill capacity (the TTFT SLO)" else b["binding"]),
+        "The best PD split serves 7,230 requests/s, the best co-located one 0.84 of PD's":
+            f"The best PD split serves {ratio['pd_goodput_rps']:,.0f} requests/s, the best co-located one "
+            f"{ratio['colocated_vs_pd_goodput']:.2f} of PD's",
+    }
+    for s in systems:  # the table: one row per system
+        a, c = short[s], long[s]
+        phrases[f"| {s} |"] = (f"| {s} | {a['confidence']} | {a['tpot_ms']:.2f} ms | {a['throughput_per_npu']:,.0f} | "
+                               f"{c['tpot_ms']:.2f} ms | {c['batch']:g} |")
+        assert a["band_floor"] and c["band_floor"], s  # "Every band below is a floor"
+    band = {s: f"{100 * (short[s]['tpot_ms_hi'] / short[s]['tpot_ms'] - 1):.3g}" for s in systems}
+    assert band["gb300-nvl72"] == band["atlas-950-superpod"]
+    phrases["take ±24 % (floor), the H200 ±11 % (floor)"] = (f"take ±{band['gb300-nvl72']} % (floor), "
+                                                           f"the H200 ±{band['h200-cluster']} % (floor)")
+    return phrases
+
+
+def test_next_machines_quotes_are_what_the_tool_prints(cli):
+    readme = " ".join(README.split())
+    phrases = next_quoted(cli)
+    rows = {p: next((line for line in README.splitlines() if line.startswith(p)), None) for p in phrases if p.startswith("| ")}
+    missing = [p for p in phrases if p not in readme]
+    assert not missing, f"the README no longer quotes: {missing}"
+    wrong = {p: now for p, now in phrases.items() if rows.get(p, p) != now}
+    assert not wrong, f"README phrase -> what the tool prints now: {wrong}"
+
+
 def test_quoted_bands_and_held_out_errors_are_the_stored_ones():
     """The bands and held-out errors the README quotes, against the bands file the calibration
     writes (`python -m cmperf.calibration --write`) and the held-out errors it names."""
     from cmperf.bands import band_for
 
     text = {"cloudmatrix384": "±8 % for decode, ±3 % for prefill", "h800-cluster": "H800 ±17 %", "h100-cluster": "H100 ±24 %",
-            "h20-cluster": "H20 ±4.5 %", "b200-cluster": "B200 ±19.5 %", "gb200-nvl72": "GB200 ±20 %",
-            "atlas-800t-a2": "widest, ±24 %"}
+            "h200-cluster": "H200 ±11 %", "h20-cluster": "H20 ±4.5 %", "b200-cluster": "B200 ±19.5 %",
+            "gb200-nvl72": "GB200 ±20 %", "mi300x-cluster": "MI300X ±23.5 %"}
+    # the systems without evidence of their own, each named in the README's list of them
+    widest = "band, ±24 %: the 910B, the Atlas 350 cluster, the Atlas 950 and 960 SuperPoDs, GB300 NVL72 and\nMI355X"
+    text |= {s: widest for s in ("atlas-800t-a2", "atlas-350-cluster", "atlas-950-superpod", "atlas-960-superpod",
+                                 "gb300-nvl72", "mi355x-cluster")}
     for system, phrase in text.items():
         assert phrase in README, phrase
         numbers = [float(x) for x in re.findall(r"±([\d.]+) %", phrase)]
         decode = band_for("decode", system)
         assert numbers[0] == pytest.approx(100 * decode.relative), system
+        assert numbers[-1] == pytest.approx(100 * band_for("prefill", system).relative), system
+        assert decode.floor == (system != "cloudmatrix384"), system
     bands = (REPO / "cmperf" / "reference" / "prediction-bands.yaml").read_text()
     assert "P1 +2.64 % held out" in bands and "within 2.64 %" in README
     assert "D1 +2.59 % held out" in bands and "within 2.59 %" in README
+    assert "D2 -0.32 % held out" in bands and "and 0.32 % at batch 8" in README
+
+
+def test_quoted_held_out_errors_of_the_other_groups():
+    """The per-layer, Table 7 and ablation errors the README quotes are no band's: the paper's
+    cross-validation (`cmperf validate --cross-validate`, ~30 s) computes them here."""
+    from cmperf.calibration.crossval import cross_validate
+
+    g = cross_validate().groups.set_index("group")
+    assert g["predicts"].all()
+    phrases = {
+        "per-layer and per-stream times within 10.96 %": f"per-layer and per-stream times within {g.loc['L', 'held_out_max_abs_error']:.2f} %",
+        "dispatch/combine within 12.58 %": f"dispatch/combine within {g.loc['T7', 'held_out_max_abs_error']:.2f} %",
+        "gains within 7.2 points": f"gains within {100 * g.loc['A1', 'held_out_max_abs_error']:.1f} points",
+    }
+    readme = " ".join(README.split())
+    assert [p for p in phrases if p not in readme] == []
+    assert {p: now for p, now in phrases.items() if p != now} == {}
