@@ -324,7 +324,9 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     """Every deployment of prefill instances and separate decode instances (PD: decode
     instances; AFD: attention/expert split instances): prefill option x count x decode option,
     each decode option at the fewest instances that carry the prefill side's rate (or all that
-    fit in what is left): rows grow with the budget, not with its square."""
+    fit in what is left), and one row per pairing of a prefill and a decode option, its count
+    of prefill instances that ranks first (:func:`_first_per_pairing`): rows grow with the
+    options, not with the budget."""
     slo = workload.slo
     pre = pre[pre["fits"]] if len(pre) else pre
     if len(pre) == 0 or len(curves.dies) == 0:
@@ -366,6 +368,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
         need = np.where(d_max[None, :] > 0, np.ceil(target[:, None] / d_max[None, :] - 1e-9), 1.0)
     n_d_best = np.clip(need, 1.0, np.maximum(n_d_max, 1.0)) if fixed is None else np.full(need.shape, float(fixed[1]))
     a, k = np.nonzero(n_d_max > 0)
+    a, k = _first_per_pairing(a, k, i_idx, n_p, p_dies, n_d_best, rate_p_all, d_max, k_dies, given)
     n_d = n_d_best[a, k]
     rate_p = rate_p_all[a]
     i = i_idx[a]
@@ -388,6 +391,23 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
                   tokens_per_npu=pre["tokens_per_npu"].to_numpy(dtype=float)[i], n_d=n_d, d_dies=k_dies[k],
                   batch=batch, tpot=tpot, t=t, pass_s=pass_s, kv_s=kv_s, dpp=dpp,
                   rate_p=rate_p, rate_d=rate_d, queue=queue)
+
+
+def _first_per_pairing(a, k, i_idx, n_p, p_dies, n_d, rate_p, d_max, k_dies, given):
+    """Of the deployments (prefill pair ``a`` = option ``i_idx[a]`` x ``n_p[a]`` instances,
+    decode option ``k`` at ``n_d[a, k]`` instances), the one per pairing of a prefill option
+    and a decode option that ranks first (:func:`_rank`: most goodput, then fewest NPUs, then
+    lowest TTFT, which for one prefill option at one rate is the most prefill instances):
+    every other count of the pairing ranks below it, so the table keeps options x options
+    rows, not options x counts x options. Returns the kept (a, k)."""
+    nd = n_d[a, k]
+    served = np.minimum(rate_p[a], d_max[k] * nd)
+    served = served if given is None else np.minimum(served, given)
+    npus = n_p[a] * p_dies[i_idx[a]] + nd * k_dies[k]
+    pairing = i_idx[a] * len(k_dies) + k
+    order = np.lexsort((-n_p[a], npus, -served, pairing))
+    first = order[np.r_[True, pairing[order][1:] != pairing[order][:-1]]] if len(order) else order
+    return a[first], k[first]
 
 
 EVERY_COUNT_UP_TO = 64  # instance counts evaluated one by one; above, a geometric ladder
