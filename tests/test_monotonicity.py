@@ -12,12 +12,12 @@ capability that is physically not monotone (``EXEMPT``, each with why; kept shor
 Hypothesis draws a system, a field, how far it moves and the configuration (fixed inputs:
 the deployment a prediction derives from the specs is not re-derived, so a smaller HBM
 cannot shrink the batch and look faster), with a fixed seed: the same examples every run,
-within CI time. ``CMPERF_MONOTONE_FULL=1`` moves every field of every system instead.
+within CI time. ``python tests/test_monotonicity.py [SYSTEM ...]`` moves every field of every
+system instead (minutes per system: a script, not a test that CI would skip).
 """
 
 from __future__ import annotations
 
-import os
 import re
 from functools import lru_cache
 
@@ -30,7 +30,6 @@ from cmperf.predict import load_specs, predict
 from cmperf.specs.loader import list_builtin
 
 SYSTEMS = [n for n, _ in list_builtin("system")]
-FULL = os.environ.get("CMPERF_MONOTONE_FULL", "") not in ("", "0")
 
 # Which way each output must move when a resource grows.
 LOWER = {"decode": ("tpot_ms", "iteration_ms"), "afd": ("tpot_ms", "iteration_ms"),
@@ -57,7 +56,7 @@ NOT_A_RESOURCE = {
     r"message\.scale_block$": "a format: elements per scale, 0 meaning one scale per token",
 }
 # Capabilities that are physically not monotone (why, for each). None is: every capability of
-# every shipped system moves its outputs one way (CMPERF_MONOTONE_FULL=1 checks each both ways).
+# every shipped system moves its outputs one way (python tests/test_monotonicity.py checks each both ways).
 EXEMPT: dict[str, str] = {}
 
 
@@ -158,7 +157,7 @@ def test_every_numeric_field_is_classified():
     assert len(capabilities) >= 40 and len(EXEMPT) <= 3
 
 
-@settings(max_examples=400 if FULL else 60, deadline=None, derandomize=True,
+@settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_less_resource_never_helps(data):
@@ -191,9 +190,9 @@ def test_less_resource_never_helps(data):
     check_order(phase, path, values, rows, classify(path))
 
 
-@pytest.mark.skipif(not FULL, reason="CMPERF_MONOTONE_FULL=1: every field of every system, both ways")
-@pytest.mark.parametrize("system", SYSTEMS)
-def test_every_field_both_ways(system):
+def every_field_both_ways(system):
+    """Every capability field of ``system`` moved both ways, every phase (the sampled test's
+    exhaustive form: ``python tests/test_monotonicity.py [SYSTEM ...]``, minutes per system)."""
     for path, v in shipped(system)[1].items():
         direction = classify(path)
         if direction == 0:
@@ -275,3 +274,11 @@ def test_plan_goodput_never_falls_with_more_resource(system, path):
     if classify(path) < 0:
         lo, hi = hi, lo
     assert lo <= base * (1 + 1e-9) and base <= hi * (1 + 1e-9), (path, lo, base, hi)
+
+
+if __name__ == "__main__":
+    import sys
+
+    for name in sys.argv[1:] or SYSTEMS:
+        every_field_both_ways(name)
+        print(f"{name}: every capability field monotone in decode, prefill and AFD")
