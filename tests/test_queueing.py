@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from cmperf.plan.queueing import erlang_c, max_rate_per_s, mean_wait_s, wait_quantile_s
 
@@ -262,6 +263,33 @@ def test_max_rate_meets_the_budget_and_is_the_largest():
         assert np.all(stat(rate * (1 + 1e-6), servers, 0.5, 0.4) + 0.01 > budget)
         assert np.all(np.diff(rate, axis=1) > 0)  # a looser budget admits more traffic
         assert np.all(rate < servers / 0.5)  # never at or past capacity
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(servers=st.lists(st.integers(1, 100_000), min_size=1, max_size=8),
+       service=st.floats(1e-3, 30.0), scv=st.floats(0.0, 4.0), period=st.floats(0.0, 2.0),
+       budget=st.floats(0.01, 60.0), fixed=st.floats(0.0, 1.0), stat=st.sampled_from(["mean", "p90"]))
+def test_the_largest_rate_brackets_the_root_of_any_ttft(servers, service, scv, period, budget, fixed, stat):
+    """For the planner's TTFT (queue + alignment + fixed, ``ttft_terms``) over pools of 1 to
+    100,000 servers: the rate returned meets the SLO, and a rate 2^-38 of the capacity above it
+    misses it (the root is bracketed to the stated width), whatever the root finder's steps."""
+    from cmperf.plan.planner import ttft_terms
+    from cmperf.plan.queueing import largest_rate
+
+    c = np.asarray(servers, dtype=float)
+    s = np.full(c.shape, service)
+
+    def excess(rate, i):
+        return ttft_terms(rate, c[i], s[i], scv, period, fixed + s[i], stat)["ttft_s"] - budget
+
+    rate = largest_rate(excess, c / s)
+    every = np.arange(len(c))
+    meets_at_zero = excess(np.zeros(len(c)), every) <= 0
+    assert np.all(rate[~meets_at_zero] == 0)
+    assert np.all(excess(rate, every)[meets_at_zero] <= 0)
+    above = np.minimum(rate + 2.0 ** -38 * c / s, c / s * (1 - 1e-15))
+    beyond = meets_at_zero & (above > rate)
+    assert np.all(excess(above, every)[beyond] > 0)
 
 
 def test_max_rate_is_zero_when_the_fixed_time_alone_misses():
