@@ -171,8 +171,9 @@ def system_stack(hardware: str) -> str | None:
 
 
 def _with_stack(specs: "Specs", hardware: str, stack: str | None, overrides: Mapping[str, Any]) -> "Specs":
-    """``specs`` with the serving stack (``stack``: a name or path; None: the system's;
-    'none': no stack) and its ``--set stack.*`` overrides."""
+    """A copy of ``specs`` with the serving stack (``stack``: a name or path; None: the
+    system's; 'none': no stack) and its ``--set stack.*`` overrides (``specs`` itself when
+    there is none)."""
     from .stack import NONE, load_stack
 
     name = stack if stack is not None else system_stack(hardware)
@@ -180,8 +181,11 @@ def _with_stack(specs: "Specs", hardware: str, stack: str | None, overrides: Map
         if overrides:
             raise SpecError(f"--set stack.{next(iter(overrides))}: no serving stack to set (give --stack NAME)")
         return specs
-    specs.stack, specs.stack_name = load_stack(name, overrides), name
-    return specs
+    import copy
+
+    out = copy.copy(specs)  # the given specs are left as they were
+    out.stack, out.stack_name = load_stack(name, overrides), name
+    return out
 
 
 def load_specs(hardware: str = "cloudmatrix384", model: str | None = None, sets: Iterable[str] = (),
