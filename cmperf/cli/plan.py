@@ -96,7 +96,7 @@ def plan_cmd(
                   shape_names=_shapes(shapes), kv_tier=kv_tier, pool_path=pool_path, working_set_tokens=working_set,
                   block_tokens=block_tokens, stack=stack, deployment=given)
     from ..report import provenance
-    from .search import _ChunkProgress
+    from .progress import ProgressBar
 
     prov = provenance("plan", hardware, model, sets, sweep or [], npus=npus, supernode=supernode, rate=rate,
                       prompt_len=None if trace else prompt_len, output_len=None if trace else output_len, trace=trace,
@@ -111,7 +111,7 @@ def plan_cmd(
         sweeps = parse_sweeps(sweep)
         _cap_plans(len(variants), sweeps)
         check_sweeps(sweeps, hardware, model or system_model(hardware), sets)
-    progress = _ChunkProgress()
+    progress = ProgressBar()
     try:
         if sweep or len(variants) > 1:
             kwargs.pop("deployment")

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt
+from .progress import ProgressBar
 
 search_app = typer.Typer(
     no_args_is_help=True,
@@ -172,7 +172,7 @@ def _run(phase, values, slo, top, sweep, sets, hardware, model, fmt, out, plot):
     model = model or system_model(hardware)
     specs = _specs(hardware, model, sets)
     check_sweeps(sweeps, hardware, model, sets or [])
-    progress = _ChunkProgress()
+    progress = ProgressBar()
     try:
         result = search(phase, {k: v for k, v in values.items() if v is not None}, slo, specs, sweeps, top, progress)
     finally:
@@ -307,34 +307,3 @@ def _records(df) -> list[dict]:
     return df.to_dict(orient="records")
 
 
-class _ChunkProgress:
-    """A rich progress bar on stderr, advanced once per evaluated chunk; it appears only when
-    the grid is projected to take more than a second and stderr is a terminal."""
-
-    def __init__(self) -> None:
-        self.t0 = time.perf_counter()
-        self.bar = None
-        self.task = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            elapsed = time.perf_counter() - self.t0
-            if done >= total or elapsed * total / max(done, 1) < 1.0:
-                return
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            console = Console(stderr=True)
-            if not console.is_terminal:
-                self.bar = False
-                return
-            self.bar = Progress(TextColumn("evaluating configurations"), BarColumn(), MofNCompleteColumn(),
-                                TimeRemainingColumn(), console=console, transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task("grid", total=total)
-        if self.bar:
-            self.bar.update(self.task, completed=done)
-
-    def close(self) -> None:
-        if self.bar:
-            self.bar.stop()

@@ -10,6 +10,7 @@ import typer
 
 from ..errors import ConfigError
 from .options import FormatOpt, HardwareOpt, ModelOpt, SetOpt, StackOpt
+from .progress import ProgressBar
 
 SHOWN = [("completed", "successful requests", ""), ("duration_s", "benchmark duration", "s"),
          ("total_input_tokens", "total input tokens", ""), ("total_output_tokens", "total generated tokens", ""),
@@ -90,7 +91,7 @@ def simulate_cmd(
         note_line(f"request rate {rate:.4g}/s: the planner's closed form for this deployment within the SLOs "
                   f"(binding: {ev['binding']})")
     traffic = Traffic(rate_rps=rate, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)
-    progress = _Progress()
+    progress = ProgressBar("simulating requests")
     try:
         res = simulate(specs, workload, dep, traffic, seed, progress, warmup)
     finally:
@@ -147,34 +148,3 @@ def _rows(res) -> list[dict]:
              "decode_steps": int(r.steps[i])} for i in range(len(r.prompt))]
 
 
-class _Progress:
-    """A progress bar on stderr for runs longer than a second (a terminal only)."""
-
-    def __init__(self):
-        import time
-
-        self.t0, self.bar, self.task = time.perf_counter(), None, None
-
-    def __call__(self, done: int, total: int) -> None:
-        import time
-
-        if self.bar is None:
-            if done >= total or (time.perf_counter() - self.t0) * total / max(done, 1) < 1.0:
-                return
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            console = Console(stderr=True)
-            if not console.is_terminal:
-                self.bar = False
-                return
-            self.bar = Progress(TextColumn("simulating requests"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                console=console, transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task("sim", total=total)
-        if self.bar:
-            self.bar.update(self.task, completed=done)
-
-    def close(self) -> None:
-        if self.bar:
-            self.bar.stop()

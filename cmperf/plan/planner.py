@@ -480,7 +480,7 @@ def _colocated(colo: pd.DataFrame, workload: Workload, budget_dies: int, dpp: in
         return rate_p, np.where(tpot[j] <= slo.tpot_s, cap_d[j] * n, 0.0)
 
     idx = fit
-    n = _colocated_counts(idx, np.floor(budget_dies / dies[idx]), workload.arrival_rate_per_s, sides)
+    n = _colocated_counts(np.floor(budget_dies / dies[idx]), workload.arrival_rate_per_s, lambda n: sides(idx, n))
     rate_p, rate_d = sides(idx, n)
     servers = servers_i[idx] * n
     ttft = lambda rate: ttft_terms(rate, servers, service[idx], prompt.scv, it_s[idx], service[idx], slo.ttft_stat)  # noqa: E731
@@ -496,11 +496,11 @@ def _colocated(colo: pd.DataFrame, workload: Workload, budget_dies: int, dpp: in
                   queue=queue, split={"decode_tp": tp}, colocated=True)
 
 
-def _colocated_counts(options, n_max, given, sides) -> np.ndarray:
+def _colocated_counts(n_max, given, sides) -> np.ndarray:
     """The instance count each co-located option is evaluated at: both its sides grow with
     the count (more servers, more decode slots), so with no rate given the most that fit
     (``n_max``) serve the most, and with a rate the fewest of its count ladder
-    (:func:`instance_counts`) whose capacity ``min(sides(options, n))`` carries it (``n_max``
+    (:func:`instance_counts`) whose capacity ``min(*sides(n))`` carries it (``n_max``
     when none does) — the row that ranks first among the option's counts, found by halving
     the ladder (a dozen evaluations, not one per count)."""
     if given is None:
@@ -508,10 +508,10 @@ def _colocated_counts(options, n_max, given, sides) -> np.ndarray:
     ladders = [instance_counts(int(x)).astype(float) for x in n_max]
     start = np.cumsum([0] + [len(x) for x in ladders[:-1]])
     flat = np.concatenate(ladders)
-    lo, hi = np.zeros(len(options), dtype=int), np.array([len(x) - 1 for x in ladders])
+    lo, hi = np.zeros(len(n_max), dtype=int), np.array([len(x) - 1 for x in ladders])
     while np.any(lo < hi):
         mid = (lo + hi) // 2
-        carried = np.minimum(*sides(options, flat[start + mid])) >= given
+        carried = np.minimum(*sides(flat[start + mid])) >= given
         lo, hi = np.where(carried | (lo >= hi), lo, mid + 1), np.where(carried & (lo < hi), mid, hi)
     return flat[start + lo]
 
@@ -521,7 +521,7 @@ PREFILL_TTFT = "prefill capacity (the TTFT SLO)"
 PREFILL_POOL = "prefill capacity (the pool's read path: cached KV loads take most of a pass)"
 DECODE_TPOT = "decode (the TPOT SLO)"
 DECODE_MEMORY = "decode KV memory"
-ARRIVAL = "the arrival rate"
+ARRIVAL = "arrival rate"
 
 
 def _operating(rate_p, rate_d, given, decode_limit, prefill_limit=PREFILL_TTFT) -> tuple[np.ndarray, np.ndarray]:
@@ -532,7 +532,7 @@ def _operating(rate_p, rate_d, given, decode_limit, prefill_limit=PREFILL_TTFT) 
     binding = np.where(rate_p <= rate_d, prefill_limit, decode_limit)
     if given is None:
         return capacity, binding
-    return np.minimum(capacity, given), np.where(capacity >= given, "arrival rate", binding)
+    return np.minimum(capacity, given), np.where(capacity >= given, ARRIVAL, binding)
 
 
 def _frame(shape, workload, rate, binding, *, n_p, p_dies, tokens_per_npu, n_d, d_dies, batch, tpot, t,

@@ -1,0 +1,40 @@
+"""A progress bar on stderr for the commands that evaluate many things (search, plan, simulate)."""
+
+from __future__ import annotations
+
+import time
+
+
+class ProgressBar:
+    """A rich progress bar on stderr, advanced by ``bar(done, total)``; it appears only when
+    the work is projected to take more than a second and stderr is a terminal. ``label``
+    names what is counted."""
+
+    def __init__(self, label: str = "evaluating configurations") -> None:
+        self.label = label
+        self.t0 = time.perf_counter()
+        self.bar = None
+        self.task = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            elapsed = time.perf_counter() - self.t0
+            if done >= total or elapsed * total / max(done, 1) < 1.0:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            console = Console(stderr=True)
+            if not console.is_terminal:
+                self.bar = False
+                return
+            self.bar = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                console=console, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("work", total=total)
+        if self.bar:
+            self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar:
+            self.bar.stop()
