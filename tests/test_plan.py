@@ -477,3 +477,12 @@ def test_cli_reports_aggregated_against_disaggregated(cli, tmp_path):
     assert code == 0, err
     for text in (out, csv.read_text()):
         assert "# colocated_vs_pd_goodput: " in text and "# pd_goodput_rps: " in text
+
+
+def test_a_defaulted_kv_tier_is_named_by_its_field_not_a_flag_the_user_did_not_give():
+    """Past one SuperPoD the system's own UB tier cannot carry KV: the error names the spec
+    field (the user gave no --kv-tier), and names the flag when the user gave it."""
+    with pytest.raises(ConfigError, match=r"^the KV transfer tier 'ub' \(system.kv_transfer_tier"):
+        plan(hardware="atlas-950-superpod", npus=100_000)
+    with pytest.raises(ConfigError, match=r"^--kv-tier ub: "):
+        plan(hardware="atlas-950-superpod", npus=100_000, kv_tier="ub")

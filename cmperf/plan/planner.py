@@ -147,18 +147,20 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
         raise ConfigError(f"--npus {npus}: expected 1 to {MAX_NPUS:,} NPUs")
     several = npus > system_npus
     tier = kv_tier or hw.system.kv_transfer_tier
+    # a tier the user gave is named by its flag; the system's own, by the spec field
+    tier_named = f"--kv-tier {tier}" if kv_tier else f"the KV transfer tier '{tier}' (system.kv_transfer_tier; give --kv-tier)"
     tiers = list(hw.system.tiers.keys())
     for flag, name in (("--kv-tier", tier), ("--pool-path", pool_path)):
         if name is not None and name not in tiers:
             raise ConfigError(f"{flag} {name}: system {hw.system.name} has tiers {', '.join(tiers)}")
     domain = hw.system.tiers[tier].domain_chips
     if several and domain is not None:
-        raise ConfigError(f"--kv-tier {tier}: {npus} NPUs span several {system_npus}-NPU systems and tier '{tier}' "
+        raise ConfigError(f"{tier_named}: {npus} NPUs span several {system_npus}-NPU systems and tier '{tier}' "
                           f"stops at {domain} NPUs; prefill and decode may sit apart: use a tier without a domain (e.g. "
                           f"{tiers[-1]})")
     reach = [t for t in tiers if hw.system.tiers[t].domain_chips is None or hw.system.tiers[t].domain_chips >= npus]
     if domain is not None and domain < npus:  # any prefill instance may send to any decode instance of the budget
-        raise ConfigError(f"--kv-tier {tier}: tier '{tier}' connects {int(domain)} NPU(s) per domain, fewer than the "
+        raise ConfigError(f"{tier_named}: tier '{tier}' connects {int(domain)} NPU(s) per domain, fewer than the "
                           f"{npus} NPUs whose prefill and decode instances it would connect (tiers that reach them all: "
                           f"{', '.join(reach)})")
     if pool_path is not None:
