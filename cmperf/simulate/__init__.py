@@ -25,7 +25,7 @@ from ..plan.workload import Workload
 from .deployment import DeploymentSpec, InstanceGroup, default_deployment
 from .engine import CoLocatedInstance, DecodeInstance, PrefillInstance, Requests, Simulation, Stats, draw_steps, mtp_tokens_per_step
 from .metrics import metrics
-from .predictor import decode_predictor, prefill_predictor
+from .predictor import decode_predictor, geometric, prefill_predictor
 from .requests import Traffic, make_requests
 
 __all__ = ["simulate", "Traffic", "DeploymentSpec", "InstanceGroup", "SimResult", "default_deployment"]
@@ -96,17 +96,17 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
         ranks = _ranks(dec_phase, inp)
         npus = (inp["attention_dies"] if dec_phase == "afd" else inp["dies"]) / dpp
         cap = min(cap_rank, 4096.0)
+        if deployment.colocated:  # the instance prefills its own prompts in mixed iterations (Sarathi)
+            budget_t, budget_r, chunked = _chunk_budget(st, ranks, npus)
+            computed = np.maximum(prompt - cached, 1.0)
+            pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
+                                    ref_kv=float(workload.decode_kv_len), chunks=tuple(geometric(64.0, budget_t / npus, 2.0)),
+                                    chunk_prompt=float(np.sum(computed ** 2) / np.sum(computed)))
+            for _ in range(g.count):
+                decode.append(CoLocatedInstance(len(decode), pred, ranks, mu, cap, policy, req, stats, budget_t, budget_r, chunked))
+            continue
         pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
                                 ref_kv=float(workload.decode_kv_len))
-        if deployment.colocated:  # the instance prefills its own prompts, data-parallel over its ranks
-            pre_inp = {**{k: inp[k] for k in ("dies", "ep", "redundant_experts", "shared_copies", "mtp") if k in inp},
-                       "attn_tp": int(inp.get("tp") or 1)}
-            groups = ranks
-            budget_t, budget_r = _budgets(st, groups, inp["dies"] / dpp)
-            pre = prefill_predictor(specs, pre_inp, budget_t, prompt - cached + 0.0, float(np.mean(cached)))
-            for _ in range(g.count):
-                decode.append(CoLocatedInstance(len(decode), pred, ranks, mu, cap, policy, req, stats, pre, budget_t, budget_r))
-            continue
         for _ in range(g.count):
             decode.append(DecodeInstance(len(decode), pred, ranks, mu, cap, policy, req, stats))
     prefill = []
@@ -142,6 +142,16 @@ def _budgets(st, groups: int, npus: float) -> tuple[float, float]:
         return 16384.0 * npus, math.inf
     return (groups * float(st.max_prefill_tokens),
             groups * float(st.max_prefill_requests) if st.max_prefill_requests is not None else math.inf)
+
+
+def _chunk_budget(st, ranks: int, npus: float) -> tuple[float, float, bool]:
+    """(prompt tokens, prompts, split?) one co-located iteration carries at most: with the
+    stack's chunked prefill on, its chunk size per attention group (within its prefill budget),
+    prompts split across iterations; off, whole prompts within the prefill budget (_budgets)."""
+    budget_t, budget_r = _budgets(st, ranks, npus)
+    if st is not None and int(st.chunked_prefill_tokens) > 0:
+        return min(budget_t, ranks * float(st.chunked_prefill_tokens)), budget_r, True
+    return budget_t, budget_r, False
 
 
 def _ranks(phase: str, inp: dict) -> int:

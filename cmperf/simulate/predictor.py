@@ -116,7 +116,7 @@ def _rows(phase: str, rows: list[dict], specs: Specs, what: str):
 
 
 def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float, max_kv: float, phase: str = "decode",
-                     chunks: tuple = (), ref_kv: float | None = None) -> DecodePredictor:
+                     chunks: tuple = (), ref_kv: float | None = None, chunk_prompt: float | None = None) -> DecodePredictor:
     """The grid of one decode instance's iteration time (module docstring). ``instance``: the
     predict inputs of the instance (dies, ep, tp, layout, MTP, ...), ``max_batch`` the largest
     batch per NPU it may run, ``max_kv`` the longest KV it may attend."""
@@ -135,7 +135,8 @@ def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float
     if chunks:
         chunk = []
         for c in sorted(chunks):
-            rc = [{**r, "chunk_tokens": float(c)} for r in rows]
+            rc = [{**r, "chunk_tokens": float(c), **({"prompt_len": max(int(chunk_prompt), 1)} if chunk_prompt else {})}
+                  for r in rows]
             cc = _rows(phase, rc, specs, f"the co-located instance {dict(base)} with a {c:g}-token chunk")
             chunk.append((float(c), Grid2(list(bs), list(ls), cc["iteration_ms"].to_numpy(dtype=float).reshape(len(bs), len(ls)) / 1e3)))
     ref = float(ref_kv or max_kv)
