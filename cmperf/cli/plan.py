@@ -193,9 +193,17 @@ def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_sl
             raise ConfigError(f"{flag} {v:g}: expected milliseconds > 0 and at most {MAX_SLO_MS:g}")
     if ttft_stat not in ("mean", "p90"):
         raise ConfigError(f"--ttft-stat {ttft_stat[:40]}: expected mean or p90")
-    prefix_hit = parse_number(prefix_hit, "--prefix-hit")
+    text = str(prefix_hit)
+    hit_text, _, spread = text.partition(":")
+    prefix_hit = parse_number(hit_text, "--prefix-hit")
     if not 0 <= prefix_hit < 1:
         raise ConfigError(f"--prefix-hit {prefix_hit:g}: expected a share in [0, 1)")
+    concentration = 2.0
+    if spread:
+        concentration = float("inf") if spread.strip() == "inf" else parse_number(spread, "--prefix-hit")
+        if not concentration > 0:
+            raise ConfigError(f"--prefix-hit {short(text, 40)}: expected H or H:K, K > 0 the spread of the "
+                              f"per-request share (Beta(K H, K (1 - H)); inf: every request H)")
     cached = None
     if trace is not None:
         prompt, output, cached = read_trace(trace)
@@ -204,7 +212,7 @@ def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_sl
     else:
         prompt, output = parse_lengths(prompt_len, "--prompt-len"), parse_lengths(output_len, "--output-len")
     w = Workload(prompt=prompt, output=output, prefix_hit=prefix_hit, slo=SLO(ttft_slo / 1e3, tpot_slo / 1e3, ttft_stat),
-                 arrival_rate_per_s=arrival, cached_samples=cached)
+                 arrival_rate_per_s=arrival, cached_samples=cached, hit_concentration=concentration)
     if not w.decode_kv_len <= MAX_TOKENS:  # E[P] + E[O] (1 + scv) / 2: the lengths' own bounds do not bound it
         given = f"--trace {trace}" if trace is not None else f"--prompt-len {prompt_len} --output-len {output_len}"
         raise ConfigError(f"{short(given, 120)}: a decode step attends {w.decode_kv_len:,.0f} tokens on average "

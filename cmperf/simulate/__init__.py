@@ -60,7 +60,7 @@ _INPUTS = {
 
 def simulate(specs: Specs | None = None, workload: Workload | None = None, deployment: DeploymentSpec | None = None,
              traffic: Traffic | None = None, seed: int = 0, progress: Callable[[int, int], None] | None = None,
-             warmup: float = 0.0) -> SimResult:
+             warmup: float = 0.0, working_set_tokens: float | None = None) -> SimResult:
     """Simulate ``deployment`` (default: the system's, :func:`.deployment.default_deployment`)
     serving ``workload``'s requests under ``traffic`` (module docstring)."""
     from ..plan.planner import default_workload
@@ -74,6 +74,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     hw, _ = specs.views()
     dpp = int(hw.chip.dies_per_package)
 
+    workload = served_workload(specs, workload, working_set_tokens)
     prompt, output, cached = make_requests(workload, traffic, rng)
     max_ctx = float(np.max(prompt + output))
     dec_phase = deployment.decode_phase
@@ -87,7 +88,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     steps = draw_steps(output, k, a, rng)
     arrivals = _arrivals(traffic, len(prompt), rng)
     req = Requests(arrival_s=arrivals, prompt=prompt.astype(float), output=output.astype(float),
-                   cached=cached.astype(float), steps=steps)
+                   cached=cached.astype(float), steps=steps, **_cache_bytes(specs, prompt, cached, dec_inputs[0]))
     stats = Stats()
     decode = []
     cap_rank = float(st.max_running_per_rank) if st is not None and st.max_running_per_rank is not None else math.inf
@@ -114,7 +115,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
         groups = max(int(inp["dies"]) // int(inp.get("attn_tp") or 1), 1)
         budget_t, budget_r = _budgets(st, groups, inp["dies"] / dpp)
         readers = sum(gg.count * ii["dies"] for gg, ii in zip(deployment.prefill, pre_inputs))  # every prefill die may read the pool
-        pred = prefill_predictor(specs, {**inp, "pool_readers": int(readers)}, budget_t, prompt - cached + 0.0, float(np.mean(cached)))
+        pred = prefill_predictor(specs, {**inp, "pool_readers": int(readers)}, budget_t, prompt - cached, cached)
         for _ in range(g.count):
             prefill.append(PrefillInstance(len(prefill), pred, budget_t, budget_r))
     conc = float(traffic.max_concurrency) if traffic.max_concurrency else math.inf
@@ -133,6 +134,34 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
                 "slo": {"ttft": workload.slo.ttft_s * 1e3, "tpot": workload.slo.tpot_s * 1e3}}
     return SimResult(metrics=res, requests=req, stats=stats, deployment=deployment, settings=settings,
                      instances={"decode": dec_inputs, "prefill": pre_inputs})
+
+
+def served_workload(specs: Specs, workload: Workload, working_set_tokens: float | None = None) -> Workload:
+    """``workload`` with the prefix hits the system's pool can serve (the planner's rule,
+    :func:`cmperf.plan.planner.served_hit`) in its blocks; a hit on a system without a pool
+    is refused, as the planner does."""
+    from ..plan.planner import served_hit
+
+    hw, m = specs.views()
+    if (workload.prefix_hit > 0 or workload.cached_samples is not None) and hw.system.memory_pool is None:
+        raise ConfigError(f"--prefix-hit: system {hw.system.name} has no memory pool (`memory_pool`) to cache KV in")
+    if hw.system.memory_pool is None:
+        return workload
+    hit, _ = served_hit(hw, m, workload, working_set_tokens)
+    return Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": float(hw.system.memory_pool.block_tokens)})
+
+
+def _cache_bytes(specs: Specs, prompt: np.ndarray, cached: np.ndarray, dec: dict) -> dict:
+    """Each request's pool bytes and blocks (its cached prefix, all layers, whole blocks) and
+    its whole prompt's KV bytes (docs/model.md §1.2, §9.5), as predict counts them."""
+    from ..cost.arch import kv_cache
+    from ..cost.ops import Bytes
+
+    hw, m = specs.views()
+    kv = kv_cache(m, Bytes.of(m).kv, float(dec.get("mtp", 0) or 0))
+    block = float(hw.system.memory_pool.block_tokens) if hw.system.memory_pool is not None else 1.0
+    return {"pool_B": np.where(cached > 0, kv.bytes(cached), 0.0), "blocks": np.ceil(cached / block),
+            "kv_B": np.asarray(kv.bytes(prompt), dtype=float)}
 
 
 def _budgets(st, groups: int, npus: float) -> tuple[float, float]:

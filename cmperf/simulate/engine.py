@@ -69,9 +69,15 @@ class Requests:
     kv_arrive_s: np.ndarray = None
     first_token_s: np.ndarray = None
     finish_s: np.ndarray = None
+    pool_B: np.ndarray = None  # bytes of its cached prefix's KV in the pool (all layers)
+    blocks: np.ndarray = None  # the pool blocks they fill
+    kv_B: np.ndarray = None  # bytes of its whole prompt's KV (sent to decode)
 
     def __post_init__(self):
         n = len(self.prompt)
+        for name in ("pool_B", "blocks", "kv_B"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(n))
         for name in ("send_s", "prefill_start_s", "prefill_end_s", "kv_arrive_s", "first_token_s", "finish_s"):
             if getattr(self, name) is None:
                 setattr(self, name, np.full(n, np.nan))
@@ -435,8 +441,10 @@ class Simulation:
                 self._start_pass(p, now)
 
     def _start_pass(self, p: PrefillInstance, now: float) -> None:
+        """The next pass of ``p``: FCFS from the queue within its token and request budgets
+        (the first prompt whatever its length); its time from the batch's sums."""
         req = self.req
-        batch, tokens, sq = [], 0.0, 0.0
+        batch, tokens, sq, cC, pool_B, blocks, kv_B = [], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
         while self.queue and (not batch or (len(batch) < p.budget_requests
                                             and tokens + req.prompt[self.queue[0]] - req.cached[self.queue[0]] <= p.budget_tokens)):
             rid = self.queue.popleft()
@@ -444,8 +452,11 @@ class Simulation:
             batch.append(rid)
             tokens += c
             sq += c * c
-        p_eff = sq / tokens
-        pass_s, xfer_s = p.pred.times(tokens, p_eff)
+            cC += c * req.cached[rid]
+            pool_B += req.pool_B[rid]
+            blocks += req.blocks[rid]
+            kv_B += req.kv_B[rid]
+        pass_s, xfer_s = p.pred.times(tokens, sq / tokens, cC / tokens, len(batch), pool_B, blocks, kv_B)
         for rid in batch:
             req.prefill_start_s[rid] = now
         p.batch, p.idle = batch, False
@@ -454,12 +465,14 @@ class Simulation:
         self._push(now + pass_s, "pass_end", p)
 
     def _pass_end(self, p: PrefillInstance, now: float) -> None:
+        """Each prompt's KV leaves over the instance's link in turn (its share of the
+        transfer by its bytes), then waits for its decode instance."""
         req = self.req
-        total = sum(req.prompt[rid] for rid in p.batch)
+        total = sum(req.kv_B[rid] for rid in p.batch) or 1.0
         for rid in p.batch:
             req.prefill_end_s[rid] = now
             start = max(now, p.link_free)
-            p.link_free = start + p.transfer_s * req.prompt[rid] / total
+            p.link_free = start + p.transfer_s * (req.kv_B[rid] / total if req.kv_B[rid] > 0 else 1.0 / len(p.batch))
             req.kv_arrive_s[rid] = p.link_free
             d = self._decode_for(rid)
             d.add_pending(p.link_free, rid)
