@@ -83,3 +83,48 @@ def test_chunks_cost_the_decode_batch():
     lo = simulate(s, w, dep, Traffic(rate_rps=1.0, num_prompts=300), seed=1).metrics
     hi = simulate(s, w, dep, Traffic(rate_rps=6.0, num_prompts=300), seed=1).metrics
     assert hi["mean_tpot_ms"] > lo["mean_tpot_ms"] and hi["mean_ttft_ms"] > lo["mean_ttft_ms"]
+
+
+# --------------------------------------------------------------------------- arrivals, steady state, the sustained rate
+def test_gamma_arrivals_have_the_asked_moments():
+    """Gamma gaps: mean 1 / rate, coefficient of variation = the burstiness (1: Poisson)."""
+    from cmperf.simulate import _arrivals
+
+    for cv in (1.0, 3.0):
+        t = _arrivals(Traffic(rate_rps=50.0, burstiness=cv, num_prompts=200_000), 200_000, np.random.default_rng(7))
+        gaps = np.diff(t)
+        assert gaps.mean() == pytest.approx(1 / 50.0, rel=0.02)
+        assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.03)
+
+
+def _queue_run(capacity: float, n: int = 4000, service: float = 0.1):
+    """A fluid queue by hand: requests every 1 / rate, served at ``capacity`` per second, so
+    request i waits max(0, i / capacity - i / rate) + service: steady below capacity, growing above."""
+    def run(rate):
+        i = np.arange(n, dtype=float)
+        send = i / rate
+        first = np.maximum(send, i / capacity) + service
+        return Requests(arrival_s=send, prompt=np.ones(n), output=np.full(n, 2.0), cached=np.zeros(n),
+                        steps=np.ones(n, dtype=int), send_s=send, first_token_s=first, finish_s=first + 0.01)
+    return run
+
+
+def test_steady_state_excludes_warmup_and_drain_and_sees_growth():
+    from cmperf.simulate.sustain import steady
+
+    st = steady(_queue_run(100.0)(80.0), 1.0, 0.05)
+    assert st["measured_requests"] == 3200 and st["ttft_ms"] == pytest.approx(100.0) and st["meets_slos"]
+    # 1 % above capacity: the wait grows 1e-4 s per request, 0.08 s over the window's 3,200 requests
+    # at 0.1 s service: under a 1 s SLO on average, but growing by more than 10 % of it
+    over = steady(_queue_run(100.0)(101.0), 1.0, 0.05)
+    assert over["ttft_ms"] < 1000 and not over["steady"] and not over["meets_slos"]
+
+
+def test_the_sustained_rate_is_the_capacity_by_bisection():
+    """The fluid queue sustains any rate up to its capacity (a 1 s SLO at 0.1 s service): the
+    search, started 30 % below or above, ends within its 2 % of the capacity."""
+    from cmperf.simulate.sustain import sustained_rate
+
+    for start in (70.0, 130.0):
+        r = sustained_rate(_queue_run(100.0), start, 1.0, 0.05)
+        assert 0.98 * 100.0 <= r["sustained_rate_rps"] <= 100.0, r

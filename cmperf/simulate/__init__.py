@@ -96,9 +96,11 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     for g, inp in zip(deployment.decode, dec_inputs):
         ranks = _ranks(dec_phase, inp)
         npus = (inp["attention_dies"] if dec_phase == "afd" else inp["dies"]) / dpp
-        cap = min(cap_rank, 4096.0)
+        cap = min(cap_rank, 4096.0, max(float(g.limits.get("running", math.inf)) / ranks, 1.0))
         if deployment.colocated:  # the instance prefills its own prompts in mixed iterations (Sarathi)
             budget_t, budget_r, chunked = _chunk_budget(st, ranks, npus)
+            if "pass_tokens" in g.limits:  # a chunk size given: prompts split at it (the planner's co-located rows)
+                budget_t, chunked = float(g.limits["pass_tokens"]), True
             computed = np.maximum(prompt - cached, 1.0)
             pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
                                     ref_kv=float(workload.decode_kv_len), chunks=tuple(geometric(64.0, budget_t / npus, 2.0)),
@@ -114,6 +116,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     for g, inp in zip(deployment.prefill, pre_inputs):
         groups = max(int(inp["dies"]) // int(inp.get("attn_tp") or 1), 1)
         budget_t, budget_r = _budgets(st, groups, inp["dies"] / dpp)
+        budget_t = min(budget_t, float(g.limits.get("pass_tokens", math.inf)))
         readers = sum(gg.count * ii["dies"] for gg, ii in zip(deployment.prefill, pre_inputs))  # every prefill die may read the pool
         pred = prefill_predictor(specs, {**inp, "pool_readers": int(readers)}, budget_t, prompt - cached, cached)
         for _ in range(g.count):
