@@ -12,8 +12,10 @@ import numpy as np
 
 
 def reference_run(prompt, output, arrival, prefill_pred, n_prefill, budget_tokens, budget_requests,
-                  decode_pred, ranks, cap_rank, k, a, rng, max_concurrency=math.inf):
-    """Returns per request (send, first token, finish) times, arrays."""
+                  decode_pred, ranks, cap_rank, k, a, rng, max_concurrency=math.inf, kv_B=None):
+    """Returns per request (send, first token, finish) times, arrays. ``kv_B``: each prompt's
+    KV bytes (its share of a pass's transfer; default in proportion to its tokens)."""
+    kv_B = np.asarray(prompt, dtype=float) if kv_B is None else np.asarray(kv_B, dtype=float)
     n = len(prompt)
     send = np.full(n, np.nan)
     first = np.full(n, np.nan)
@@ -47,10 +49,10 @@ def reference_run(prompt, output, arrival, prefill_pred, n_prefill, budget_token
             end, i, batch, xfer = p
             if end <= now + 1e-12:
                 pending_passes.remove(p)
-                total = sum(prompt[r] for r in batch)
+                total = sum(kv_B[r] for r in batch)
                 for r in batch:
                     start = max(end, link_free[i])
-                    link_free[i] = start + xfer * prompt[r] / total
+                    link_free[i] = start + xfer * kv_B[r] / total
                     arrivals_at_decode.append((link_free[i], r))
         for i in range(n_prefill):
             busy = any(p[1] == i for p in pending_passes)
@@ -61,7 +63,7 @@ def reference_run(prompt, output, arrival, prefill_pred, n_prefill, budget_token
                     batch.append(r)
                     tokens += prompt[r]
                     sq += prompt[r] ** 2
-                pass_s, xfer = prefill_pred.times(tokens, sq / tokens)
+                pass_s, xfer = prefill_pred.times(tokens, sq / tokens, 0.0, len(batch), 0.0, 0.0, sum(kv_B[r] for r in batch))
                 pending_passes.append((now + pass_s, i, batch, xfer))
         # 3. decode: admit arrived requests at this step boundary
         arrivals_at_decode.sort()

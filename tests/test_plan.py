@@ -366,7 +366,7 @@ def test_ttft_terms_against_a_simulation_of_batched_passes(instances, prompts, r
                                        (["--pool-path", "ib"], "--pool-path")])
 def test_cache_flags_on_a_system_without_a_memory_pool_name_the_flag(cli, args, flag):
     """The error names the flag the user wrote, not the --set path it would become."""
-    code, _, err = cli("plan", "--hardware", "h800-cluster", "--model", "deepseek-v3", "--shapes", "pd", *args)
+    code, _, err = cli("plan", "--hardware", "h100-cluster", "--model", "llama-3.1-70b", "--shapes", "pd", *args)
     line = one_line_error(code, err, flag, "memory pool")
     assert "--set" not in line
 

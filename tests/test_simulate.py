@@ -104,10 +104,10 @@ def test_the_engine_agrees_with_a_per_step_reference(specs, small, traffic):
     dpred = decode_predictor(specs, dec, max_batch=min(48 * 64 / 32, 2048), max_kv=float(np.max(r.prompt + r.output)),
                              ref_kv=_workload().decode_kv_len)
     groups = 32 // 4
-    ppred = prefill_predictor(specs, pre, groups * st.max_prefill_tokens, r.prompt, 0.0)
+    ppred = prefill_predictor(specs, pre, groups * st.max_prefill_tokens, r.prompt)
     send, first, finish = reference_run(r.prompt, r.output, r.arrival_s, ppred, 2, groups * st.max_prefill_tokens, math.inf,
                                         dpred, 64, st.max_running_per_rank, int(dec["mtp_k"]), float(dec["mtp_acceptance"]),
-                                        np.random.default_rng(5), traffic.max_concurrency or math.inf)
+                                        np.random.default_rng(5), traffic.max_concurrency or math.inf, r.kv_B)
     ttft_ref, ttft = np.mean(first - send), np.mean(r.first_token_s - r.send_s)
     tpot_ref = np.mean((finish - first) / (r.output - 1))
     tpot = np.mean((r.finish_s - r.first_token_s) / (r.output - 1))

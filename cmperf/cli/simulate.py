@@ -41,7 +41,8 @@ def simulate_cmd(
     prompt_len: str = typer.Option("4096", "--prompt-len", help="prompt tokens: N, MEAN:P90 (log-normal) or exp:MEAN"),
     output_len: str = typer.Option("256", "--output-len", help="output tokens: N, MEAN:P90 (log-normal) or exp:MEAN"),
     trace: Optional[str] = typer.Option(None, "--trace", help="CSV of prompt_len,output_len[,prefix_hit_tokens] per request"),
-    prefix_hit: str = typer.Option("0", "--prefix-hit", help="share of prompt tokens found in the KV pool, 0-1"),
+    prefix_hit: str = typer.Option("0", "--prefix-hit", help="mean share of prompt tokens found in the KV pool, 0-1; H:K draws each request's share from Beta(K H, K (1 - H)) (default K 2; inf: all H)"),
+    working_set: Optional[float] = typer.Option(None, "--working-set-tokens", help="distinct prefix tokens in use (the pool holds a share of them)"),
     ttft_slo: float = typer.Option(2000.0, "--ttft-slo", help="TTFT SLO in ms, for the goodput (and the plan rate)"),
     tpot_slo: float = typer.Option(50.0, "--tpot-slo", help="TPOT SLO in ms, for the goodput (and the plan rate)"),
     warmup: float = typer.Option(0.0, "--warmup", help="share of the first requests left out of the latency statistics"),
@@ -71,6 +72,8 @@ def simulate_cmd(
 
         _pyplot()
     model = model or system_model(hardware)
+    if working_set is not None and not (math.isfinite(working_set) and 0 < working_set <= 1e18):
+        raise ConfigError(f"--working-set-tokens {working_set:g}: expected a positive number of tokens, at most 1e18")
     workload = _workload("max", prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, "mean")
     specs = load_specs(hardware, model, sets or [], stack)
     for note in specs.notes:
@@ -93,7 +96,7 @@ def simulate_cmd(
     traffic = Traffic(rate_rps=rate, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)
     progress = ProgressBar("simulating requests")
     try:
-        res = simulate(specs, workload, dep, traffic, seed, progress, warmup)
+        res = simulate(specs, workload, dep, traffic, seed, progress, warmup, working_set_tokens=working_set)
     finally:
         progress.close()
     prov = provenance("simulate", hardware, model, sets or [], stack=specs.stack_name or "none",

@@ -44,6 +44,23 @@ P90 = 0.9
 MAX_NPUS = 100_000
 
 
+def served_hit(hw, m, workload: Workload, working_set_tokens: float | None = None) -> tuple[float, float | None]:
+    """(the prefix-hit share the pool serves, the prefix tokens it holds) (docs/model.md §9.5):
+    the pool holds capacity / (KV bytes per token) tokens; with a working set of W distinct
+    prefix tokens an LRU pool under uniform popularity keeps min(1, held / W) of them, so it
+    serves h x min(1, held / W) of the hits asked."""
+    hit = workload.prefix_hit
+    if not hit > 0:
+        return hit, None
+    # a cached prompt's cache per token (docs/model.md §1.2: a window or a state is per prompt)
+    prompt = max(workload.prompt.mean, 1.0)
+    kv_tok = float(kv_cache(m, Bytes.of(m).kv, 1.0).bytes(prompt)) / prompt
+    pool_tokens = pool_capacity_B(hw) / kv_tok
+    if working_set_tokens is not None:
+        hit = hit * min(1.0, pool_tokens / working_set_tokens)
+    return hit, pool_tokens
+
+
 def default_workload() -> Workload:
     """The paper's setting: 4K prompts, 256-token outputs, TTFT <= 2 s, TPOT <= 50 ms."""
     return Workload(prompt=fixed(4096), output=fixed(256), prefix_hit=0.0, slo=SLO(ttft_s=2.0, tpot_s=0.050))
@@ -176,15 +193,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     budget_dies = npus * dpp
     limit_dies = min(budget_dies, system_npus * dpp)
 
-    hit = workload.prefix_hit
-    pool_tokens = None
-    if hit > 0:
-        # a cached prompt's cache per token (docs/model.md §1.2: a window or a state is per prompt)
-        prompt = max(workload.prompt.mean, 1.0)
-        kv_tok = float(kv_cache(m, Bytes.of(m).kv, 1.0).bytes(prompt)) / prompt
-        pool_tokens = pool_capacity_B(hw) / kv_tok
-        if working_set_tokens is not None:
-            hit = hit * min(1.0, pool_tokens / working_set_tokens)
+    hit, pool_tokens = served_hit(hw, m, workload, working_set_tokens)
     block = hw.system.memory_pool.block_tokens if hw.system.memory_pool is not None else 1.0
     if hit != workload.prefix_hit or block != workload.block_tokens:
         workload = Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": float(block)})

@@ -120,6 +120,7 @@ class Workload:
     arrival_rate_per_s: float | None = None  # None: find the largest rate that meets the SLOs
     block_tokens: float = 1.0  # cached prefixes count in whole KV blocks (the planner sets the system's: 128-512, paper §4.4)
     cached_samples: np.ndarray | None = None  # per-request cached tokens, from a trace
+    hit_concentration: float = 2.0  # a request's hit share ~ Beta(k h, k (1 - h)), k this (inf: every request h); ASSUMPTION
 
     @property
     def cached_tokens(self) -> float:

@@ -138,9 +138,14 @@ def kv_transfer_s(hw, m, g) -> np.ndarray:
     instance over the system's KV-transfer tier (RDMA in the paper, §4.1): bytes / bandwidth
     + latency (docs/model.md §4.4)."""
     kv = kv_cache(m, Bytes.of(m).kv, np.asarray(g["mtp"], dtype=float))
-    bytes_ = prompts_per_die(hw, g) * kv.bytes(g["prompt_len"])
+    return kv_send_s(hw, prompts_per_die(hw, g) * kv.bytes(g["prompt_len"]))
+
+
+def kv_send_s(hw, bytes_):
+    """``bytes_`` of KV sent by one die over the system's KV-transfer tier: bytes / bandwidth
+    + latency (docs/model.md §4.4)."""
     tier = hw.system.kv_transfer_tier
-    return bytes_ / tier_bandwidth_Bps(hw, tier) + hw.system.tiers[tier].latency_s
+    return np.asarray(bytes_, dtype=float) / tier_bandwidth_Bps(hw, tier) + hw.system.tiers[tier].latency_s
 
 
 def prefill(hw, m, g) -> dict:

@@ -25,7 +25,7 @@ from ..plan.workload import Workload
 from .deployment import DeploymentSpec, InstanceGroup, default_deployment
 from .engine import CoLocatedInstance, DecodeInstance, PrefillInstance, Requests, Simulation, Stats, draw_steps, mtp_tokens_per_step
 from .metrics import metrics
-from .predictor import decode_predictor, prefill_predictor
+from .predictor import decode_predictor, geometric, prefill_predictor
 from .requests import Traffic, make_requests
 
 __all__ = ["simulate", "Traffic", "DeploymentSpec", "InstanceGroup", "SimResult", "default_deployment"]
@@ -60,7 +60,7 @@ _INPUTS = {
 
 def simulate(specs: Specs | None = None, workload: Workload | None = None, deployment: DeploymentSpec | None = None,
              traffic: Traffic | None = None, seed: int = 0, progress: Callable[[int, int], None] | None = None,
-             warmup: float = 0.0) -> SimResult:
+             warmup: float = 0.0, working_set_tokens: float | None = None) -> SimResult:
     """Simulate ``deployment`` (default: the system's, :func:`.deployment.default_deployment`)
     serving ``workload``'s requests under ``traffic`` (module docstring)."""
     from ..plan.planner import default_workload
@@ -74,6 +74,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     hw, _ = specs.views()
     dpp = int(hw.chip.dies_per_package)
 
+    workload = served_workload(specs, workload, working_set_tokens)
     prompt, output, cached = make_requests(workload, traffic, rng)
     max_ctx = float(np.max(prompt + output))
     dec_phase = deployment.decode_phase
@@ -87,7 +88,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     steps = draw_steps(output, k, a, rng)
     arrivals = _arrivals(traffic, len(prompt), rng)
     req = Requests(arrival_s=arrivals, prompt=prompt.astype(float), output=output.astype(float),
-                   cached=cached.astype(float), steps=steps)
+                   cached=cached.astype(float), steps=steps, **_cache_bytes(specs, prompt, cached, dec_inputs[0]))
     stats = Stats()
     decode = []
     cap_rank = float(st.max_running_per_rank) if st is not None and st.max_running_per_rank is not None else math.inf
@@ -95,26 +96,29 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     for g, inp in zip(deployment.decode, dec_inputs):
         ranks = _ranks(dec_phase, inp)
         npus = (inp["attention_dies"] if dec_phase == "afd" else inp["dies"]) / dpp
-        cap = min(cap_rank, 4096.0)
+        cap = min(cap_rank, 4096.0, max(float(g.limits.get("running", math.inf)) / ranks, 1.0))
+        if deployment.colocated:  # the instance prefills its own prompts in mixed iterations (Sarathi)
+            budget_t, budget_r, chunked = _chunk_budget(st, ranks, npus)
+            if "pass_tokens" in g.limits:  # a chunk size given: prompts split at it (the planner's co-located rows)
+                budget_t, chunked = float(g.limits["pass_tokens"]), True
+            computed = np.maximum(prompt - cached, 1.0)
+            pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
+                                    ref_kv=float(workload.decode_kv_len), chunks=tuple(geometric(64.0, budget_t / npus, 2.0)),
+                                    chunk_prompt=float(np.sum(computed ** 2) / np.sum(computed)))
+            for _ in range(g.count):
+                decode.append(CoLocatedInstance(len(decode), pred, ranks, mu, cap, policy, req, stats, budget_t, budget_r, chunked))
+            continue
         pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
                                 ref_kv=float(workload.decode_kv_len))
-        if deployment.colocated:  # the instance prefills its own prompts, data-parallel over its ranks
-            pre_inp = {**{k: inp[k] for k in ("dies", "ep", "redundant_experts", "shared_copies", "mtp") if k in inp},
-                       "attn_tp": int(inp.get("tp") or 1)}
-            groups = ranks
-            budget_t, budget_r = _budgets(st, groups, inp["dies"] / dpp)
-            pre = prefill_predictor(specs, pre_inp, budget_t, prompt - cached + 0.0, float(np.mean(cached)))
-            for _ in range(g.count):
-                decode.append(CoLocatedInstance(len(decode), pred, ranks, mu, cap, policy, req, stats, pre, budget_t, budget_r))
-            continue
         for _ in range(g.count):
             decode.append(DecodeInstance(len(decode), pred, ranks, mu, cap, policy, req, stats))
     prefill = []
     for g, inp in zip(deployment.prefill, pre_inputs):
         groups = max(int(inp["dies"]) // int(inp.get("attn_tp") or 1), 1)
         budget_t, budget_r = _budgets(st, groups, inp["dies"] / dpp)
+        budget_t = min(budget_t, float(g.limits.get("pass_tokens", math.inf)))
         readers = sum(gg.count * ii["dies"] for gg, ii in zip(deployment.prefill, pre_inputs))  # every prefill die may read the pool
-        pred = prefill_predictor(specs, {**inp, "pool_readers": int(readers)}, budget_t, prompt - cached + 0.0, float(np.mean(cached)))
+        pred = prefill_predictor(specs, {**inp, "pool_readers": int(readers)}, budget_t, prompt - cached, cached)
         for _ in range(g.count):
             prefill.append(PrefillInstance(len(prefill), pred, budget_t, budget_r))
     conc = float(traffic.max_concurrency) if traffic.max_concurrency else math.inf
@@ -135,6 +139,34 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
                      instances={"decode": dec_inputs, "prefill": pre_inputs})
 
 
+def served_workload(specs: Specs, workload: Workload, working_set_tokens: float | None = None) -> Workload:
+    """``workload`` with the prefix hits the system's pool can serve (the planner's rule,
+    :func:`cmperf.plan.planner.served_hit`) in its blocks; a hit on a system without a pool
+    is refused, as the planner does."""
+    from ..plan.planner import served_hit
+
+    hw, m = specs.views()
+    if (workload.prefix_hit > 0 or workload.cached_samples is not None) and hw.system.memory_pool is None:
+        raise ConfigError(f"--prefix-hit: system {hw.system.name} has no memory pool (`memory_pool`) to cache KV in")
+    if hw.system.memory_pool is None:
+        return workload
+    hit, _ = served_hit(hw, m, workload, working_set_tokens)
+    return Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": float(hw.system.memory_pool.block_tokens)})
+
+
+def _cache_bytes(specs: Specs, prompt: np.ndarray, cached: np.ndarray, dec: dict) -> dict:
+    """Each request's pool bytes and blocks (its cached prefix, all layers, whole blocks) and
+    its whole prompt's KV bytes (docs/model.md §1.2, §9.5), as predict counts them."""
+    from ..cost.arch import kv_cache
+    from ..cost.ops import Bytes
+
+    hw, m = specs.views()
+    kv = kv_cache(m, Bytes.of(m).kv, float(dec.get("mtp", 0) or 0))
+    block = float(hw.system.memory_pool.block_tokens) if hw.system.memory_pool is not None else 1.0
+    return {"pool_B": np.where(cached > 0, kv.bytes(cached), 0.0), "blocks": np.ceil(cached / block),
+            "kv_B": np.asarray(kv.bytes(prompt), dtype=float)}
+
+
 def _budgets(st, groups: int, npus: float) -> tuple[float, float]:
     """(tokens, prompts) one prefill pass takes at most: the stack's per attention group x
     groups; without a stack, the paper's 16K tokens per NPU (Table 3)."""
@@ -142,6 +174,16 @@ def _budgets(st, groups: int, npus: float) -> tuple[float, float]:
         return 16384.0 * npus, math.inf
     return (groups * float(st.max_prefill_tokens),
             groups * float(st.max_prefill_requests) if st.max_prefill_requests is not None else math.inf)
+
+
+def _chunk_budget(st, ranks: int, npus: float) -> tuple[float, float, bool]:
+    """(prompt tokens, prompts, split?) one co-located iteration carries at most: with the
+    stack's chunked prefill on, its chunk size per attention group (within its prefill budget),
+    prompts split across iterations; off, whole prompts within the prefill budget (_budgets)."""
+    budget_t, budget_r = _budgets(st, ranks, npus)
+    if st is not None and int(st.chunked_prefill_tokens) > 0:
+        return min(budget_t, ranks * float(st.chunked_prefill_tokens)), budget_r, True
+    return budget_t, budget_r, False
 
 
 def _ranks(phase: str, inp: dict) -> int:

@@ -26,6 +26,7 @@ from ..errors import ConfigError
 class InstanceGroup:
     count: int
     inputs: dict  # predict inputs of one instance (dies, attn_tp / tp, or attention_dies + expert_dies)
+    limits: dict = field(default_factory=dict)  # the serving engine's limits of one instance (LIMITS), beyond the stack's
 
 
 @dataclass
@@ -53,28 +54,49 @@ class DeploymentSpec:
         return " + ".join(pre + dec)
 
 
-_GROUP = re.compile(r"^(\d+)x(\d+)(?:\+(\d+))?(?::tp=?(\d+))?$")
+_GROUP = re.compile(r"^(\d+)x(\d+)(?:\+(\d+))?((?::[a-z_]+=?[0-9.e+]+)*)$")
+# per-group options: predict inputs, and the engine's limits of one instance
+OPTIONS = {"tp": "tp", "ep": "ep", "redundant": "redundant_experts", "shared": "shared_copies", "mtp": "mtp"}
+LIMITS = {"pass_tokens": "prompt tokens one prefill pass (or co-located iteration) takes at most (SGLang --max-prefill-tokens)",
+          "running": "requests one instance runs at most (SGLang --max-running-requests)"}
 
 
 def parse_group(text: str, flag: str) -> InstanceGroup:
-    """``COUNTxDIES[:tp=T]`` (``COUNTxATTENTION+EXPERT`` for --afd)."""
+    """``COUNTxDIES[:KEY=VALUE]...`` (``COUNTxATTENTION+EXPERT`` for --afd): KEY one of tp (a
+    prefill instance's attention TP, a decode instance's TP), ep, redundant (routed expert
+    copies), shared (shared-expert copies), mtp (0/1), pass_tokens, running (LIMITS)."""
     m = _GROUP.match(str(text).strip())
     if not m:
-        raise ConfigError(f"{flag} {str(text)[:40]}: expected COUNTxDIES, e.g. 6x32 or 1x320:tp=2"
+        raise ConfigError(f"{flag} {str(text)[:40]}: expected COUNTxDIES[:KEY=VALUE]..., e.g. 6x32, 1x320:tp=2 or "
+                          f"7x16:redundant=0:pass_tokens=28680 (keys: {', '.join([*OPTIONS, *LIMITS])})"
                           + (" (AFD: COUNTxATTENTION+EXPERT, e.g. 1x224+96)" if flag == "--afd" else ""))
-    count, dies, experts, tp = (int(x) if x else None for x in m.groups())
+    count, dies, experts = (int(x) if x else None for x in m.groups()[:3])
+    opts, limits = {}, {}
+    for item in [x for x in (m.group(4) or "").split(":") if x]:
+        key, value = re.match(r"^([a-z_]+?)=?([0-9.e+]+)$", item).groups()
+        if key not in OPTIONS and key not in LIMITS:
+            raise ConfigError(f"{flag} {text}: unknown option '{key}' (expected one of {', '.join([*OPTIONS, *LIMITS])})")
+        try:
+            v = float(value)
+        except ValueError:
+            v = float("nan")
+        if not (v >= 0 and v == int(v) and v <= 1e9) or (key in LIMITS and v < 1):
+            raise ConfigError(f"{flag} {text}: option '{key}' expects a whole number{' >= 1' if key in LIMITS else ''} (got {value})")
+        (limits if key in LIMITS else opts)[key] = int(v)
+    tp = opts.pop("tp", None)
     if count < 1 or dies < 1:
         raise ConfigError(f"{flag} {text}: counts and dies must be at least 1")
     if flag == "--afd":
         if experts is None:
             raise ConfigError(f"{flag} {text}: expected COUNTxATTENTION+EXPERT dies, e.g. 1x224+96")
-        return InstanceGroup(count, {"attention_dies": dies, "expert_dies": experts})
+        return InstanceGroup(count, {"attention_dies": dies, "expert_dies": experts, **{OPTIONS[k]: v for k, v in opts.items() if k != "tp"}},
+                             limits)
     if experts is not None:
         raise ConfigError(f"{flag} {text}: '+EXPERT' dies belong to --afd")
-    inputs = {"dies": dies}
+    inputs = {"dies": dies, **{OPTIONS[k]: v for k, v in opts.items()}}
     if tp is not None:
         inputs["attn_tp" if flag == "--prefill" else "tp"] = tp
-    return InstanceGroup(count, inputs)
+    return InstanceGroup(count, inputs, limits)
 
 
 def from_flags(prefill: list[str], decode: list[str], afd: list[str], colocated: list[str] = ()) -> DeploymentSpec | None:
@@ -111,7 +133,11 @@ def from_file(path: str) -> DeploymentSpec:
             count = it["count"]
             if not isinstance(count, int) or isinstance(count, bool) or count < 1:
                 raise ConfigError(f"{path}: field '{key}[{j}].count': expected a whole number >= 1 (got {count!r})")
-            out.append(InstanceGroup(count, {k: v for k, v in it.items() if k != "count"}))
+            lim = {k: it[k] for k in LIMITS if k in it}
+            for k, v in lim.items():
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    raise ConfigError(f"{path}: field '{key}[{j}].{k}': expected a whole number >= 1 (got {v!r})")
+            out.append(InstanceGroup(count, {k: v for k, v in it.items() if k != "count" and k not in LIMITS}, lim))
         groups[key] = out
     if groups["colocated"]:
         if groups["prefill"] or groups["decode"] or groups["afd"]:

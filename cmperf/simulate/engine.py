@@ -69,9 +69,15 @@ class Requests:
     kv_arrive_s: np.ndarray = None
     first_token_s: np.ndarray = None
     finish_s: np.ndarray = None
+    pool_B: np.ndarray = None  # bytes of its cached prefix's KV in the pool (all layers)
+    blocks: np.ndarray = None  # the pool blocks they fill
+    kv_B: np.ndarray = None  # bytes of its whole prompt's KV (sent to decode)
 
     def __post_init__(self):
         n = len(self.prompt)
+        for name in ("pool_B", "blocks", "kv_B"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(n))
         for name in ("send_s", "prefill_start_s", "prefill_end_s", "kv_arrive_s", "first_token_s", "finish_s"):
             if getattr(self, name) is None:
                 setattr(self, name, np.full(n, np.nan))
@@ -155,7 +161,7 @@ class DecodeInstance:
         return self.t + dt
 
     def _room(self) -> bool:
-        return bool(np.any(self.n_r < self.cap_n))
+        return bool(np.any(self._load()[0] < self.cap_n))
 
     def add_pending(self, t: float, rid: int) -> None:
         heapq.heappush(self.pending, (t, rid))
@@ -171,6 +177,14 @@ class DecodeInstance:
             self.busy += dt
             self.s += k
         self.t = now
+        self._complete(now, done)
+        while self.pending and self.pending[0][0] <= now + 1e-12:
+            self.waiting.append(heapq.heappop(self.pending)[1])
+        self._admit(now, done)
+        return done
+
+    def _complete(self, now: float, done: list) -> None:
+        """The requests whose last step has run leave the batch."""
         req = self.req
         while self.finishing and self.finishing[0][0] <= self.s + 1e-9:
             _, rid = heapq.heappop(self.finishing)
@@ -180,43 +194,43 @@ class DecodeInstance:
             self.n -= 1
             req.finish_s[rid] = now
             done.append(rid)
-        while self.pending and self.pending[0][0] <= now + 1e-12:
-            self.waiting.append(heapq.heappop(self.pending)[1])
-        self._admit(now, done)
-        return done
+
+    def _join(self, rid: int, r: int, now: float, done: list) -> None:
+        """Request ``rid`` joins the batch on rank ``r`` (its first token reaches the client now)."""
+        req = self.req
+        req.first_token_s[rid] = now
+        steps = req.steps[rid]
+        if steps <= 0:
+            req.finish_s[rid] = now
+            done.append(rid)
+            return
+        self.n_r[r] += 1
+        self.A_r[r] += req.prompt[rid] - self.mu * self.s
+        self.n += 1
+        self.rank_of[rid] = r
+        self.admit_step[rid] = self.s
+        heapq.heappush(self.finishing, (self.s + steps, rid))
 
     def _admit(self, now: float, done: list) -> None:
         """Admit waiting requests (their KV has arrived) to ranks with room, FCFS."""
-        req = self.req
         while self.waiting:
             rid = self.waiting[0]
             r = self._rank_for(rid)
             if r is None:
                 break
             self.waiting.popleft()
-            self.n_r[r] += 1
-            self.A_r[r] += req.prompt[rid] - self.mu * self.s
-            self.n += 1
-            self.rank_of[rid] = r
-            self.admit_step[rid] = self.s
-            req.first_token_s[rid] = now
-            steps = req.steps[rid]
-            if steps <= 0:
-                self.rank_of.pop(rid)
-                self.n_r[r] -= 1
-                self.A_r[r] -= req.prompt[rid] - self.mu * self.admit_step.pop(rid)
-                self.n -= 1
-                req.finish_s[rid] = now
-                done.append(rid)
-            else:
-                heapq.heappush(self.finishing, (self.s + steps, rid))
+            self._join(rid, r, now, done)
+
+    def _load(self):
+        """(requests, KV tokens) of each rank now."""
+        return self.n_r, self.A_r + self.n_r * self.mu * self.s
 
     def _rank_for(self, rid: int) -> int | None:
         """The rank a new request goes to (round robin or least KV), among ranks with room for
         its whole context; None when none has; an empty rank takes any request."""
         need = self.req.prompt[rid] + self.req.output[rid]
-        kv = self.A_r + self.n_r * self.mu * self.s
-        ok = (self.n_r < self.cap_n) & ((kv + need <= self.cap_kv) | (self.n_r == 0))
+        n_r, kv = self._load()
+        ok = (n_r < self.cap_n) & ((kv + need <= self.cap_kv) | (n_r == 0))
         if not ok.any():
             return None
         if self.policy == "least_kv":
@@ -230,87 +244,108 @@ class DecodeInstance:
 
 
 class CoLocatedInstance(DecodeInstance):
-    """A decode instance that also prefills its own requests (aggregated serving: SGLang and
-    vLLM without mixed chunks). When prompts wait and a rank has room, the next iteration is a
-    prefill pass of as many as the stack's budgets allow per attention group (the decode batch
-    waits, so its TPOT includes the pass: docs/model.md §12.3); then decode steps resume. The
-    prompts' KV stays on the instance (no transfer)."""
+    """A decode instance that also prefills its own requests (aggregated serving), Sarathi-style:
+    every iteration is one forward pass carrying the decode batch and a chunk of prompt tokens
+    (docs/model.md §12.3). The chunk is filled first from the prompts already in flight (their
+    next pieces, FCFS), then from the waiting prompts, each reserved a rank with room for its
+    whole context; with the stack's chunked prefill on (``chunked``) a prompt is split over
+    iterations at the budget, otherwise whole prompts go in (the first one even when alone it
+    exceeds the budget). The iteration's time is the one cost model's mixed pass
+    T_c(b, L_hot, c) at the decode batch b per NPU, the hot rank's KV and c chunk tokens per NPU;
+    each such iteration is also one decode step. A prompt's first token comes at the end of the
+    iteration that ran its last piece; its KV stays on the instance (no transfer). With no
+    prompt to prefill the instance jumps from boundary to boundary as a decode instance."""
 
-    def __init__(self, idx, pred, ranks, mu, cap_requests, policy, req, stats, pre_pred: PrefillPredictor,
-                 budget_tokens: float, budget_requests: float):
+    def __init__(self, idx, pred, ranks, mu, cap_requests, policy, req, stats, budget_tokens: float,
+                 budget_requests: float, chunked: bool):
         super().__init__(idx, pred, ranks, mu, cap_requests, policy, req, stats)
-        self.pre_pred, self.budget_tokens, self.budget_requests = pre_pred, budget_tokens, budget_requests
-        self.prefilling = None  # (end time, [(request, rank)])
+        self.budget_tokens, self.budget_requests, self.chunked = budget_tokens, budget_requests, chunked
+        self.filling: list = []  # [request, rank, prompt tokens still to compute], FCFS
+        self.held_n = np.zeros(ranks)  # ranks reserved by the prompts being filled
+        self.held_kv = np.zeros(ranks)
+        self.iteration = None  # (end time, time, time at the mean KV, [(filling entry, tokens)])
         self.prefill_busy = 0.0
 
-    def _admit(self, now: float, done: list) -> None:
-        """Waiting prompts are prefilled first (_start_pass), never admitted straight to decode."""
-
     def next_event(self) -> float | None:
-        if self.prefilling is not None:
+        if self.iteration is not None:
             self.version += 1
-            return self.prefilling[0]
-        if self.waiting and self._room():
-            self.version += 1
-            self.planned = None
-            return self.t  # a pass starts at this boundary
+            return self.iteration[0]
         return super().next_event()
 
+    def _load(self):
+        return self.n_r + self.held_n, self.A_r + self.n_r * self.mu * self.s + self.held_kv
+
+    def _admit(self, now: float, done: list) -> None:
+        """After a decode-only boundary: the prompts that wait start an iteration."""
+        self._start_iteration(now)
+
     def advance(self, now: float) -> list:
-        done = []
-        if self.prefilling is not None:  # the pass ends: its prompts join the decode batch
-            end, batch = self.prefilling
-            self.prefilling = None
-            self.t = now
-            req = self.req
-            for rid, r in batch:
-                req.prefill_end_s[rid] = req.kv_arrive_s[rid] = req.first_token_s[rid] = now
-                if req.steps[rid] <= 0:
-                    req.finish_s[rid] = now
-                    done.append(rid)
-                    continue
-                self.n_r[r] += 1
-                self.A_r[r] += req.prompt[rid] - self.mu * self.s
-                self.n += 1
-                self.rank_of[rid] = r
-                self.admit_step[rid] = self.s
-                heapq.heappush(self.finishing, (self.s + req.steps[rid], rid))
-        elif self.planned is not None and self.n > 0:
-            done = super().advance(now)
-        else:
-            self.t = now
-            while self.pending and self.pending[0][0] <= now + 1e-12:
-                self.waiting.append(heapq.heappop(self.pending)[1])
-        if self.prefilling is None and self.waiting and self._room():
-            self._start_pass(now)
+        if self.iteration is None:
+            return super().advance(now)
+        _, T, T_mean, chunk = self.iteration
+        self.iteration = None
+        done: list = []
+        if self.n > 0:
+            self.stats.intervals.append((T, 0.0, 1, self.n, T_mean))
+            self.s += 1
+        self.busy += T
+        self.prefill_busy += T
+        self.t = now
+        self._complete(now, done)
+        req = self.req
+        for e, tok in chunk:
+            e[2] -= tok
+            if e[2] <= 0:
+                rid, r = e[0], e[1]
+                self.held_n[r] -= 1
+                self.held_kv[r] -= req.prompt[rid] + req.output[rid]
+                req.prefill_end_s[rid] = req.kv_arrive_s[rid] = now
+                self._join(rid, r, now, done)
+        self.filling = [e for e in self.filling if e[2] > 0]
+        while self.pending and self.pending[0][0] <= now + 1e-12:
+            self.waiting.append(heapq.heappop(self.pending)[1])
+        self._start_iteration(now)
         return done
 
-    def _start_pass(self, now: float) -> None:
+    def _start_iteration(self, now: float) -> None:
+        """Compose the next iteration's chunk (class docstring); none when nothing is to prefill."""
         req = self.req
-        batch, tokens, sq = [], 0.0, 0.0
-        held = np.zeros(self.R)
-        while self.waiting and (not batch or (len(batch) < self.budget_requests
-                                              and tokens + req.prompt[self.waiting[0]] <= self.budget_tokens)):
+        room = self.budget_tokens
+        chunk = []
+        for e in self.filling:
+            take = min(e[2], room) if self.chunked else (e[2] if e[2] <= room or not chunk else 0.0)
+            if take <= 0:
+                break
+            chunk.append((e, take))
+            room -= take
+        while self.waiting and room > 0 and len(self.filling) < self.budget_requests:
             rid = self.waiting[0]
-            self.n_r += held  # count the pass's reservations while choosing the next rank
+            c = max(req.prompt[rid] - req.cached[rid], 1.0)
+            if not self.chunked and c > room and chunk:
+                break
             r = self._rank_for(rid)
-            self.n_r -= held
             if r is None:
                 break
             self.waiting.popleft()
-            held[r] += 1
-            batch.append((rid, r))
-            c = req.prompt[rid] - req.cached[rid]
-            tokens += c
-            sq += c * c
-        if not batch:
-            return
-        pass_s, _ = self.pre_pred.times(tokens, sq / tokens)
-        for rid, _ in batch:
+            self.held_n[r] += 1
+            self.held_kv[r] += req.prompt[rid] + req.output[rid]
+            e = [rid, r, c]
+            self.filling.append(e)
             req.prefill_start_s[rid] = now
-        self.prefilling = (now + pass_s, batch)
-        self.prefill_busy += pass_s
-        self.busy += pass_s
+            take = min(c, room) if self.chunked else c
+            chunk.append((e, take))
+            room -= take
+        if not chunk:
+            return
+        tokens = sum(t for _, t in chunk) / self.pred.npus
+        b = self.n / self.pred.npus
+        if self.n > 0:
+            kv = self.A_r + self.n_r * self.mu * self.s
+            hot, mean = float(np.max(kv)) / (self.n / self.R), float(np.sum(kv)) / self.n
+        else:
+            hot = mean = 16.0
+        T = self.pred.step(b, hot, tokens)
+        self.iteration = (now + T, T, self.pred.step(b, mean, tokens), chunk)
 
 
 class PrefillInstance:
@@ -374,7 +409,7 @@ class Simulation:
                     c = self.colocated[self.rr_decode % len(self.colocated)]
                     self.rr_decode += 1
                     c.add_pending(now, rid)
-                    if c.n == 0 and c.prefilling is None or c.pending[0][1] == rid:
+                    if c.iteration is None and (c.n == 0 or c.pending[0][1] == rid):
                         self._plan(c)
                 else:
                     self.queue.append(rid)
@@ -406,8 +441,10 @@ class Simulation:
                 self._start_pass(p, now)
 
     def _start_pass(self, p: PrefillInstance, now: float) -> None:
+        """The next pass of ``p``: FCFS from the queue within its token and request budgets
+        (the first prompt whatever its length); its time from the batch's sums."""
         req = self.req
-        batch, tokens, sq = [], 0.0, 0.0
+        batch, tokens, sq, cC, pool_B, blocks, kv_B = [], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
         while self.queue and (not batch or (len(batch) < p.budget_requests
                                             and tokens + req.prompt[self.queue[0]] - req.cached[self.queue[0]] <= p.budget_tokens)):
             rid = self.queue.popleft()
@@ -415,8 +452,11 @@ class Simulation:
             batch.append(rid)
             tokens += c
             sq += c * c
-        p_eff = sq / tokens
-        pass_s, xfer_s = p.pred.times(tokens, p_eff)
+            cC += c * req.cached[rid]
+            pool_B += req.pool_B[rid]
+            blocks += req.blocks[rid]
+            kv_B += req.kv_B[rid]
+        pass_s, xfer_s = p.pred.times(tokens, sq / tokens, cC / tokens, len(batch), pool_B, blocks, kv_B)
         for rid in batch:
             req.prefill_start_s[rid] = now
         p.batch, p.idle = batch, False
@@ -425,12 +465,14 @@ class Simulation:
         self._push(now + pass_s, "pass_end", p)
 
     def _pass_end(self, p: PrefillInstance, now: float) -> None:
+        """Each prompt's KV leaves over the instance's link in turn (its share of the
+        transfer by its bytes), then waits for its decode instance."""
         req = self.req
-        total = sum(req.prompt[rid] for rid in p.batch)
+        total = sum(req.kv_B[rid] for rid in p.batch) or 1.0
         for rid in p.batch:
             req.prefill_end_s[rid] = now
             start = max(now, p.link_free)
-            p.link_free = start + p.transfer_s * req.prompt[rid] / total
+            p.link_free = start + p.transfer_s * (req.kv_B[rid] / total if req.kv_B[rid] > 0 else 1.0 / len(p.batch))
             req.kv_arrive_s[rid] = p.link_free
             d = self._decode_for(rid)
             d.add_pending(p.link_free, rid)

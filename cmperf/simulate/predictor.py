@@ -94,17 +94,37 @@ class DecodePredictor:
 
 @dataclass
 class PrefillPredictor:
-    """Pass time and KV transfer time of one prefill instance."""
+    """Pass time and KV transfer time of one prefill instance, for a batch of prompts each with
+    its own cached prefix (module docstring): the compute on a grid, the pool's reads and the KV
+    sent to decode from the batch's own bytes and blocks."""
 
     npus: float
+    dies: float
     groups: int  # attention TP groups: a pass is as slow as one prompt per group at least
-    pass_s: Grid2  # T_p(t, P)
-    transfer_s: Grid2  # X_p(t, P)
-    min_tokens_per_npu: Any  # callable P -> the smallest valid tokens per NPU (one prompt per group)
+    tp: float
+    compute_s: list  # [(C, Grid2 over (t, c))]: the pass without its pool read, per cached-prefix level C
+    min_tokens_per_npu: Any  # callable c -> the smallest valid tokens per NPU (one prompt per group)
+    pool_read_s: Any  # callable (bytes per die, blocks per die) -> the pool read's time (cmperf/cost/pool.py)
+    send_s: Any  # callable bytes per die -> the KV transfer's time (cmperf/schedule/prefill.py)
 
-    def times(self, tokens: float, p_eff: float) -> tuple[float, float]:
-        t = max(tokens / self.npus, self.min_tokens_per_npu(p_eff))
-        return self.pass_s(t, p_eff), self.transfer_s(t, p_eff)
+    def times(self, tokens: float, c_eff: float, C_eff: float = 0.0, prompts: int = 1, pool_B: float = 0.0,
+              blocks: float = 0.0, kv_B: float = 0.0) -> tuple[float, float]:
+        """(pass, KV transfer) of a batch: ``tokens`` computed in all, ``c_eff`` = sum c_i^2 /
+        sum c_i and ``C_eff`` = sum c_i C_i / sum c_i (the batch's causal attention over its
+        prefixes, sum c_i (C_i + (c_i + 1) / 2), is then tokens (C_eff + (c_eff + 1) / 2)), its
+        ``prompts``, their cached prefixes' ``pool_B`` bytes in ``blocks`` blocks and their whole
+        KV, ``kv_B`` bytes. A die reads and sends its share: the batch's over the dies of the
+        groups it occupies."""
+        t = max(tokens / self.npus, self.min_tokens_per_npu(c_eff))
+        levels = self.compute_s
+        if len(levels) == 1 or C_eff <= levels[0][0]:
+            comp = levels[0][1](t, c_eff)
+        else:
+            i, w = _interp_index(np.asarray([c for c, _ in levels]), C_eff)
+            comp = levels[i][1](t, c_eff) * (1 - w) + levels[i + 1][1](t, c_eff) * w
+        share = min(float(prompts), float(self.groups)) * self.tp
+        pool = self.pool_read_s(pool_B / share, blocks / share) if pool_B > 0 else 0.0
+        return comp + pool, self.send_s(kv_B / share)
 
 
 def _rows(phase: str, rows: list[dict], specs: Specs, what: str):
@@ -116,7 +136,7 @@ def _rows(phase: str, rows: list[dict], specs: Specs, what: str):
 
 
 def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float, max_kv: float, phase: str = "decode",
-                     chunks: tuple = (), ref_kv: float | None = None) -> DecodePredictor:
+                     chunks: tuple = (), ref_kv: float | None = None, chunk_prompt: float | None = None) -> DecodePredictor:
     """The grid of one decode instance's iteration time (module docstring). ``instance``: the
     predict inputs of the instance (dies, ep, tp, layout, MTP, ...), ``max_batch`` the largest
     batch per NPU it may run, ``max_kv`` the longest KV it may attend."""
@@ -135,7 +155,8 @@ def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float
     if chunks:
         chunk = []
         for c in sorted(chunks):
-            rc = [{**r, "chunk_tokens": float(c)} for r in rows]
+            rc = [{**r, "chunk_tokens": float(c), **({"prompt_len": max(int(chunk_prompt), 1)} if chunk_prompt else {})}
+                  for r in rows]
             cc = _rows(phase, rc, specs, f"the co-located instance {dict(base)} with a {c:g}-token chunk")
             chunk.append((float(c), Grid2(list(bs), list(ls), cc["iteration_ms"].to_numpy(dtype=float).reshape(len(bs), len(ls)) / 1e3)))
     ref = float(ref_kv or max_kv)
@@ -154,33 +175,44 @@ def _ranks(phase: str, instance: Mapping[str, Any], dpp: float) -> int:
     return int(instance["dies"]) // int(instance.get("tp", 1) or 1)
 
 
-def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: float, prompts: np.ndarray,
-                      cached: float = 0.0) -> PrefillPredictor:
-    """The grids of one prefill instance's pass and KV transfer (module docstring)."""
+def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: float, computed: np.ndarray,
+                      cached: np.ndarray | None = None) -> PrefillPredictor:
+    """The grids of one prefill instance's pass (module docstring): axes t (computed tokens per
+    NPU), c (the batch's computed-weighted mean computed length) and C (its computed-weighted
+    mean cached prefix, a few levels from 0 to the longest), each row ``predict``'s at
+    prompt_len c + C, cached_len C, less the row's own pool read (a batch's is from its own
+    bytes: :meth:`PrefillPredictor.times`)."""
+    from ..cost.pool import pool_read_s
+    from ..schedule.prefill import kv_send_s
+
     hw, _ = specs.views()
     dpp = float(hw.chip.dies_per_package)
     dies = float(instance["dies"])
     npus = dies / dpp
     tp = float(instance.get("attn_tp", 1) or 1)
     groups = max(int(dies // tp), 1)
-    p_lo, p_hi = max(float(np.min(prompts)), 16.0), max(float(np.max(prompts)), 16.0)
-    ps = geometric(p_lo, p_hi, 1.4)
+    computed = np.asarray(computed, dtype=float)
+    cached = np.zeros_like(computed) if cached is None else np.asarray(cached, dtype=float)
+    cs = geometric(max(float(np.min(computed)), 16.0), max(float(np.max(computed)), 16.0), 1.4)
+    c_max = float(np.max(cached)) if len(cached) else 0.0
+    levels = [0.0] + ([float(x) for x in geometric(min(256.0, c_max), c_max, 2.0)] if c_max >= 1 else [])
 
-    def min_tokens(P: float) -> float:  # one prompt's computed tokens per attention TP group
-        return (max(P - cached, 1.0)) * dpp / tp
+    def min_tokens(c: float) -> float:  # one prompt's computed tokens per attention TP group
+        return max(c, 1.0) * dpp / tp
 
-    t_hi = max(max_tokens / npus, min_tokens(p_hi))
-    ts = geometric(min_tokens(p_lo), t_hi, 1.3)
-    base = {k: v for k, v in instance.items() if k not in ("tokens_per_npu", "prompt_len")}
-    rows, keep = [], []
-    for t in ts:
-        for P in ps:
-            rows.append({**base, "tokens_per_npu": float(max(t, min_tokens(P))), "prompt_len": int(round(P)),
-                         **({"cached_len": int(min(cached, P - 1))} if cached else {})})
+    t_hi = max(max_tokens / npus, min_tokens(cs[-1]))
+    ts = geometric(min_tokens(cs[0]), t_hi, 1.3)
+    base = {k: v for k, v in instance.items() if k not in ("tokens_per_npu", "prompt_len", "cached_len")}
+    rows = [{**base, "tokens_per_npu": float(max(t, min_tokens(c))), "prompt_len": int(round(c + C)),
+             **({"cached_len": int(round(C))} if C >= 1 else {})}
+            for C in levels for t in ts for c in cs]
     cols = _rows("prefill", rows, specs, f"the prefill instance {dict(base)}")
-    shape = (len(ts), len(ps))
+    comp = (cols["forward_ms"].to_numpy(dtype=float) - cols["pool_load_ms"].to_numpy(dtype=float)) / 1e3
+    comp = comp.reshape(len(levels), len(ts), len(cs))
+    readers = float(instance.get("pool_readers", dies) or dies)
     return PrefillPredictor(
-        npus=npus, groups=groups,
-        pass_s=Grid2(list(ts), list(ps), cols["forward_ms"].to_numpy(dtype=float).reshape(shape) / 1e3),  # pool loads included
-        transfer_s=Grid2(list(ts), list(ps), cols["kv_transfer_ms"].to_numpy(dtype=float).reshape(shape) / 1e3),
-        min_tokens_per_npu=min_tokens)
+        npus=npus, dies=dies, groups=groups, tp=tp,
+        compute_s=[(C, Grid2(list(ts), list(cs), comp[j])) for j, C in enumerate(levels)],
+        min_tokens_per_npu=min_tokens,
+        pool_read_s=lambda B, n: float(pool_read_s(hw, B, n, readers)) if hw.system.memory_pool is not None else 0.0,
+        send_s=lambda B: float(kv_send_s(hw, B)))

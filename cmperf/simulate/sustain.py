@@ -1,0 +1,95 @@
+"""The largest rate a deployment sustains within its SLOs, by simulation (docs/model.md §12.5).
+
+A rate is *sustained* when, over the measured window, the simulated run meets the planner's
+SLOs in steady state:
+
+    window      the requests sent between the 10th and the 90th percentile of send times
+                (the first 10 % warm the queues up, the last 10 % are sent while nothing
+                arrives behind them: the drain; bench_serving's metrics over that window)
+    TTFT        its mean (or p90, as the SLO says) <= the TTFT SLO over the window, and the
+                window's last quarter no more than 10 % of the SLO above its first quarter
+                (a queue that still grows is not steady, even while its mean is under the SLO:
+                above capacity the wait grows without bound, at any run length)
+    TPOT        the window's mean <= the TPOT SLO
+
+Every rate of one search runs the same requests and the same arrival gaps scaled by 1 / rate
+(common random numbers: one seed family), so "sustained" is monotone in the rate up to the
+run's own noise and bisection finds the largest one: bracket it around the planned rate
+(x 1.25 steps out), then halve the bracket to 2 % of the rate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .engine import Requests
+
+WINDOW = (0.1, 0.9)
+GROWTH = 0.1  # the TTFT's rise over the window a steady run may show, as a share of the SLO
+
+
+def run_length(rate: float, slo_ttft_s: float, e2e_s: float, given: int = 4000, most: int = 200_000) -> int:
+    """Requests a steady-state run needs: its window (80 % of it) spans 20 TTFT SLOs and 4
+    end-to-end latencies (the queues and the decode batch fill), at least ``given``."""
+    return int(min(max(given, math.ceil(rate * max(20 * slo_ttft_s, 4 * e2e_s) / (WINDOW[1] - WINDOW[0]))), most))
+
+
+def steady(req: Requests, slo_ttft_s: float, slo_tpot_s: float, ttft_stat: str = "mean") -> dict:
+    """The steady-state metrics of a run over the measured window (module docstring)."""
+    order = np.argsort(req.send_s, kind="stable")
+    n = len(order)
+    lo, hi = int(WINDOW[0] * n), max(int(WINDOW[1] * n), int(WINDOW[0] * n) + 1)
+    win = order[lo:hi]
+    ttft = req.first_token_s[win] - req.send_s[win]
+    out = req.output[win]
+    tpot = np.where(out > 1, (req.finish_s[win] - req.first_token_s[win]) / np.maximum(out - 1, 1), np.nan)
+    q = max(len(win) // 4, 1)
+    first, last = ttft[:q], ttft[-q:]
+
+    def stat(x):
+        x = x[np.isfinite(x)]
+        if not len(x):
+            return float("inf")
+        return float(np.mean(x) if ttft_stat == "mean" else np.quantile(x, 0.9))
+
+    span = float(req.send_s[win[-1]] - req.send_s[win[0]]) if len(win) > 1 else 0.0
+    res = {"measured_requests": int(len(win)), "window_s": span,
+           "ttft_ms": stat(ttft) * 1e3, "ttft_first_quarter_ms": stat(first) * 1e3, "ttft_last_quarter_ms": stat(last) * 1e3,
+           "mean_tpot_ms": float(np.nanmean(tpot) * 1e3) if np.isfinite(tpot).any() else 0.0,
+           "p99_ttft_ms": float(np.nanquantile(ttft, 0.99) * 1e3), "p99_tpot_ms": float(np.nanquantile(tpot, 0.99) * 1e3) if np.isfinite(tpot).any() else 0.0,
+           "sent_rps": (len(win) - 1) / span if span > 0 else float("inf")}
+    res["steady"] = bool(res["ttft_last_quarter_ms"] <= res["ttft_first_quarter_ms"] + GROWTH * slo_ttft_s * 1e3)
+    res["meets_slos"] = bool(res["ttft_ms"] <= slo_ttft_s * 1e3 and res["steady"] and res["mean_tpot_ms"] <= slo_tpot_s * 1e3)
+    return res
+
+
+def sustained_rate(run, planned_rps: float, slo_ttft_s: float, slo_tpot_s: float, ttft_stat: str = "mean",
+                   rel_tol: float = 0.02, max_runs: int = 16) -> dict:
+    """The largest rate ``run(rate) -> Requests`` sustains (module docstring), starting from
+    ``planned_rps``; also the steady metrics at the planned rate."""
+    seen: dict = {}
+
+    def ok(rate: float) -> bool:
+        if rate not in seen:
+            seen[rate] = steady(run(rate), slo_ttft_s, slo_tpot_s, ttft_stat)
+        return seen[rate]["meets_slos"]
+
+    step = 1.25
+    at_planned = ok(planned_rps)
+    lo, hi = (planned_rps, planned_rps * step) if at_planned else (planned_rps / step, planned_rps)
+    while len(seen) < max_runs // 2:
+        if at_planned and ok(hi):
+            lo, hi = hi, hi * step
+        elif not at_planned and not ok(lo):
+            lo, hi = lo / step, lo
+        else:
+            break
+    while hi - lo > rel_tol * lo and len(seen) < max_runs:
+        mid = np.sqrt(lo * hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    sustained = lo if ok(lo) else 0.0
+    return {"planned_rate_rps": float(planned_rps), "sustained_rate_rps": float(sustained),
+            "planned_over_sustained": float(planned_rps / sustained) if sustained > 0 else float("inf"),
+            "at_planned": seen[planned_rps], "runs": len(seen)}
