@@ -87,11 +87,13 @@ def plan_cmd(
     if top < 0:
         raise ConfigError(f"--top {top}: expected 0 or more")
     sets = list(sets or [])
-    from ..simulate.deployment import from_file, from_flags
+    from ..simulate.deployment import given as given_deployment
 
-    given = from_file(deployment) if deployment else from_flags(prefill or [], decode or [], afd or [])
+    given = given_deployment(deployment, prefill, decode, afd)
     if given is not None and (sweep or len(variants) > 1):
         raise ConfigError("--prefill/--decode (or --deployment) evaluate one deployment: not with --sweep or lists")
+    if given is not None:
+        _check_given(given, hardware, model, sets, stack, npus, supernode)
     kwargs = dict(hardware=hardware, model=model, sets=sets, npus=npus, supernode=supernode,
                   shape_names=_shapes(shapes), kv_tier=kv_tier, pool_path=pool_path, working_set_tokens=working_set,
                   block_tokens=block_tokens, stack=stack, deployment=given)
@@ -130,6 +132,25 @@ def plan_cmd(
         return
     verified = _verify(result, verify_prompts) if verify else None
     _render(result, fmt, top, out, plot, prov, verified)
+
+
+def _check_given(dep, hardware, model, sets, stack, npus, supernode) -> None:
+    """A given deployment within ``--npus`` (which must be a budget even when the shapes are
+    given) and the system, each group's inputs checked where the user wrote them."""
+    from ..plan.planner import MAX_NPUS
+    from ..predict import load_specs, system_model
+    from ..report import note_line, warn
+    from ..simulate.deployment import check
+
+    for flag, v in (("--npus", npus), ("--supernode", supernode)):
+        if v is not None and not 1 <= v <= MAX_NPUS:
+            raise ConfigError(f"{flag} {v}: expected 1 to {MAX_NPUS:,} NPUs")
+    specs = load_specs(hardware, model or system_model(hardware), sets, stack)
+    for note in specs.notes:
+        note_line(note)
+    for line in check(dep, specs, npus if npus is not None else MAX_NPUS, "--npus" if npus is not None else "the planner's limit",
+                      one_system=False):
+        warn(line)
 
 
 def _verify(result, prompts: int) -> dict | None:

@@ -584,6 +584,16 @@ class Serving(Strict):
     default_expert_imbalance: Imbalance
 
 
+MAX_CONTEXT = 1_000_000_000  # tokens: as the scenario inputs (cmperf/scenario.py MAX_INPUT)
+
+
+class ContextTokens(Strict):
+    """The longest context the model supports (config.json ``max_position_embeddings``)."""
+
+    value: int = Field(ge=1, le=MAX_CONTEXT)
+    source: str = Field(min_length=3)
+
+
 class ModelSpec(Strict):
     kind: Literal["model"]
     name: str
@@ -597,6 +607,8 @@ class ModelSpec(Strict):
     first_dense_layers: int = Field(ge=0)  # dense (FFN) layers before the MoE layers; all, when no `moe`
     vocab_size: int = Field(gt=0)
     tie_word_embeddings: bool
+    # the longest context it supports: a prediction past it gets a warning (absent: unknown)
+    max_context_tokens: Optional[ContextTokens] = None
     attention: Attention
     # attention of each layer, repeated over the layers (absent: every layer `full`): `full`
     # attends the whole context with `attention`, `window` its last `attention.sliding_window`
