@@ -58,7 +58,7 @@ def plan_cmd(
     sweep: Optional[List[str]] = typer.Option(None, "--sweep", help="plan once per value of a spec field, e.g. system.tiers.ub.bandwidth_Bps=100e9,200e9"),
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write every deployment evaluated (ranked) to this CSV file"),
-    plot: Optional[str] = typer.Option(None, "--plot", help="write a PNG: TTFT/TPOT against the rate per shape, the P:D split, the TTFT breakdown (with --sweep or lists: goodput per value)"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="write an image (png, pdf, svg, ...: by its suffix): TTFT/TPOT against the rate per shape, the P:D split, the TTFT breakdown (with --sweep or lists: goodput per value)"),
 ):
     """Plan a deployment: the P:D split, instance sizes, batch, requests/s within the SLOs and
     where the time goes (default: the paper's setting, 384 NPUs, 4K prompts, 256 outputs,
@@ -73,9 +73,9 @@ def plan_cmd(
                 raise ConfigError(f"{flag}: expected a file name (got an empty string)")
             check_parent_dir(path, flag)
     if plot:
-        from ..plots import _pyplot
+        from ..plots import plot_format
 
-        _pyplot()
+        plot_format(plot)
     rates, hits = _list(rate, "--rate"), _list(prefix_hit, "--prefix-hit")
     _cap_plans(len(rates) * len(hits), {})
     variants = [({"rate": r, "prefix_hit": h} if len(rates) * len(hits) > 1 else {},

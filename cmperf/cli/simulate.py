@@ -49,7 +49,7 @@ def simulate_cmd(
     hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt, stack: Optional[str] = StackOpt,
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="write one row per request (send, first token, finish, lengths) to this CSV"),
-    plot: Optional[str] = typer.Option(None, "--plot", help="draw latency CDFs and throughput over time to this PNG"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="draw latency CDFs and throughput over time to this image (png, pdf, svg, ...: by its suffix)"),
 ):
     """Simulate one deployment request by request and print bench_serving's metrics (default:
     the system's published deployment, the paper's 6 x 32 + 1 x 320 dies on CloudMatrix384,
@@ -68,9 +68,9 @@ def simulate_cmd(
         if path is not None:
             check_parent_dir(path, flag)
     if plot:
-        from ..plots import _pyplot
+        from ..plots import plot_format
 
-        _pyplot()
+        plot_format(plot)
     model = model or system_model(hardware)
     workload = _workload("max", prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, "mean")
     specs = load_specs(hardware, model, sets or [], stack)

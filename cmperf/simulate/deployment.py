@@ -125,7 +125,8 @@ REQUIRED = {"prefill": ("count",), "decode": ("count",), "colocated": ("count",)
 
 def _whole(v, where: str, most: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= most:
-        got = short(v, 40) if isinstance(v, (int, float, str, bool)) or v is None else type(v).__name__
+        got = (repr(short(v, 40)) if isinstance(v, str) else short(v, 40) if isinstance(v, (int, float, bool)) or v is None
+               else f"a {type(v).__name__}")
         raise ConfigError(f"{where}: expected a whole number from 1 to {most:,} (got {got})")
     return v
 
