@@ -1,12 +1,14 @@
 """A campaign of generated bad inputs (issues 11 and 17): every case of tests/bad_inputs.py run
 as its own ``cmperf`` process with a timeout, judged and counted: clear errors, unclear errors,
 tracebacks, hangs, silent acceptances, bad outputs (NaN/inf/negative), files left behind and
-legitimate runs. Issue 17's families: plan flags and traces, compare set-ups (--with/--config),
+legitimate runs; a case that must warn ("warning") and does not is a silent acceptance. Issue 23's
+families (--round3): simulate's traffic flags, stack limits, deployment shapes and files, serving
+files, traces, plot names, model contexts. Issue 17's families: plan flags and traces, compare set-ups (--with/--config),
 config.json imports, absurd what-ifs, reference files, output streams and encodings, signals
 (SIGINT/TERM/HUP sent while --out is written) and a corrupted spec cache (the answer must be
 the uncached one).
 
-    python benchmarks/bad_input_campaign.py [--jobs 2] [--timeout 60] [--show KIND] [--new-only]
+    python benchmarks/bad_input_campaign.py [--jobs 2] [--timeout 60] [--show KIND] [--new-only | --round3]
 
 Exit 1 if any case is a traceback, hang, unclear error, silent acceptance or bad output.
 """
@@ -26,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bad_inputs import (compare_cases, csv_cases, environment_cases, flag_cases, hf_cases, judge,  # noqa: E402
-                        output_cases, plan_cases, reference_cases, reference_file_cases, spec_file_cases, what_if_cases)
+                        output_cases, plan_cases, reference_cases, reference_file_cases, round3_file_cases,
+                        round3_flag_cases, spec_file_cases, what_if_cases)
 
 GOOD = ("clear error", "ok")
 
@@ -129,6 +132,8 @@ def main() -> int:
     ap.add_argument("--show", default="", help="print the cases judged KIND (e.g. 'clear error') with their line")
     ap.add_argument("--new-only", action="store_true", help="only issue 17's families (plan, compare, config.json, "
                                                              "what-ifs, reference files, streams, signals, the cache)")
+    ap.add_argument("--round3", action="store_true", help="only issue 23's families (simulate's traffic flags, stack limits, "
+                                                          "deployments, serving files, traces, plot names, model contexts)")
     args = ap.parse_args()
     exe = shutil.which("cmperf") or str(Path(sys.executable).parent / "cmperf")
     tmp = Path(tempfile.mkdtemp(prefix="cmperf-campaign-"))
@@ -140,7 +145,8 @@ def main() -> int:
            *output_cases(tmp / "out")]
     new = [*plan_cases(tmp / "plan"), *compare_cases(tmp / "compare"), *hf_cases(tmp / "hf"), *what_if_cases(),
            *reference_file_cases(tmp / "refs"), *environment_cases(tmp / "env")]
-    cases = new if args.new_only else [*old, *new]
+    round3 = [*round3_flag_cases(), *round3_file_cases(tmp / "round3")]
+    cases = round3 if args.round3 else new if args.new_only else [*old, *new, *round3]
     import os
 
     truth = subprocess.run([exe, "predict", "decode", "-f", "json"], capture_output=True, text=True,

@@ -31,6 +31,28 @@ def _pyplot():
     return plt
 
 
+def plot_format(path, flag: str = "--plot") -> str:
+    """The image format a plot's file name asks for: its suffix, one of the formats matplotlib
+    writes (png, pdf, svg, jpg, ...); a name without one of them is refused, naming them."""
+    _pyplot()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    suffix = Path(str(path)).suffix.lower().lstrip(".")
+    if suffix not in formats:
+        from .errors import short
+
+        found = f"suffix '.{short(suffix, 20)}'" if suffix else "no suffix"
+        raise ConfigError(f"{flag} {short(str(path))}: {found}; name the image format by the file's suffix: "
+                          f"{', '.join('.' + f for f in formats)}")
+    return suffix
+
+
+def _save(fig, path, **kwargs) -> None:
+    """``fig`` written whole to ``path`` in the format its suffix names."""
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format=plot_format(path), **kwargs))  # a bad name: nothing left
+
+
 @dataclass(frozen=True)
 class Roof:
     """One roof of the roofline: ``min(flops_per_s, hbm_Bps x intensity)`` on one die. A peak
@@ -99,7 +121,7 @@ def search_figure(result, ops: pd.DataFrame, specs, path: str | Path, label: str
     fig.text(0.01, roof_ax.get_position().y1 + 0.04, f"Below, the {which}: {_describe(result.phase, row, result.sweeps)}",
              fontsize=10.5, ha="left", weight="bold")
     try:
-        write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", bbox_inches="tight"))
+        _save(fig, path, bbox_inches="tight")
     finally:
         plt.close(fig)
 
@@ -480,7 +502,7 @@ def plan_figure(result, path: str | Path) -> None:
     fig.suptitle(f"cmperf plan: {st['npus']} NPUs of {st['hardware']}, {st['model']}{fail}", fontsize=12, x=0.01, ha="left")
     fig.tight_layout()
     try:
-        write_atomic(path, lambda tmp: fig.savefig(tmp, format="png"))
+        _save(fig, path)
     finally:
         plt.close(fig)
 
@@ -567,7 +589,7 @@ def plan_sweep_figure(table: pd.DataFrame, varied: list[str], slo, title: str, p
     fig.suptitle(title, fontsize=12, x=0.01, ha="left")
     fig.tight_layout()
     try:
-        write_atomic(path, lambda tmp: fig.savefig(tmp, format="png"))
+        _save(fig, path)
     finally:
         plt.close(fig)
 
@@ -655,7 +677,7 @@ def compare_figure(cmp, path: str | Path) -> None:
     fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.01, 0.0), fontsize=9.5, frameon=False,
                title="settings", title_fontsize=9.5, alignment="left")
     try:
-        write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", bbox_inches="tight"))
+        _save(fig, path, bbox_inches="tight")
     finally:
         plt.close(fig)
 
@@ -721,5 +743,5 @@ def simulate_figure(res, path: str | Path, title: str = "") -> None:
     axes[1, 2].legend(fontsize=8, loc="upper right")
     fig.suptitle(title, x=0.01, ha="left", fontsize=11)
     fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    _save(fig, path, dpi=110)
     plt.close(fig)

@@ -185,6 +185,11 @@ def _with_stack(specs: "Specs", hardware: str, stack: str | None, overrides: Map
 
     out = copy.copy(specs)  # the given specs are left as they were
     out.stack, out.stack_name = load_stack(name, overrides), name
+    vendor = str(specs.views()[0].chip.vendor)
+    vendors = out.stack.get("vendors")
+    if vendors and vendor not in vendors:
+        out.notes = [*specs.notes, f"stack {name} runs on {', '.join(vendors)} chips; the chip of {hardware} is {vendor}'s: "
+                                   f"its host costs and limits are another platform's (give --stack for this chip, or none)"]
     return out
 
 

@@ -279,3 +279,14 @@ def unit_of(name: str) -> str:
         if n.endswith(suffix):
             return unit
     return ""
+
+
+def misfit(row, phase: str) -> str:
+    """The warning of a configuration that does not fit in HBM: what a die needs and has."""
+    B = lambda c: human(row[c], "B")  # noqa: E731
+    if phase == "afd":
+        side = "attention" if not row["attention_fits"] else "expert"
+        return (f"does not fit: an {side} die needs {B(f'{side}_memory_per_die_bytes')} "
+                f"(weights {B(f'{side}_weights_per_die_bytes')}) but a die has {B('hbm_per_die_bytes')}")
+    return (f"does not fit: needs {B('memory_per_die_bytes')} per die (weights {B('weights_per_die_bytes')}, "
+            f"KV {B('kv_cache_per_die_bytes')}, buffers {B('buffers_per_die_bytes')}) but a die has {B('hbm_per_die_bytes')}")

@@ -351,6 +351,9 @@ def judge(expect: str, code, stdout: str, stderr: str) -> str:
     problem = bad_output(stdout)
     if problem:
         return "bad output"
+    if expect == "warning":  # legitimate but off: an answer with a line that says what is off
+        said = any(line.startswith(("cmperf: warning:", "cmperf: note:")) for line in stderr.splitlines())
+        return "ok" if said else "silent acceptance"
     return "silent acceptance" if expect == "error" else "ok"
 
 
@@ -590,3 +593,169 @@ def environment_cases(tmp: Path) -> list[tuple]:
         out.append((f"cache: every entry {how}", ["predict", "decode", "-f", "json"], "same",
                     {"cache": how}))
     return out
+
+
+# --------------------------------------------------------------------------- issue 23's families
+SIM = ["--num-prompts", "10", "--request-rate", "5", "-f", "json"]
+TRAFFIC_WEIRD = WEIRD_NUMBERS + ["1e-320", "1e-160", "+inf", "Infinity", "9223372036854775808", "0.5", "1.5"]
+
+
+def round3_flag_cases() -> list[tuple]:
+    """Issue 23's flag families: simulate's traffic flags with every weird number, stack limits
+    by --set, deployment shapes by flag, plan's given shapes with a budget, model contexts, a
+    stack of another vendor."""
+    out = []
+    legit = {  # values that are a legitimate run of each flag (the rest must be one clear line)
+        "--seed": {"0"}, "--request-rate": {"inf", "1e300", "+inf", "Infinity", "0.5", "1.5", "1_000"},
+        "--burstiness": {"0.5", "1.5"}, "--warmup": {"0", "0.5", "1e-300"}, "--num-prompts": set(), "--max-concurrency": set()}
+    for flag, ok in legit.items():
+        for v in TRAFFIC_WEIRD:
+            argv = ["simulate", "--num-prompts", "10", "--request-rate", "5", flag, v, "-f", "json"]
+            out.append((f"simulate {flag} {v!r}", argv, "any" if v in ok else "error"))
+    for field in ("max_running_per_rank", "max_prefill_tokens", "max_prefill_requests", "kv_block_tokens",
+                  "chunked_prefill_tokens", "mtp_draft_tokens", "scheduler_overhead_s", "prefill_overhead_s",
+                  "eager_launch_s", "mtp_acceptance"):
+        for v in ("0", "-1", "1e30", "nan", "9" * 401, "1.5", "abc"):
+            legit_v = (v == "0" and field in ("chunked_prefill_tokens", "mtp_draft_tokens", "scheduler_overhead_s",
+                                               "prefill_overhead_s", "eager_launch_s"))
+            out.append((f"simulate --set stack.{field}={v[:20]}", ["simulate", "--set", f"stack.{field}={v}", *SIM],
+                        "any" if legit_v else "error"))
+    out.append(("plan --verify stack.max_running_per_rank=0", ["plan", "--shapes", "pd", "--npus", "64", "--verify",
+                                                               "--set", "stack.max_running_per_rank=0"], "error"))
+    for shape in ("0x32", "1x0", "-1x32", "1x32:tp=0", "1x32:tp=3", "1x1000000", "100000000x32", "1x" + "9" * 60, "6x32x2",
+                  "1x32+8", "x", ""):
+        out.append((f"simulate --prefill {shape[:30]}", ["simulate", "--prefill", shape, "--decode", "1x32", *SIM], "error"))
+    out += [
+        ("simulate 1,760 NPUs on 384", ["simulate", "--prefill", "100x32", "--decode", "1x320", *SIM], "error"),
+        ("simulate --colocated 1x1000", ["simulate", "--colocated", "1x1000", *SIM], "error"),
+        ("simulate --afd 1x0+96", ["simulate", "--prefill", "1x32", "--afd", "1x0+96", *SIM], "error"),
+        ("simulate --decode 1x320:tp=7", ["simulate", "--prefill", "1x32", "--decode", "1x320:tp=7", *SIM], "error"),
+        ("simulate 33-die instance", ["simulate", "--prefill", "1x33", "--decode", "1x32", *SIM], "warning"),
+        ("simulate 1-die DeepSeek-R1", ["simulate", "--prefill", "1x1", "--decode", "1x32", *SIM], "warning"),
+        ("plan shapes over --npus 10", ["plan", "--prefill", "6x32", "--decode", "1x320", "--npus", "10"], "error"),
+        ("plan shapes --npus -1", ["plan", "--prefill", "6x32", "--decode", "1x320", "--npus", "-1"], "error"),
+        ("plan --prefill 1x1000000", ["plan", "--prefill", "1x1000000", "--decode", "1x32"], "error"),
+        ("predict h100 --stack vllm-ascend", ["predict", "decode", "--hardware", "h100-cluster", "--stack", "vllm-ascend",
+                                              "-f", "json"], "warning"),
+        ("predict gpt-oss --kv-len 8x context", ["predict", "decode", "--hardware", "h100-cluster", "--model", "gpt-oss-120b",
+                                                 "--kv-len", "1048576", "-f", "json"], "warning"),
+        ("simulate prompts past the context", ["simulate", "--hardware", "h100-cluster", "--model", "qwen3-30b-a3b",
+                                               "--prompt-len", "60000", *SIM], "warning"),
+    ]
+    for m in ("gpt-oss-120b", "deepseek-v3.2", "qwen3-next-80b-a3b", "glm-4.5", "deepseek-r1"):
+        for v in ("9223372036854775808", "0", "-1", "1e9", "nan"):
+            out.append((f"model show {m} --context {v}", ["model", "show", m, "--context", v, "-f", "json"], "error"))
+        out.append((f"model show {m} --context 10M", ["model", "show", m, "--context", "10000000", "-f", "json"], "warning"))
+    return out
+
+
+def _serving_variants() -> dict:
+    """Issue 23 item 1's serving files, as changes of one released row (data, row) -> None."""
+    import copy
+
+    def set_(path, value):
+        def f(d, r):
+            obj = d if path[0] == "" else r
+            for k in path[1:-1]:
+                obj = obj[k]
+            obj[path[-1]] = value
+        return f
+
+    def pop(path):
+        def f(d, r):
+            obj = d if path[0] == "" else r
+            for k in path[1:-1]:
+                obj = obj[k]
+            obj.pop(path[-1])
+        return f
+
+    out = {"deployment {}": set_(["r", "deployment"], {}), "deployment a string": set_(["r", "deployment"], "6x32"),
+           "deployment a list": set_(["r", "deployment"], [1, 2]),
+           "no deployment": pop(["r", "deployment"]), "no workload": pop(["r", "workload"]), "no measured": pop(["r", "measured"]),
+           "no targets": pop(["", "targets"]), "no rows": set_(["", "rows"], []), "rows a string": set_(["", "rows"], "x"),
+           "target of 0": set_(["", "targets", "mean_tpot_ms"], 0), "target of nan": set_(["", "targets", "mean_tpot_ms"], float("nan")),
+           "no target for a metric": pop(["", "targets", "mean_ttft_ms"]),
+           "misspelled metric": set_(["r", "measured", "p99_ttft_msec"], 1.0), "measured {}": set_(["r", "measured"], {}),
+           "a row a string": lambda d, r: d["rows"].append("x"), "a row a number": lambda d, r: d["rows"].append(3),
+           "two rows one id": lambda d, r: d["rows"].append(copy.deepcopy(r)),
+           "unknown row field": set_(["r", "colour"], "red"), "unknown top field": set_(["", "colour"], "red"),
+           "stack_sets not a list": set_(["r", "stack_sets"], "max_running_per_rank=2"),
+           "stack_sets unknown field": set_(["r", "stack_sets"], ["nope=1"]),
+           "sets bad": set_(["r", "sets"], ["chip.die.hbm_bandwidth_Bps=-1"]),
+           "hardware nosuch": set_(["", "hardware"], "nosuch"), "stack nosuch": set_(["", "stack"], "nosuch")}
+    for v in (0, -3, "19.5 ms", float("nan"), float("inf"), None, [1], True):
+        out[f"measured {v!r}"] = set_(["r", "measured", "mean_tpot_ms"], v)
+    for k in ("prompt_len", "output_len"):
+        for v in (0, -1, "3.5K", 1.5, 10**12, None):
+            out[f"{k} {v!r}"] = set_(["r", "workload", k], v)
+    for k, vals in (("num_prompts", (0, -1, 10**7, 1.5, "32")), ("max_concurrency", (0, -1, 10**12, "x")),
+                    ("request_rate", (0, -1, float("nan"), "fast", 1e-320))):
+        for v in vals:
+            out[f"traffic.{k} {v!r}"] = set_(["r", "traffic", k], v)
+    out["no num_prompts"] = pop(["r", "traffic", "num_prompts"])
+    for field in ("max_running_per_rank", "max_prefill_tokens", "max_prefill_requests", "kv_block_tokens"):
+        out[f"stack_sets {field}=0"] = set_(["r", "stack_sets"], [f"{field}=0"])
+    for k, v in (("dies", -16), ("dies", 0), ("attn_tp", 3), ("count", 100), ("count", 10**9), ("batch", 8), ("dies", "16")):
+        out[f"prefill[0].{k} {v!r}"] = lambda d, r, k=k, v=v: r["deployment"]["prefill"][0].update({k: v})
+    return out
+
+
+def round3_file_cases(tmp: Path) -> list[tuple]:
+    """Issue 23's file families: deployment files, serving-evidence files, traces, plot names."""
+    import yaml
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    out = []
+    base = {"prefill": [{"count": 1, "dies": 32}], "decode": [{"count": 1, "dies": 32}]}
+    groups = {"dies -32": {"dies": -32}, "dies 0": {"dies": 0}, "dies 32.5": {"dies": 32.5}, "dies '32'": {"dies": "32"},
+              "dies true": {"dies": True}, "dies null": {"dies": None}, "dies 10^12": {"dies": 10**12},
+              "attn_tp 3": {"attn_tp": 3}, "attn_tp 0": {"attn_tp": 0}, "count 0": {"count": 0}, "count 10^6": {"count": 10**6},
+              "count 10^401": {"count": 10**401}, "batch 8": {"batch": 8}, "tp (prefill)": {"tp": 2}, "no count": None}
+    for name, change in groups.items():
+        d = {k: [dict(g) for g in v] for k, v in base.items()}
+        if change is None:
+            d["prefill"][0].pop("count")
+        else:
+            d["prefill"][0].update(change)
+        p = tmp / f"dep-{len(out)}.yaml"
+        p.write_text(yaml.safe_dump(d))
+        out.append((f"deployment file: prefill[0] {name}", ["simulate", "--deployment", str(p), *SIM], "error"))
+    for name, text in (("{}", "{}\n"), ("a string", "6x32\n"), ("a list", "[1, 2]\n"), ("prefill a number", "prefill: 3\ndecode: []\n"),
+                       ("unknown group", "nope: []\n"), ("decode batch", "prefill: [{count: 1, dies: 32}]\ndecode: [{count: 1, dies: 32, batch: 8}]\n"),
+                       ("10^6 instances", "prefill: [{count: 1000000, dies: 32}]\ndecode: [{count: 1, dies: 32}]\n"),
+                       ("over the system", "prefill: [{count: 20, dies: 32}]\ndecode: [{count: 1, dies: 320}]\n"),
+                       ("colocated and prefill", "prefill: [{count: 1, dies: 32}]\ncolocated: [{count: 1, dies: 32}]\n"),
+                       ("afd without expert_dies", "prefill: [{count: 1, dies: 32}]\nafd: [{count: 1, attention_dies: 32}]\n"),
+                       ("empty file", "")):
+        p = tmp / f"dep-{len(out)}.yaml"
+        p.write_text(text)
+        out.append((f"deployment file: {name}", ["simulate", "--deployment", str(p), *SIM], "error"))
+    good = tmp / "dep-good.yaml"
+    good.write_text(yaml.safe_dump(base))
+    out.append(("deployment file and --prefill", ["simulate", "--deployment", str(good), "--prefill", "1x32", "--decode", "1x32",
+                                                 *SIM], "error"))
+    out.append(("plan: deployment file and --prefill", ["plan", "--deployment", str(good), "--prefill", "1x32", "--decode", "1x32"],
+                "error"))
+    out.append(("plan: deployment file over --npus 16", ["plan", "--deployment", str(good), "--npus", "16"], "error"))
+    ref = Path(__file__).resolve().parents[1] / "cmperf" / "reference" / "sglang-a3-serving.yaml"
+    for name, change in _serving_variants().items():
+        d = yaml.safe_load(ref.read_text())
+        d["rows"] = d["rows"][1:2]
+        change(d, d["rows"][0])
+        p = tmp / f"serving-{len(out)}.yaml"
+        p.write_text(yaml.safe_dump(d))
+        out.append((f"serving file: {name}", ["validate", "--serving", str(p)], "error"))
+    for name, rows in (("huge output", "100,10\n600000000,600000000\n"), ("zero prompt", "0,10\n"), ("nan", "nan,10\n"),
+                       ("1e400", "1e400,10\n"), ("negative", "-5,10\n"), ("fraction", "10.5,3\n")):
+        p = tmp / f"trace-{len(out)}.csv"
+        p.write_text("prompt_len,output_len\n" + rows)
+        out.append((f"trace: {name}", ["simulate", "--trace", str(p), *SIM], "error"))
+    for suffix in (".pdf", ".svg", ".jpg", ".png", ".jpeg", ".tiff"):
+        out.append((f"plot x{suffix}", ["simulate", "--plot", str(tmp / f"plot{suffix}"), *SIM], "any"))
+    for name in ("x.docx", "x", "x.png.bak", "x.PDFX"):
+        out.append((f"plot {name}", ["simulate", "--plot", str(tmp / name), *SIM], "error"))
+    return out
+
+
+def round3_cases(tmp: Path) -> list[tuple]:
+    return [*round3_flag_cases(), *round3_file_cases(tmp)]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..errors import SpecError
 from ..specs.loader import read_yaml
 from .reference import REFERENCE_DIR
 
@@ -18,16 +17,13 @@ METRICS = ("output_throughput_tps", "mean_tpot_ms", "mean_ttft_ms")
 
 
 def load_serving(path: Path) -> dict:
-    raw = read_yaml(Path(path))
-    if not isinstance(raw, dict) or not isinstance(raw.get("rows"), list) or not raw["rows"]:
-        raise SpecError(f"{path}: expected a serving-evidence file with `rows:`")
-    for key in ("name", "hardware", "model", "stack", "targets"):
-        if key not in raw:
-            raise SpecError(f"{path}: field '{key}' is missing")
-    for r in raw["rows"]:
-        for key in ("id", "deployment", "workload", "traffic", "measured"):
-            if key not in r:
-                raise SpecError(f"{path}: row {r.get('id', '?')}: field '{key}' is missing")
+    """A serving-evidence file, checked against its schema and each row against its system
+    (cmperf/calibration/serving_schema.py): one line naming the file, the row and the field."""
+    from ..errors import short_path
+    from .serving_schema import check_rows, validated
+
+    raw = validated(read_yaml(Path(path)), short_path(path))
+    check_rows(raw, short_path(path))
     return raw
 
 

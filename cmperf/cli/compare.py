@@ -19,7 +19,7 @@ WithOpt = typer.Option(None, "--with", help="a scenario input for one system or 
 SetsOpt = typer.Option(None, "--set", help="a spec override for one system or all: [SYSTEM:]key.path=value (repeatable)")
 ModelOpt = typer.Option(None, "--model", help="the model on every system (default: each set-up's)")
 PlotOpt = typer.Option(None, "--plot", help="draw tokens/s per NPU, per TFLOPS and the TPOT/TTFT of each system, with its "
-                                            "settings, to this PNG (needs: pip install 'cmperf\\[plot]')")
+                                            "settings, to this image: png, pdf, svg, ... by its suffix (needs: pip install 'cmperf\\[plot]')")
 
 
 def _per_system(items: Optional[List[str]], flag: str, split_value: bool) -> dict:

@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from ..specs.schema import MAX_CONTEXT
 from .options import FormatOpt, SetOpt
 
 model_app = typer.Typer(no_args_is_help=True, help="Model specs and derived facts. Example: cmperf model show deepseek-r1 --context 32768")
@@ -28,7 +29,7 @@ def model_list(fmt: str = FormatOpt):
 
 @model_app.command("show")
 def model_show(name: str = typer.Argument("deepseek-r1", help="built-in name, YAML path or Hugging Face config.json path"),
-               context: int = typer.Option(4096, "--context", min=1, help="context length for FLOPs per token"),
+               context: int = typer.Option(4096, "--context", min=1, max=MAX_CONTEXT, help="context length for FLOPs per token"),
                fmt: str = FormatOpt, sets: Optional[List[str]] = SetOpt):
     """Parameter counts, KV-cache bytes per token, FLOPs per token at a context length.
     Example: cmperf model show deepseek-r1 --context 32768"""
@@ -38,6 +39,12 @@ def model_show(name: str = typer.Argument("deepseek-r1", help="built-in name, YA
 
     check_format(fmt)
     m, _ = load_model(name, split_overrides(sets or []))
+    from ..contexts import past_context
+    from ..report import warn
+
+    line = past_context(m, context, f"--context {context}")
+    if line:
+        warn(line)
     print_records(model_facts(m, context), fmt, f"{m.name}: {m.description}")
 
 

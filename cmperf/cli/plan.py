@@ -58,7 +58,7 @@ def plan_cmd(
     sweep: Optional[List[str]] = typer.Option(None, "--sweep", help="plan once per value of a spec field, e.g. system.tiers.ub.bandwidth_Bps=100e9,200e9"),
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write every deployment evaluated (ranked) to this CSV file"),
-    plot: Optional[str] = typer.Option(None, "--plot", help="write a PNG: TTFT/TPOT against the rate per shape, the P:D split, the TTFT breakdown (with --sweep or lists: goodput per value)"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="write an image (png, pdf, svg, ...: by its suffix): TTFT/TPOT against the rate per shape, the P:D split, the TTFT breakdown (with --sweep or lists: goodput per value)"),
 ):
     """Plan a deployment: the P:D split, instance sizes, batch, requests/s within the SLOs and
     where the time goes (default: the paper's setting, 384 NPUs, 4K prompts, 256 outputs,
@@ -73,9 +73,9 @@ def plan_cmd(
                 raise ConfigError(f"{flag}: expected a file name (got an empty string)")
             check_parent_dir(path, flag)
     if plot:
-        from ..plots import _pyplot
+        from ..plots import plot_format
 
-        _pyplot()
+        plot_format(plot)
     rates, hits = _list(rate, "--rate"), _list(prefix_hit, "--prefix-hit")
     _cap_plans(len(rates) * len(hits), {})
     variants = [({"rate": r, "prefix_hit": h} if len(rates) * len(hits) > 1 else {},
@@ -87,11 +87,13 @@ def plan_cmd(
     if top < 0:
         raise ConfigError(f"--top {top}: expected 0 or more")
     sets = list(sets or [])
-    from ..simulate.deployment import from_file, from_flags
+    from ..simulate.deployment import given as given_deployment
 
-    given = from_file(deployment) if deployment else from_flags(prefill or [], decode or [], afd or [])
+    given = given_deployment(deployment, prefill, decode, afd)
     if given is not None and (sweep or len(variants) > 1):
         raise ConfigError("--prefill/--decode (or --deployment) evaluate one deployment: not with --sweep or lists")
+    if given is not None:
+        _check_given(given, hardware, model, sets, stack, npus, supernode)
     kwargs = dict(hardware=hardware, model=model, sets=sets, npus=npus, supernode=supernode,
                   shape_names=_shapes(shapes), kv_tier=kv_tier, pool_path=pool_path, working_set_tokens=working_set,
                   block_tokens=block_tokens, stack=stack, deployment=given)
@@ -130,6 +132,25 @@ def plan_cmd(
         return
     verified = _verify(result, verify_prompts) if verify else None
     _render(result, fmt, top, out, plot, prov, verified)
+
+
+def _check_given(dep, hardware, model, sets, stack, npus, supernode) -> None:
+    """A given deployment within ``--npus`` (which must be a budget even when the shapes are
+    given) and the system, each group's inputs checked where the user wrote them."""
+    from ..plan.planner import MAX_NPUS
+    from ..predict import load_specs, system_model
+    from ..report import note_line, warn
+    from ..simulate.deployment import check
+
+    for flag, v in (("--npus", npus), ("--supernode", supernode)):
+        if v is not None and not 1 <= v <= MAX_NPUS:
+            raise ConfigError(f"{flag} {v}: expected 1 to {MAX_NPUS:,} NPUs")
+    specs = load_specs(hardware, model or system_model(hardware), sets, stack)
+    for note in specs.notes:
+        note_line(note)
+    for line in check(dep, specs, npus if npus is not None else MAX_NPUS, "--npus" if npus is not None else "the planner's limit",
+                      one_system=False):
+        warn(line)
 
 
 REFINE = 0.10  # planned / sustained off by more than this: the closed form cannot say; simulation ranks

@@ -83,17 +83,17 @@ AFD_SUMMARY = ["phase", "batch", "kv_len", "attention_dies", "expert_dies", "mtp
 SUMMARY = {"decode": DECODE_SUMMARY, "prefill": PREFILL_SUMMARY, "afd": AFD_SUMMARY}
 
 
-def _misfit(row, phase: str) -> str:
-    """The warning of a configuration that does not fit in HBM: what a die needs and has."""
-    from ..report import human
+def _warn_context(phase: str, table, specs) -> None:
+    """One warning when a row attends more context than the model supports."""
+    from ..contexts import past_context
+    from ..report import warn
 
-    B = lambda c: human(row[c], "B")  # noqa: E731
-    if phase == "afd":
-        side = "attention" if not row["attention_fits"] else "expert"
-        return (f"does not fit: an {side} die needs {B(f'{side}_memory_per_die_bytes')} "
-                f"(weights {B(f'{side}_weights_per_die_bytes')}) but a die has {B('hbm_per_die_bytes')}")
-    return (f"does not fit: needs {B('memory_per_die_bytes')} per die (weights {B('weights_per_die_bytes')}, "
-            f"KV {B('kv_cache_per_die_bytes')}, buffers {B('buffers_per_die_bytes')}) but a die has {B('hbm_per_die_bytes')}")
+    col = "prompt_len" if phase == "prefill" else "kv_len"
+    if col in table:
+        tokens = float(table[col].to_numpy(dtype=float).max())
+        line = past_context(specs.model, tokens, f"--{col.replace('_', '-')} {tokens:g}")
+        if line:
+            warn(line)
 
 
 def _run_predict(phase: str, values: dict, hardware: str, model: Optional[str], sets: list[str], breakdown: bool,
@@ -102,7 +102,7 @@ def _run_predict(phase: str, values: dict, hardware: str, model: Optional[str], 
     imported only to write CSV)."""
     from ..predict import inert_overrides, load_specs, predict, system_model
     from ..bands import half_width
-    from ..report import (check_format, check_parent_dir, human, json_records, note_line, print_csv, print_json,
+    from ..report import (check_format, check_parent_dir, human, json_records, misfit, note_line, print_csv, print_json,
                           print_table, provenance, unit_of, warn, write_csv)
 
     check_format(fmt)
@@ -117,7 +117,8 @@ def _run_predict(phase: str, values: dict, hardware: str, model: Optional[str], 
     table = result.columns
     for i in range(len(table)):
         if not bool(table["fits"].iat[i]):
-            warn(_misfit(table.records()[i], phase))
+            warn(misfit(table.records()[i], phase))
+    _warn_context(phase, table, specs)
     base = None
     if sets:
         try:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import time
 
 
+QUIET_S = 30.0  # a run projected longer than this says so once on stderr when it is not a terminal
+
+
 class ProgressBar:
     """A rich progress bar on stderr, advanced by ``bar(done, total)``; it appears only when
-    the work is projected to take more than a second and stderr is a terminal. ``label``
+    the work is projected to take more than a second and stderr is a terminal (off a terminal,
+    one line when it is projected to take more than QUIET_S). ``label``
     names what is counted."""
 
     def __init__(self, label: str = "evaluating configurations") -> None:
@@ -27,6 +31,12 @@ class ProgressBar:
             console = Console(stderr=True)
             if not console.is_terminal:
                 self.bar = False
+                projected = elapsed * total / max(done, 1)
+                if projected > QUIET_S:  # off a terminal a long run says once that it runs, and how long
+                    import sys
+
+                    sys.stderr.write(f"cmperf: {self.label}: about {projected:,.0f} s for {total:,} "
+                                     f"(a bar is shown on a terminal)\n")
                 return
             self.bar = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                                 console=console, transient=True)

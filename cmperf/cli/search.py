@@ -31,7 +31,7 @@ SweepOpt = typer.Option(None, "--sweep", help="vary a spec field over the grid, 
 TopOpt = typer.Option(10, "--top", help="how many of the best configurations to report")
 OutOpt = typer.Option(None, "--out", help="write every configuration (all inputs, outputs, slo_ms, meets_slo, on_pareto, rank) to this CSV")
 PlotOpt = typer.Option(None, "--plot", help="draw the Pareto frontier (one per swept value), the roofline (peak and achievable "
-                                            "roofs) and per-operator time of the best configuration to this PNG "
+                                            "roofs) and per-operator time of the best configuration to this image (png, pdf, svg, ...: by its suffix) "
                                             "(needs: pip install 'cmperf\\[plot]')")
 
 MICROBATCHES = {"auto": 0}
@@ -199,7 +199,7 @@ def _plot_ready(plot: Optional[str]) -> None:
     if plot:
         from ..plots import _pyplot
 
-        _pyplot()  # fail before the search, not after it
+        _pyplot()  # fail before the search, not after it (the name's format: when the figure is written)
 
 
 def _finish(result, specs, fmt, out, plot, label, prov):

@@ -50,7 +50,7 @@ def simulate_cmd(
     hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt, stack: Optional[str] = StackOpt,
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="write one row per request (send, first token, finish, lengths) to this CSV"),
-    plot: Optional[str] = typer.Option(None, "--plot", help="draw latency CDFs and throughput over time to this PNG"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="draw latency CDFs and throughput over time to this image (png, pdf, svg, ...: by its suffix)"),
 ):
     """Simulate one deployment request by request and print bench_serving's metrics (default:
     the system's published deployment, the paper's 6 x 32 + 1 x 320 dies on CloudMatrix384,
@@ -58,9 +58,10 @@ def simulate_cmd(
     --num-prompts 3328 --request-rate inf --prompt-len 3500 --output-len 1500"""
     from ..plan.planner import evaluate
     from ..predict import load_specs, system_model
-    from ..report import check_format, check_parent_dir, note_line, print_json, print_table, provenance, write_csv
+    from ..report import check_format, check_parent_dir, note_line, print_json, print_table, provenance, warn, write_csv
     from ..simulate import Traffic, simulate
-    from ..simulate.deployment import default_deployment, from_file, from_flags
+    from ..simulate.requests import check_seed, check_warmup
+    from ..simulate.deployment import check, default_deployment, given
     from .plan import _workload
 
     check_format(fmt)
@@ -68,9 +69,9 @@ def simulate_cmd(
         if path is not None:
             check_parent_dir(path, flag)
     if plot:
-        from ..plots import _pyplot
+        from ..plots import plot_format
 
-        _pyplot()
+        plot_format(plot)
     model = model or system_model(hardware)
     if working_set is not None and not (math.isfinite(working_set) and 0 < working_set <= 1e18):
         raise ConfigError(f"--working-set-tokens {working_set:g}: expected a positive number of tokens, at most 1e18")
@@ -78,10 +79,14 @@ def simulate_cmd(
     specs = load_specs(hardware, model, sets or [], stack)
     for note in specs.notes:
         note_line(note)
-    dep = from_file(deployment) if deployment else from_flags(prefill or [], decode or [], afd or [], colocated or [])
+    dep = given(deployment, prefill, decode, afd, colocated)
     if dep is None:
         dep = default_deployment(specs, workload)
+    for line in check(dep, specs):
+        warn(line)
     Traffic(rate_rps=None, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)  # checked first
+    check_seed(seed)
+    check_warmup(warmup, num_prompts)
     rate = _rate(request_rate)
     if rate == "plan" and max_concurrency is not None:
         rate = math.inf  # a closed loop: bench_serving's --request-rate inf with --max-concurrency
@@ -99,6 +104,7 @@ def simulate_cmd(
         res = simulate(specs, workload, dep, traffic, seed, progress, warmup, working_set_tokens=working_set)
     finally:
         progress.close()
+    _warn_context(res, specs)
     prov = provenance("simulate", hardware, model, sets or [], stack=specs.stack_name or "none",
                       deployment=res.settings["deployment"], traffic=res.settings["traffic"], seed=seed)
     if out:
@@ -121,16 +127,30 @@ def simulate_cmd(
         print_table(shown, "serving benchmark result (bench_serving's metrics)")
 
 
+def _warn_context(res, specs) -> None:
+    """One warning when requests attend more context (prompt + output) than the model supports."""
+    from ..contexts import max_context, past_context
+    from ..report import warn
+
+    ctx = res.requests.prompt + res.requests.output
+    most = max_context(specs.model)
+    if most is not None and (ctx > most).any():
+        warn(past_context(specs.model, float(ctx.max()), f"{int((ctx > most).sum()):,} of {len(ctx):,} requests "
+                                                          f"(prompt + output up to {float(ctx.max()):,.0f} tokens)"))
+
+
 def _rate(text: str):
     if text == "plan":
         return "plan"
-    if text == "inf":
+    if text.strip().lower() in ("inf", "+inf", "infinity", "+infinity"):
         return math.inf
     from ..search import parse_number
 
+    from ..simulate.requests import MIN_RATE_RPS
+
     v = parse_number(text, "--request-rate")
-    if not v > 0:
-        raise ConfigError(f"--request-rate {text[:40]}: expected requests/s > 0, inf or plan")
+    if not v >= MIN_RATE_RPS:
+        raise ConfigError(f"--request-rate {text[:40]}: expected requests/s of at least {MIN_RATE_RPS:g}, inf or plan")
     return v
 
 

@@ -192,6 +192,10 @@ def read_trace(path: str) -> tuple[Lengths, Lengths, np.ndarray | None]:
     data = np.column_stack([np.frombuffer(c, dtype=float) for c in columns]) if len(columns[0]) else None
     if data is None:
         raise ConfigError(f"{where}: no request rows after the header")
+    bad = np.flatnonzero(data[:, 0] + data[:, 1] > MAX_TOKENS)  # the KV a request ends with: its own bound
+    if len(bad):
+        raise ConfigError(f"{where}: line {bad[0] + 2}, prompt_len + output_len = {data[bad[0], 0] + data[bad[0], 1]:,.0f} "
+                          f"tokens of context; at most {MAX_TOKENS:,.0f}")
     if data.shape[1] == 3:
         bad = np.flatnonzero(data[:, 2] >= data[:, 0])
         if len(bad):

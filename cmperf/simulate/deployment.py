@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, short, short_path
 
 
 @dataclass
@@ -27,6 +27,7 @@ class InstanceGroup:
     count: int
     inputs: dict  # predict inputs of one instance (dies, attn_tp / tp, or attention_dies + expert_dies)
     limits: dict = field(default_factory=dict)  # the serving engine's limits of one instance (LIMITS), beyond the stack's
+    where: str = ""  # where the user wrote it, for errors: "--prefill 6x32", "dep.yaml: prefill[0]"
 
 
 @dataclass
@@ -59,6 +60,8 @@ _GROUP = re.compile(r"^(\d+)x(\d+)(?:\+(\d+))?((?::[a-z_]+=?[0-9.e+]+)*)$")
 OPTIONS = {"tp": "tp", "ep": "ep", "redundant": "redundant_experts", "shared": "shared_copies", "mtp": "mtp"}
 LIMITS = {"pass_tokens": "prompt tokens one prefill pass (or co-located iteration) takes at most (SGLang --max-prefill-tokens)",
           "running": "requests one instance runs at most (SGLang --max-running-requests)"}
+MAX_INSTANCES = 100_000  # instances of one group (the planner's MAX_NPUS bounds their NPUs)
+MAX_GROUP_DIES = 10_000_000  # dies of one instance before the system is known (then: the system's)
 
 
 def parse_group(text: str, flag: str) -> InstanceGroup:
@@ -67,36 +70,41 @@ def parse_group(text: str, flag: str) -> InstanceGroup:
     copies), shared (shared-expert copies), mtp (0/1), pass_tokens, running (LIMITS)."""
     m = _GROUP.match(str(text).strip())
     if not m:
-        raise ConfigError(f"{flag} {str(text)[:40]}: expected COUNTxDIES[:KEY=VALUE]..., e.g. 6x32, 1x320:tp=2 or "
+        raise ConfigError(f"{flag} {short(str(text), 40)}: expected COUNTxDIES[:KEY=VALUE]..., e.g. 6x32, 1x320:tp=2 or "
                           f"7x16:redundant=0:pass_tokens=28680 (keys: {', '.join([*OPTIONS, *LIMITS])})"
                           + (" (AFD: COUNTxATTENTION+EXPERT, e.g. 1x224+96)" if flag == "--afd" else ""))
+    where = f"{flag} {str(text).strip()}"
+    if len(str(text).split(":")[0]) > 40:
+        raise ConfigError(f"{flag} {short(str(text), 40)}: a number too long for a count of instances or dies")
     count, dies, experts = (int(x) if x else None for x in m.groups()[:3])
     opts, limits = {}, {}
     for item in [x for x in (m.group(4) or "").split(":") if x]:
         key, value = re.match(r"^([a-z_]+?)=?([0-9.e+]+)$", item).groups()
         if key not in OPTIONS and key not in LIMITS:
-            raise ConfigError(f"{flag} {text}: unknown option '{key}' (expected one of {', '.join([*OPTIONS, *LIMITS])})")
+            raise ConfigError(f"{where}: unknown option '{key}' (expected one of {', '.join([*OPTIONS, *LIMITS])})")
         try:
             v = float(value)
         except ValueError:
             v = float("nan")
-        if not (v >= 0 and v == int(v) and v <= 1e9) or (key in LIMITS and v < 1):
-            raise ConfigError(f"{flag} {text}: option '{key}' expects a whole number{' >= 1' if key in LIMITS else ''} (got {value})")
+        if not (v >= 0 and v == int(v) and v <= 1e9) or (key in LIMITS and v < 1) or (key == "tp" and v < 1):
+            raise ConfigError(f"{where}: option '{key}' expects a whole number{' >= 1' if key in LIMITS or key == 'tp' else ''} (got {value})")
         (limits if key in LIMITS else opts)[key] = int(v)
     tp = opts.pop("tp", None)
-    if count < 1 or dies < 1:
-        raise ConfigError(f"{flag} {text}: counts and dies must be at least 1")
+    if count < 1 or dies < 1 or (experts is not None and experts < 1):
+        raise ConfigError(f"{where}: counts, dies and TP must be at least 1")
+    if count > MAX_INSTANCES:
+        raise ConfigError(f"{where}: {count:,} instances; at most {MAX_INSTANCES:,} in one group")
     if flag == "--afd":
         if experts is None:
-            raise ConfigError(f"{flag} {text}: expected COUNTxATTENTION+EXPERT dies, e.g. 1x224+96")
-        return InstanceGroup(count, {"attention_dies": dies, "expert_dies": experts, **{OPTIONS[k]: v for k, v in opts.items() if k != "tp"}},
-                             limits)
+            raise ConfigError(f"{where}: expected COUNTxATTENTION+EXPERT dies, e.g. 1x224+96")
+        return InstanceGroup(count, {"attention_dies": dies, "expert_dies": experts, **{OPTIONS[k]: v for k, v in opts.items()}},
+                             limits, where)
     if experts is not None:
-        raise ConfigError(f"{flag} {text}: '+EXPERT' dies belong to --afd")
+        raise ConfigError(f"{where}: '+EXPERT' dies belong to --afd")
     inputs = {"dies": dies, **{OPTIONS[k]: v for k, v in opts.items()}}
     if tp is not None:
         inputs["attn_tp" if flag == "--prefill" else "tp"] = tp
-    return InstanceGroup(count, inputs, limits)
+    return InstanceGroup(count, inputs, limits, where)
 
 
 def from_flags(prefill: list[str], decode: list[str], afd: list[str], colocated: list[str] = ()) -> DeploymentSpec | None:
@@ -115,40 +123,148 @@ def from_flags(prefill: list[str], decode: list[str], afd: list[str], colocated:
     return DeploymentSpec(prefill=groups, decode=dec, decode_phase="afd" if afd else "decode")
 
 
-def from_file(path: str) -> DeploymentSpec:
-    from ..specs.loader import read_yaml
+def given(path: str | None, prefill, decode, afd, colocated=()) -> DeploymentSpec | None:
+    """The deployment the user gave: ``--deployment FILE`` or the group flags, never both
+    (one would be dropped), None when neither."""
+    flags = [f for f, v in (("--prefill", prefill), ("--decode", decode), ("--afd", afd), ("--colocated", colocated)) if v]
+    if path is not None and flags:
+        raise ConfigError(f"--deployment {short_path(path)} and {', '.join(flags)}: give the deployment once, "
+                          f"as a file or as flags")
+    return from_file(path) if path is not None else from_flags(prefill or [], decode or [], afd or [], colocated or [])
 
-    raw = read_yaml(Path(path))
-    if not isinstance(raw, dict) or set(raw) - {"prefill", "decode", "afd", "colocated"}:
-        raise ConfigError(f"{path}: expected a mapping of prefill and decode (or afd, or colocated) instance groups")
+
+# --------------------------------------------------------------------------- the file's schema
+# What a group of a deployment file (or of a serving row's deployment) may hold, with ranges.
+# A decode group has no batch: the traffic and the stack's max_running_per_rank set it.
+FIELDS = {
+    "prefill": {"count": "instances", "dies": "dies per instance", "attn_tp": "attention TP (divides dies)"},
+    "decode": {"count": "instances", "dies": "dies per instance", "tp": "attention TP (divides dies)"},
+    "colocated": {"count": "instances", "dies": "dies per instance", "tp": "attention TP (divides dies)"},
+    "afd": {"count": "instances", "attention_dies": "attention dies", "expert_dies": "expert dies"},
+}
+_GROUP_OPTIONS = {"ep": "expert-parallel degree", "redundant_experts": "redundant routed-expert copies",
+                  "shared_copies": "shared-expert copies", "mtp": "MTP on (1) or off (0)", **LIMITS}
+for _fields in FIELDS.values():
+    _fields.update(_GROUP_OPTIONS)
+FIELD_MIN = {"redundant_experts": 0, "shared_copies": 0, "mtp": 0}  # every other field: at least 1
+FIELD_MAX = {"mtp": 1}
+REQUIRED = {"prefill": ("count",), "decode": ("count",), "colocated": ("count",), "afd": ("count", "attention_dies", "expert_dies")}
+
+
+def _whole(v, where: str, most: int, least: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= most:
+        got = (repr(short(v, 40)) if isinstance(v, str) else short(v, 40) if isinstance(v, (int, float, bool)) or v is None
+               else f"a {type(v).__name__}")
+        raise ConfigError(f"{where}: expected a whole number from {least} to {most:,} (got {got})")
+    return v
+
+
+def from_data(raw, where: str) -> DeploymentSpec:
+    """The deployment a mapping states (a deployment file, a serving row's ``deployment:``),
+    checked against its schema (FIELDS): every error names ``where``, the group and the field
+    (``dep.yaml: prefill[0].dies: ...``)."""
+    if not isinstance(raw, dict) or not raw:
+        found = "an empty mapping" if isinstance(raw, dict) else type(raw).__name__ if raw is not None else "nothing"
+        raise ConfigError(f"{where}: expected a mapping of prefill and decode (or afd, or colocated) instance groups, "
+                          f"e.g. {{prefill: [{{count: 6, dies: 32}}], decode: [{{count: 1, dies: 320}}]}} (found {found})")
+    unknown = [str(k) for k in raw if k not in FIELDS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown group {short(unknown[0], 40)!r} (expected prefill, decode, afd or colocated)")
     groups = {}
-    for key in ("prefill", "decode", "afd", "colocated"):
-        items = raw.get(key) or []
+    for key in FIELDS:
+        items = raw.get(key)
+        if items is None:
+            items = []
         if not isinstance(items, list):
-            raise ConfigError(f"{path}: field '{key}': expected a list of {{count, dies, ...}}")
+            raise ConfigError(f"{where}: {key}: expected a list of {{count, dies, ...}} groups (found {type(items).__name__})")
         out = []
         for j, it in enumerate(items):
-            if not isinstance(it, dict) or "count" not in it:
-                raise ConfigError(f"{path}: field '{key}[{j}]': expected {{count: N, dies: D, ...}}")
-            count = it["count"]
-            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                raise ConfigError(f"{path}: field '{key}[{j}].count': expected a whole number >= 1 (got {count!r})")
-            lim = {k: it[k] for k in LIMITS if k in it}
-            for k, v in lim.items():
-                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                    raise ConfigError(f"{path}: field '{key}[{j}].{k}': expected a whole number >= 1 (got {v!r})")
-            out.append(InstanceGroup(count, {k: v for k, v in it.items() if k != "count" and k not in LIMITS}, lim))
+            at = f"{where}: {key}[{j}]"
+            if not isinstance(it, dict):
+                raise ConfigError(f"{at}: expected a group {{{', '.join(FIELDS[key])}}} (found {short(it, 40)})")
+            extra = [str(k) for k in it if k not in FIELDS[key]]
+            if extra:
+                hint = ("; a batch follows the traffic and the stack's max_running_per_rank" if extra[0] == "batch" else "")
+                raise ConfigError(f"{at}.{short(extra[0], 40)}: unknown field (a {key} group has "
+                                  f"{', '.join(FIELDS[key])}{hint})")
+            for k in REQUIRED[key]:
+                if k not in it:
+                    raise ConfigError(f"{at}.{k}: required field is missing ({FIELDS[key][k]})")
+            inputs = {k: _whole(v, f"{at}.{k}", FIELD_MAX.get(k, MAX_INSTANCES if k == "count" else MAX_GROUP_DIES), FIELD_MIN.get(k, 1))
+                      for k, v in it.items()}
+            count = inputs.pop("count")
+            lim = {k: inputs.pop(k) for k in LIMITS if k in inputs}
+            out.append(InstanceGroup(count, inputs, lim, at))
         groups[key] = out
     if groups["colocated"]:
         if groups["prefill"] or groups["decode"] or groups["afd"]:
-            raise ConfigError(f"{path}: colocated instances prefill their own prompts: no prefill, decode or afd groups with them")
+            raise ConfigError(f"{where}: colocated instances prefill their own prompts: no prefill, decode or afd groups with them")
         return DeploymentSpec(decode=groups["colocated"], colocated=True)
     if groups["decode"] and groups["afd"]:
-        raise ConfigError(f"{path}: give decode or afd instances, not both")
+        raise ConfigError(f"{where}: give decode or afd instances, not both")
     if not groups["prefill"] or not (groups["decode"] or groups["afd"]):
-        raise ConfigError(f"{path}: a deployment needs prefill and decode (or afd) instances")
+        raise ConfigError(f"{where}: a deployment needs prefill and decode (or afd) instances, or colocated ones")
     return DeploymentSpec(prefill=groups["prefill"], decode=groups["afd"] or groups["decode"],
                           decode_phase="afd" if groups["afd"] else "decode")
+
+
+def from_file(path: str) -> DeploymentSpec:
+    from ..specs.loader import read_yaml
+
+    return from_data(read_yaml(Path(path)), short_path(path))
+
+
+# --------------------------------------------------------------------------- against the system
+_FLAG = re.compile(r"--(dies|tp|attn-tp|attention-dies|expert-dies|ep)\b")
+
+
+def _field_named(message: str) -> str:
+    """A prediction's error about a group's input, with the group's field names for the
+    flags it names (the user wrote ``attn_tp: 3`` in a file, or ``:tp=3``; not --attn-tp)."""
+    return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)
+
+
+def check(dep: DeploymentSpec, specs, budget_npus: int | None = None, budget_flag: str = "--npus",
+          one_system: bool = True) -> list[str]:
+    """Check ``dep`` against the system of ``specs``: every instance within the system, each
+    group's inputs resolvable (an error names the group and its field, not a flag), its
+    NPUs within ``budget_npus`` (``budget_flag``) and, when ``one_system``, within the system.
+    Returns warnings: an instance that does not hold its weights, dies that leave half an NPU."""
+    from ..errors import CmperfError
+    from ..predict import predict
+    from ..report import misfit
+
+    hw, _ = specs.views()
+    dpp = int(hw.chip.dies_per_package)
+    system_npus = int(hw.system.nodes) * int(hw.system.node.chips)
+    name = hw.system.name
+    warnings = []
+    kinds = [("prefill", g) for g in dep.prefill] + [(dep.decode_phase if not dep.colocated else "decode", g) for g in dep.decode]
+    dies_total = 0
+    for phase, g in kinds:
+        at = g.where or f"{phase} group"
+        dies = (g.inputs.get("attention_dies", 0) + g.inputs.get("expert_dies", 0)) if phase == "afd" else g.inputs.get("dies")
+        if dies is not None and dies > system_npus * dpp:
+            raise ConfigError(f"{at}: an instance of {dies:,} dies; the system {name} has {system_npus * dpp:,} "
+                              f"({system_npus:,} NPUs of {dpp} dies)")
+        try:
+            r = predict(phase, dict(g.inputs), specs)
+        except CmperfError as e:
+            raise ConfigError(f"{at}: {_field_named(str(e))}") from None
+        row = r.columns.records()[0]
+        dies = float(row["attention_dies"] + row["expert_dies"]) if phase == "afd" else float(row["dies"])
+        dies_total += g.count * dies
+        if dpp > 1 and dies % dpp:
+            warnings.append(f"{at}: {dies:g} {'die is' if dies == 1 else 'dies are'} {dies / dpp:g} NPUs of {dpp} dies: "
+                            f"the other die of one NPU idles")
+        if not bool(row.get("fits", True)):
+            warnings.append(f"{at}: {misfit(row, phase)}")
+    npus = dies_total / dpp
+    if one_system and npus > system_npus:
+        raise ConfigError(f"{dep.describe()}: {npus:,.0f} NPUs; the system {name} has {system_npus:,}")
+    if budget_npus is not None and npus > budget_npus:
+        raise ConfigError(f"{dep.describe()}: {npus:,.0f} NPUs, more than {budget_flag} {budget_npus:,}")
+    return warnings
 
 
 def default_deployment(specs, workload) -> DeploymentSpec:

@@ -19,6 +19,25 @@ from ..errors import ConfigError
 from ..plan.workload import Lengths, Workload
 
 MAX_REQUESTS = 10_000_000
+MIN_RATE_RPS = 1e-6  # one request per 11.6 days: below it no run of requests is a benchmark (and gaps overflow)
+BURSTINESS = (1e-3, 100.0)  # CV of the gaps: 1e-3 is all but periodic (gamma shape 1e6); 100 one burst
+MAX_SEED = 2**63 - 1
+
+
+def check_seed(seed: int, flag: str = "--seed") -> int:
+    """A random seed numpy takes: a whole number from 0 to 2^63 - 1."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"{flag} {seed}: expected a whole number from 0 to 2^63 - 1")
+    return seed
+
+
+def check_warmup(warmup: float, num_prompts: int, flag: str = "--warmup") -> float:
+    """A warm-up share that leaves at least one request in the statistics: 0 <= w < 1."""
+    if not (math.isfinite(warmup) and 0 <= warmup < 1):
+        raise ConfigError(f"{flag} {warmup:g}: expected the share of the first requests left out, from 0 to below 1")
+    if int(warmup * num_prompts) >= num_prompts:
+        raise ConfigError(f"{flag} {warmup:g}: leaves none of the {num_prompts:,} requests in the statistics")
+    return warmup
 
 
 @dataclass(frozen=True)
@@ -29,10 +48,11 @@ class Traffic:
     num_prompts: int = 1000
 
     def __post_init__(self):
-        if self.rate_rps is not None and not (self.rate_rps > 0):
-            raise ConfigError(f"--request-rate {self.rate_rps:g}: expected a positive number of requests/s or inf")
-        if not (math.isfinite(self.burstiness) and 0 < self.burstiness <= 100):
-            raise ConfigError(f"--burstiness {self.burstiness:g}: expected a coefficient of variation in (0, 100]")
+        if self.rate_rps is not None and not (self.rate_rps >= MIN_RATE_RPS):
+            raise ConfigError(f"--request-rate {self.rate_rps:g}: expected requests/s of at least {MIN_RATE_RPS:g}, or inf")
+        if not (math.isfinite(self.burstiness) and BURSTINESS[0] <= self.burstiness <= BURSTINESS[1]):
+            raise ConfigError(f"--burstiness {self.burstiness:g}: expected a coefficient of variation from "
+                              f"{BURSTINESS[0]:g} to {BURSTINESS[1]:g} (1: Poisson)")
         if self.max_concurrency is not None and not (1 <= self.max_concurrency <= MAX_REQUESTS):
             raise ConfigError(f"--max-concurrency {self.max_concurrency}: expected 1 to {MAX_REQUESTS:,}")
         if not (1 <= self.num_prompts <= MAX_REQUESTS):

@@ -58,7 +58,6 @@ IGNORED: dict[str, str] = {
     "rope_scaling": "RoPE context extension (YaRN, llama3): rescaled frequencies, same FLOPs and bytes",
     "rope_parameters": ("RoPE base, scaling and rotary fraction (transformers >= 5): which frequencies rotate "
                         "which dims, not the matmuls or bytes; cmperf counts RoPE's elementwise work over the whole q/k head"),
-    "max_position_embeddings": "longest supported context; cmperf takes the context length as an input",
     "hidden_act": "activation inside the gated (SwiGLU) FFN every supported family uses: elementwise work",
     "attention_dropout": "training-only dropout",
     "use_cache": "runtime flag of transformers' generate()",
@@ -628,6 +627,9 @@ def import_hf_config(raw: dict, name: str | None, source: str) -> tuple[dict, li
     body = FAMILIES[model_type](c)
     if body.get("mtp", {}).get("modules", 1) == 0:
         del body["mtp"]  # the schema's default: no MTP module
+    context = c.int("max_position_embeddings", None)
+    if context is not None:  # the longest supported context: predictions past it are warned about
+        body["max_context_tokens"] = {"value": context, "source": "config.json max_position_embeddings"}
     model = {"kind": "model", "name": name or "imported", "description": _description(body, model_type),
              "source": source, **body}
     return model, c.unmapped()
@@ -732,7 +734,7 @@ def import_hf_file(path: str | Path, name: str | None = None) -> tuple[dict, lis
 
 # --------------------------------------------------------------------------- YAML
 _SECTIONS = [("kind", "name", "description", "source"),
-             ("hidden_size", "num_layers", "first_dense_layers", "vocab_size", "tie_word_embeddings"),
+             ("hidden_size", "num_layers", "first_dense_layers", "vocab_size", "tie_word_embeddings", "max_context_tokens"),
              ("attention",), ("layer_pattern", "linear_attention"), ("dense_ffn",), ("moe",), ("mtp",), ("precision",), ("serving",)]
 
 

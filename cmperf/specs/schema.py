@@ -584,6 +584,16 @@ class Serving(Strict):
     default_expert_imbalance: Imbalance
 
 
+MAX_CONTEXT = 1_000_000_000  # tokens: as the scenario inputs (cmperf/scenario.py MAX_INPUT)
+
+
+class ContextTokens(Strict):
+    """The longest context the model supports (config.json ``max_position_embeddings``)."""
+
+    value: int = Field(ge=1, le=MAX_CONTEXT)
+    source: str = Field(min_length=3)
+
+
 class ModelSpec(Strict):
     kind: Literal["model"]
     name: str
@@ -597,6 +607,8 @@ class ModelSpec(Strict):
     first_dense_layers: int = Field(ge=0)  # dense (FFN) layers before the MoE layers; all, when no `moe`
     vocab_size: int = Field(gt=0)
     tie_word_embeddings: bool
+    # the longest context it supports: a prediction past it gets a warning (absent: unknown)
+    max_context_tokens: Optional[ContextTokens] = None
     attention: Attention
     # attention of each layer, repeated over the layers (absent: every layer `full`): `full`
     # attends the whole context with `attention`, `window` its last `attention.sliding_window`
@@ -657,6 +669,53 @@ class SourcedInt(Strict):
     source: str = Field(min_length=3)
 
 
+# Bounds of a stack's facts (docs/model.md §11): past them a value no longer describes software.
+MAX_RUNNING_PER_RANK = 100_000  # decode requests one DP rank holds: SGLang/vLLM defaults are 256-4096
+MAX_PASS_TOKENS = 10_000_000  # prompt tokens in one prefill pass (or one chunk): 16K-32K are the published defaults
+MAX_PASS_REQUESTS = 100_000  # prompts in one prefill pass
+MAX_BLOCK_TOKENS = 1_000_000  # tokens per KV page: 1-512 published (paper §4.4: 128-512)
+MAX_DRAFT_TOKENS = 64  # speculative tokens per step: 1-7 published (EAGLE-3 drafts up to 8)
+MAX_HOST_S = 1.0  # host time per launch, iteration or pass: microseconds to milliseconds are published
+
+
+class Limit(SourcedInt):
+    """A batching limit of a stack: at least 1 (a limit of 0 admits nothing: the run never ends)."""
+
+    value: int = Field(ge=1)
+
+
+class RunningLimit(Limit):
+    value: int = Field(ge=1, le=MAX_RUNNING_PER_RANK)
+
+
+class PassTokens(Limit):
+    value: int = Field(ge=1, le=MAX_PASS_TOKENS)
+
+
+class PassRequests(Limit):
+    value: int = Field(ge=1, le=MAX_PASS_REQUESTS)
+
+
+class ChunkTokens(SourcedInt):
+    """0: a prompt is prefilled whole; else chunks of at most this many tokens."""
+
+    value: int = Field(ge=0, le=MAX_PASS_TOKENS)
+
+
+class BlockTokens(Limit):
+    value: int = Field(ge=1, le=MAX_BLOCK_TOKENS)
+
+
+class DraftTokens(SourcedInt):
+    value: int = Field(ge=0, le=MAX_DRAFT_TOKENS)
+
+
+class HostSeconds(NonNegative):
+    """A host time in seconds: 0 (hidden) up to MAX_HOST_S."""
+
+    value: float = Field(ge=0, le=MAX_HOST_S, allow_inf_nan=False)
+
+
 class SourcedBool(Strict):
     value: bool
     source: str = Field(min_length=3)
@@ -692,19 +751,20 @@ class StackSpec(Strict):
     description: str
     confidence: Confidence
     source: str = Field(min_length=3)
+    vendors: Optional[list[str]] = None  # the chip vendors it runs on (chip.vendor: huawei, nvidia, amd); none: any
     decode_graph: GraphMode  # graph: one launch per decode graph (the chip's kernel_launch_s per op); eager: host-paced
     prefill_graph: GraphMode
-    eager_launch_s: NonNegative  # host time to launch one operator in eager mode
-    scheduler_overhead_s: NonNegative  # host time per decode iteration the device waits for (0 when overlapped)
-    prefill_overhead_s: NonNegative  # host time per prefill pass the device waits for
+    eager_launch_s: HostSeconds  # host time to launch one operator in eager mode
+    scheduler_overhead_s: HostSeconds  # host time per decode iteration the device waits for (0 when overlapped)
+    prefill_overhead_s: HostSeconds  # host time per prefill pass the device waits for
     two_batch_overlap: SourcedBool  # two microbatches in decode and prefill (the faster, 'auto'), else one
-    mtp_draft_tokens: SourcedInt  # speculative tokens verified per request and step (0: no MTP)
+    mtp_draft_tokens: DraftTokens  # speculative tokens verified per request and step (0: no MTP)
     mtp_acceptance: Fraction  # acceptance of each draft token (accept length 1 + a + ... + a^k)
-    max_running_per_rank: Optional[SourcedInt] = None  # decode requests one DP-attention rank holds at most
-    max_prefill_tokens: SourcedInt  # prompt tokens one prefill pass takes at most (per instance)
-    max_prefill_requests: Optional[SourcedInt] = None  # prompts one prefill pass takes at most (per instance)
-    chunked_prefill_tokens: SourcedInt  # 0: a prompt is prefilled whole; else chunks of at most this many
-    kv_block_tokens: SourcedInt  # tokens per KV page / block
+    max_running_per_rank: Optional[RunningLimit] = None  # decode requests one DP-attention rank holds at most
+    max_prefill_tokens: PassTokens  # prompt tokens one prefill pass takes at most (per instance)
+    max_prefill_requests: Optional[PassRequests] = None  # prompts one prefill pass takes at most (per instance)
+    chunked_prefill_tokens: ChunkTokens  # 0: a prompt is prefilled whole; else chunks of at most this many
+    kv_block_tokens: BlockTokens  # tokens per KV page / block
     dp_balance: DPBalance
     expert_balance: ExpertBalance
 
