@@ -14,6 +14,8 @@ never imports pandas.
 from __future__ import annotations
 
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -225,14 +227,56 @@ def load_specs(hardware: str = "cloudmatrix384", model: str | None = None, sets:
     return _warned(_with_stack(specs, hardware, stack, overrides["stack"]))
 
 
+_DEFAULT_SPECS: dict[str, Any] = {}
+
+
+def default_specs() -> Specs:
+    """``load_specs()`` (the default system, its model and serving stack), read once per
+    process: the specs of a call that gives none (``predict("decode", {"batch": 64})``). They
+    are read again when one of their files changes (its size, modification time or inode),
+    as ``load_specs`` would see the change."""
+    hit = _DEFAULT_SPECS.get("specs")
+    if hit is not None and _file_stamps(hit[0]) == hit[1]:
+        return hit[2]
+    specs = load_specs()
+    paths = _spec_paths(specs)
+    _DEFAULT_SPECS["specs"] = (paths, _file_stamps(paths), specs)
+    return specs
+
+
+def _spec_paths(specs: Specs) -> tuple[Path, ...]:
+    """The files ``specs`` were read from: the system, its chip, the model, the stack."""
+    from .specs.loader import resolve
+
+    if specs._plain is not None:
+        paths = [specs._plain["system_path"], specs._plain["chip_path"]]
+    else:
+        paths = [specs.hardware.system_path, specs.hardware.chip_path]
+    paths.append(resolve("model", system_model(str(paths[0]))))
+    if specs.stack_name is not None:
+        paths.append(resolve("stack", specs.stack_name))
+    return tuple(Path(p) for p in paths)
+
+
+def _file_stamps(paths: Iterable[Path]) -> tuple:
+    """(size, mtime, inode) of each file (None for one that is gone)."""
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(out)
+
+
 _implausible_said: set[str] = set()
 
 
 def _warned(specs: Specs) -> Specs:
     """``specs``, after one warning line on stderr (once per process) for each value outside the
     range of any real part (:mod:`.specs.plausible`); the prediction runs all the same."""
-    import sys
-
     from .specs.plausible import implausible
 
     if specs._plain is not None:
@@ -336,7 +380,7 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     :class:`ConfigError`; otherwise invalid rows are returned in ``Prediction.invalid``."""
     if phase not in PHASES:
         raise ConfigError(f"unknown phase '{phase}' (expected one of: {', '.join(PHASES)})")
-    specs = specs or load_specs()
+    specs = specs or default_specs()
     values = {k: v for k, v in (values or {}).items() if v is not None}
     sweep_cols = {k: list(v) for k, v in (sweeps or {}).items()}
     given = set(values) if rows is None else set().union(*(set(r) for r in rows)) if rows else set()
@@ -655,3 +699,8 @@ def _numeric(col: np.ndarray, flag: str) -> np.ndarray:
         except (TypeError, ValueError):
             raise ConfigError(f"{flag}: expected a number or 'default' (got {short(v, 40)!r})") from None
     return infer(out.tolist())
+
+
+from . import callable_module  # noqa: E402  (``from cmperf import predict``: cmperf/__init__.py)
+
+callable_module(__name__, "predict")

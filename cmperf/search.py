@@ -490,3 +490,8 @@ def breakdown(result: SearchResult, specs: Specs, row: pd.Series | None = None) 
     row = result.featured if row is None else row
     values, sweeps = inputs_of(result.phase, row, result.sweeps)
     return predict(result.phase, values, specs, sweeps=sweeps or None).breakdown(0)
+
+
+from . import callable_module  # noqa: E402  (``from cmperf import search``: cmperf/__init__.py)
+
+callable_module(__name__, "search")

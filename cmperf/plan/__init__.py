@@ -4,3 +4,8 @@ decode or co-located instances for a workload and its SLOs, and the rate it serv
 from .planner import Plan, default_workload, plan
 
 __all__ = ["Plan", "default_workload", "plan"]
+
+
+from .. import callable_module  # noqa: E402  (``from cmperf import plan``: cmperf/__init__.py)
+
+callable_module(__name__, "plan")

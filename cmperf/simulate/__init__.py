@@ -205,3 +205,8 @@ def _arrivals(traffic: Traffic, n: int, rng: np.random.Generator) -> np.ndarray:
         shape = 1.0 / (cv * cv)
         gaps = rng.gamma(shape, mean / shape, n)
     return np.cumsum(gaps) - gaps[0]
+
+
+from .. import callable_module  # noqa: E402  (``from cmperf import simulate``: cmperf/__init__.py)
+
+callable_module(__name__, "simulate")

@@ -32,14 +32,23 @@ def _sourced(obj: Any) -> bool:
 
 
 class SpecView:
-    __slots__ = ("_obj", "_over", "_prefix")
+    """A field read once is kept in the view's ``__dict__`` (so that the next read of it is a
+    plain attribute lookup, not a call of ``__getattr__``): a view is a snapshot of its spec
+    and overrides, made for one evaluation (:meth:`cmperf.predict.Specs.views`)."""
 
     def __init__(self, obj: Any, overrides: Mapping[str, Any] | None = None, _prefix: str = ""):
-        self._obj = obj
-        self._over = overrides or {}
-        self._prefix = _prefix
+        d = self.__dict__
+        d["_obj"], d["_over"], d["_prefix"] = obj, overrides or {}, _prefix
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy/pickle probing a protocol: not a field
+            raise AttributeError(name)
+        value = self._read(name)
+        if not hasattr(SpecView, name):  # a field named like a method is read with [] each time
+            self.__dict__[name] = value
+        return value
+
+    def _read(self, name: str) -> Any:
         path = f"{self._prefix}{name}"
         if path in self._over:
             return self._over[path]
@@ -55,8 +64,12 @@ class SpecView:
             return SpecView(value, self._over, f"{path}.")
         return value
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a spec view is read-only ({name})")
+
     def __getitem__(self, name: str) -> Any:
-        return self.__getattr__(name)
+        d = self.__dict__
+        return d[name] if name in d and not name.startswith("_") else self.__getattr__(name)
 
     def keys(self) -> list[str]:
         """The fields (or, for a mapping such as ``tiers``, the names) in order."""
