@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -59,6 +60,7 @@ def plan_cmd(
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write every deployment evaluated (ranked) to this CSV file"),
     plot: Optional[str] = typer.Option(None, "--plot", help="write an image (png, pdf, svg, ...: by its suffix): TTFT/TPOT against the rate per shape, the P:D split, the TTFT breakdown (with --sweep or lists: goodput per value)"),
+    export: Optional[str] = typer.Option(None, "--export", help="write the best deployment to this directory: deployment.yaml (read back by --deployment) and the launch commands of the stacks that run it (SGLang, vLLM, MindIE, Dynamo; docs/export.md)"),
 ):
     """Plan a deployment: the P:D split, instance sizes, batch, requests/s within the SLOs and
     where the time goes (default: the paper's setting, 384 NPUs, 4K prompts, 256 outputs,
@@ -76,6 +78,8 @@ def plan_cmd(
         from ..plots import plot_format
 
         plot_format(plot)
+    if export is not None and not export:
+        raise ConfigError("--export: expected a directory name (got an empty string)")
     rates, hits = _list(rate, "--rate"), _list(prefix_hit, "--prefix-hit")
     _cap_plans(len(rates) * len(hits), {})
     variants = [({"rate": r, "prefix_hit": h} if len(rates) * len(hits) > 1 else {},
@@ -94,6 +98,8 @@ def plan_cmd(
         raise ConfigError("--prefill/--decode (or --deployment) evaluate one deployment: not with --sweep or lists")
     if given is not None:
         _check_given(given, hardware, model, sets, stack, npus, supernode)
+    if export is not None and (sweep or len(variants) > 1):
+        raise ConfigError("--export writes one deployment: not with --sweep or lists of --rate / --prefix-hit")
     kwargs = dict(hardware=hardware, model=model, sets=sets, npus=npus, supernode=supernode,
                   shape_names=_shapes(shapes), kv_tier=kv_tier, pool_path=pool_path, working_set_tokens=working_set,
                   block_tokens=block_tokens, stack=stack, deployment=given)
@@ -131,6 +137,11 @@ def plan_cmd(
         _render_sweep(result, fmt, out, prov)
         return
     verified = _verify(result, verify_prompts) if verify else None
+    if export is not None and result.best is not None:
+        from ..export import context, from_plan, write
+
+        written = write(export, from_plan(result.best), context(result.specs, result.workload.slo), prov)
+        sys.stderr.write(f"cmperf: wrote {len(written)} files to {export}: {', '.join(Path(w).name for w in written)}\n")
     _render(result, fmt, top, out, plot, prov, verified)
 
 

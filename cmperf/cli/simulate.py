@@ -51,6 +51,7 @@ def simulate_cmd(
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="write one row per request (send, first token, finish, lengths) to this CSV"),
     plot: Optional[str] = typer.Option(None, "--plot", help="draw latency CDFs and throughput over time to this image (png, pdf, svg, ...: by its suffix)"),
+    export: Optional[str] = typer.Option(None, "--export", help="write the simulated deployment to this directory: deployment.yaml (read back by --deployment) and the launch commands of the stacks that run it (docs/export.md)"),
 ):
     """Simulate one deployment request by request and print bench_serving's metrics (default:
     the system's published deployment, the paper's 6 x 32 + 1 x 320 dies on CloudMatrix384,
@@ -109,6 +110,16 @@ def simulate_cmd(
                       deployment=res.settings["deployment"], traffic=res.settings["traffic"], seed=seed)
     if out:
         write_csv(_rows(res), out, prov, "--out")
+    if export is not None:
+        import sys
+
+        from ..export import context, from_deployment, write
+
+        keys = ("request_throughput_rps", "goodput_rps", "mean_ttft_ms", "mean_tpot_ms", "npus")
+        chosen = from_deployment(res.deployment, res.instances["decode"], res.instances["prefill"],
+                                 {"split": res.settings["deployment"], **{k: res.metrics[k] for k in keys if k in res.metrics}})
+        written = write(export, chosen, context(specs, workload.slo), prov)
+        sys.stderr.write(f"cmperf: wrote {len(written)} files to {export}\n")
     if plot:
         from ..plots import simulate_figure
 

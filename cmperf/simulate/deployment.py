@@ -268,8 +268,9 @@ def check(dep: DeploymentSpec, specs, budget_npus: int | None = None, budget_fla
 
 
 def default_deployment(specs, workload) -> DeploymentSpec:
-    """The system's published deployment (instances of its deployment section), else the
-    deployment ``cmperf plan`` chooses for ``workload`` on the system's supernode."""
+    """The system's published deployment (instances of its deployment section) where this
+    model's instances of it fit the system, else the deployment ``cmperf plan`` chooses for
+    ``workload`` on the system's supernode."""
     hw, _ = specs.views()
     dep = hw.system.deployment
     counts = None
@@ -284,8 +285,12 @@ def default_deployment(specs, workload) -> DeploymentSpec:
         _, m = specs.views()
         pre = instance("prefill", hw, m, {})
         dec = instance("decode", hw, m, {})
-        return DeploymentSpec(prefill=[InstanceGroup(counts[0], {k: pre[k] for k in ("dies", "attn_tp") if k in pre})],
-                              decode=[InstanceGroup(counts[1], {k: dec[k] for k in ("dies", "tp") if k in dec})])
+        system_dies = int(hw.system.nodes) * int(hw.system.node.chips) * int(hw.chip.dies_per_package)
+        if counts[0] * pre["dies"] + counts[1] * dec["dies"] <= system_dies:
+            return DeploymentSpec(prefill=[InstanceGroup(counts[0], {k: pre[k] for k in ("dies", "attn_tp") if k in pre})],
+                                  decode=[InstanceGroup(counts[1], {k: dec[k] for k in ("dies", "tp") if k in dec})])
+        # the published counts of this model's instance sizes overflow the system (Kimi K2's
+        # EP72 decode + a 16-GPU prefill on a 72-GPU NVL72): the planner splits it instead
     from ..plan.planner import plan
 
     p = plan(workload, specs=specs, shape_names=("pd",))

@@ -1,0 +1,380 @@
+"""Export a chosen deployment (``cmperf plan|simulate --export DIR``): the deployment file
+``--deployment`` reads back, and the launch command or config of the serving stacks that run
+it (docs/export.md).
+
+Each launcher writes only flags of its stack's documented list (launchers.yaml, every flag with
+its source); a value cmperf cannot derive from the deployment is left to the stack's default.
+
+The mapping, per instance of ``dies`` dies with attention TP ``t`` (one rank per die on Ascend,
+SGLASC; one rank per GPU elsewhere, DYN-H100):
+
+    ranks              R = dies / dies_per_rank         (--tp-size R, vLLM: TP t x DP R/t)
+    DP attention       D = R / t                         (--dp-size D, --enable-dp-attention if D > 1)
+    experts            EP = R (MoE)                      (--ep-size R, --enable-expert-parallel)
+    nodes              ceil(NPUs / NPUs per node)        (--nnodes)
+    decode batch       B = ceil(batch per NPU x NPUs)    (--max-running-requests B, --max-num-seqs B / D)
+    prefill tokens     tokens per NPU x NPUs per DP group (--max-prefill-tokens, --max-num-batched-tokens)
+
+The batch is the plan's at its planned rate: the cap that keeps TPOT within its SLO.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+LAUNCHERS = Path(__file__).with_name("launchers.yaml")
+# which launchers a vendor's chips run (the stacks' own platform pages: SGLASC / VASC for Ascend)
+BY_VENDOR = {"huawei": ("sglang", "vllm", "mindie"), "nvidia": ("sglang", "vllm", "dynamo"), "amd": ("sglang", "vllm")}
+FILES = {"sglang": "sglang.sh", "vllm": "vllm.sh", "mindie": "mindie-config.json", "dynamo": "dynamo-sglang.yaml"}
+
+
+@lru_cache(maxsize=1)
+def documented() -> dict:
+    """The launchers' documented flags (launchers.yaml)."""
+    import yaml
+
+    return yaml.safe_load(LAUNCHERS.read_text())
+
+
+@dataclass
+class Instance:
+    """One kind of instance of a chosen deployment."""
+
+    role: str  # prefill | decode | colocated | afd
+    count: int
+    dies: int
+    tp: int  # attention TP (prefill) or TP (decode)
+    batch_per_npu: float = 0.0  # decode requests per NPU at the planned rate
+    tokens_per_npu: float = 0.0  # prompt tokens per NPU per pass (prefill; the chunk, co-located)
+    attention_dies: int = 0
+    expert_dies: int = 0
+
+
+@dataclass
+class Chosen:
+    """A deployment as ``cmperf plan`` chose it (or ``simulate`` ran it), and its numbers."""
+
+    shape: str  # pd | colocated | afd
+    instances: list[Instance]
+    numbers: dict = field(default_factory=dict)  # goodput_rps, ttft_ms, tpot_ms, ... at the planned rate
+
+    def describe(self) -> str:
+        """``19 x prefill 32 dies (TP 4) + 1 x decode 160 dies``."""
+        def one(i):
+            if i.role == "afd":
+                return f"{i.count} x AFD ({i.attention_dies} attention + {i.expert_dies} expert dies)"
+            return f"{i.count} x {i.role} {i.dies} dies" + (f" (TP {i.tp})" if i.tp > 1 else "")
+        return " + ".join(one(i) for i in self.instances)
+
+    def deployment_file(self) -> dict:
+        """The YAML ``--deployment`` reads (cmperf/simulate/deployment.py: from_file)."""
+        out: dict[str, list] = {}
+        for i in self.instances:
+            if i.role == "afd":
+                out.setdefault("afd", []).append({"count": i.count, "attention_dies": i.attention_dies,
+                                                  "expert_dies": i.expert_dies})
+            else:
+                out.setdefault(i.role, []).append({"count": i.count, "dies": i.dies,
+                                                   ("attn_tp" if i.role == "prefill" else "tp"): i.tp})
+        return out
+
+
+def from_plan(best: dict) -> Chosen:
+    """The best row of a plan (Plan.best) as a :class:`Chosen`."""
+    n = lambda k: int(round(float(best.get(k) or 0)))  # noqa: E731
+    shape = str(best["shape"])
+    dec_batch, pre_tokens = float(best.get("decode_batch_per_npu") or 0), float(best.get("prefill_tokens_per_npu") or 0)
+    if shape == "colocated":
+        inst = [Instance("colocated", n("decode_instances"), n("decode_dies"), n("decode_tp") or 1, dec_batch, pre_tokens)]
+    else:
+        inst = [Instance("prefill", n("prefill_instances"), n("prefill_dies"), n("prefill_tp") or 1, 0.0, pre_tokens)]
+        if shape == "afd":
+            inst.append(Instance("afd", n("decode_instances"), n("attention_dies") + n("expert_dies"), 1, dec_batch,
+                                 attention_dies=n("attention_dies"), expert_dies=n("expert_dies")))
+        else:
+            inst.append(Instance("decode", n("decode_instances"), n("decode_dies"), n("decode_tp") or 1, dec_batch))
+    keys = ("goodput_rps", "max_rps", "rate_rps", "ttft_ms", "tpot_ms", "npus", "binding")
+    c = Chosen(shape, inst, {k: best[k] for k in keys if k in best})
+    c.numbers["split"] = c.describe()
+    return c
+
+
+def from_deployment(dep, dec_inputs: list, pre_inputs: list, numbers: dict | None = None) -> Chosen:
+    """A simulated deployment (a DeploymentSpec and the resolved inputs of its groups)."""
+    inst = []
+    for g, i in zip(dep.prefill, pre_inputs):
+        inst.append(Instance("prefill", g.count, int(i["dies"]), int(i.get("attn_tp") or 1),
+                             tokens_per_npu=float(i.get("tokens_per_npu") or 0)))
+    for g, i in zip(dep.decode, dec_inputs):
+        if dep.decode_phase == "afd":
+            inst.append(Instance("afd", g.count, int(i["attention_dies"] + i["expert_dies"]), 1, float(i.get("batch") or 0),
+                                 attention_dies=int(i["attention_dies"]), expert_dies=int(i["expert_dies"])))
+        else:
+            inst.append(Instance("colocated" if dep.colocated else "decode", g.count, int(i["dies"]), int(i.get("tp") or 1),
+                                 float(i.get("batch") or 0)))
+    shape = "afd" if dep.decode_phase == "afd" else "colocated" if dep.colocated else "pd"
+    return Chosen(shape, inst, dict(numbers or {}))
+
+
+# --------------------------------------------------------------------------- launchers
+@dataclass
+class Context:
+    """What a launcher needs besides the deployment: the system, the model, the stack."""
+
+    vendor: str
+    dies_per_package: int
+    chips_per_node: int
+    model_name: str
+    moe: bool
+    mtp_modules: int
+    redundant_experts: dict  # role -> redundant routed experts of that instance (EP = its ranks)
+    stack: dict | None  # the plan's stack profile (plain data) or None
+    stack_name: str
+    ttft_slo_ms: float
+    tpot_slo_ms: float
+    mtp_on: bool
+
+    def ranks(self, dies: int) -> int:
+        """One rank per die on Ascend (SGLASC: tp 16 on a 16-die node), per GPU elsewhere."""
+        return dies if self.vendor == "huawei" else max(1, dies // self.dies_per_package)
+
+    def nodes(self, dies: int) -> int:
+        return max(1, math.ceil(dies / self.dies_per_package / self.chips_per_node))
+
+    def stack_value(self, key: str, default=None):
+        """A field of the stack profile (its ``value``), ``default`` where none."""
+        v = None if self.stack is None else self.stack.get(key)
+        v = v.get("value") if isinstance(v, dict) else v
+        return default if v is None else v
+
+
+def context(specs, slo) -> Context:
+    """The :class:`Context` of ``specs`` (a predict.Specs) and the workload's SLO."""
+    from ..deployment import _published, expert_layout
+
+    hw, m = specs.views()
+    stack = specs.stack
+    red = {}
+    if m.moe is not None:
+        for role, phase in (("prefill", "prefill"), ("decode", "decode"), ("colocated", "decode")):
+            pub = _published(hw, phase)
+            red[role] = (pub["shared_copies_per_die"], pub["redundant_per_die"])
+    mtp = bool(hw.system.deployment is not None and getattr(hw.system.deployment.decode, "mtp", False))
+    return Context(vendor=str(specs.hardware.chip.vendor), dies_per_package=int(hw.chip.dies_per_package),
+                   chips_per_node=int(hw.system.node.chips), model_name=str(m.name), moe=m.moe is not None,
+                   mtp_modules=int(m.mtp.modules), redundant_experts={"layout": red, "model": m, "fn": expert_layout},
+                   stack=dict(stack) if stack is not None else None, stack_name=specs.stack_name or "none",
+                   ttft_slo_ms=float(slo.ttft_s * 1e3), tpot_slo_ms=float(slo.tpot_s * 1e3),
+                   mtp_on=mtp and int(m.mtp.modules) > 0)
+
+
+def _redundant(ctx: Context, role: str, ep: int) -> int:
+    lay = ctx.redundant_experts
+    if not ctx.moe or role not in lay["layout"]:
+        return 0
+    s, r = lay["layout"][role]
+    red, _ = lay["fn"](lay["model"], [float(ep)], s, r)
+    return int(red[0])
+
+
+def _cuda_graph_bs(per_rank: int) -> list[int]:
+    """The per-rank batches to capture: powers of two below the largest, and the largest."""
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b < per_rank]
+    return sizes + [per_rank]
+
+
+def sglang_args(i: Instance, ctx: Context, pd: bool) -> list[str]:
+    """SGLang server flags of one instance (launchers.yaml: sglang)."""
+    ranks = ctx.ranks(i.dies)
+    attn_tp = max(1, min(ctx.ranks(i.tp), ranks))
+    dp = max(1, ranks // attn_tp)
+    npus = i.dies / ctx.dies_per_package
+    a = ["--model-path", "$MODEL_PATH", "--tp-size", str(ranks)]
+    if dp > 1:
+        a += ["--dp-size", str(dp), "--enable-dp-attention", "--moe-dense-tp-size", "1"]
+        if i.role != "prefill":
+            a.append("--enable-dp-lm-head")
+    if ctx.moe:
+        a += ["--ep-size", str(ranks)]
+        red = _redundant(ctx, i.role, ranks)
+        if red > 0:
+            a += ["--ep-num-redundant-experts", str(red)]
+    nodes = ctx.nodes(i.dies)
+    if nodes > 1:
+        a += ["--nnodes", str(nodes), "--node-rank", "$NODE_RANK", "--dist-init-addr", "$HEAD_ADDR"]
+    group_npus = i.tp / ctx.dies_per_package  # NPUs of one attention DP group (cmperf's TP counts dies)
+    if i.role in ("decode", "colocated", "afd") and i.batch_per_npu > 0:
+        per_rank = max(1, math.ceil(i.batch_per_npu * npus / dp - 1e-9))
+        a += ["--max-running-requests", str(per_rank * dp), "--cuda-graph-bs", *map(str, _cuda_graph_bs(per_rank))]
+    if i.role == "prefill":
+        a += ["--max-prefill-tokens", str(int(i.tokens_per_npu * group_npus)), "--chunked-prefill-size", "-1"]
+        if ctx.stack_value("prefill_graph") == "eager":
+            a.append("--disable-cuda-graph")
+    elif i.role == "colocated" and i.tokens_per_npu > 0:
+        a += ["--chunked-prefill-size", str(int(i.tokens_per_npu * group_npus))]
+    page = ctx.stack_value("kv_block_tokens")
+    if page:
+        a += ["--page-size", str(int(page))]
+    if ctx.stack_value("two_batch_overlap") and ctx.moe:
+        a.append("--enable-two-batch-overlap")
+    if pd:
+        a += ["--disaggregation-mode", i.role]
+        if ctx.vendor == "huawei":
+            a += ["--disaggregation-transfer-backend", "ascend"]
+    if ctx.mtp_on:
+        k = int(ctx.stack_value("mtp_draft_tokens", 1) or 1)
+        a += ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
+              "--speculative-num-draft-tokens", str(k + 1)]
+    return a
+
+
+def vllm_args(i: Instance, ctx: Context, pd: bool) -> list[str]:
+    """vLLM (vLLM-Ascend) flags of one instance (launchers.yaml: vllm)."""
+    ranks = ctx.ranks(i.dies)
+    tp = max(1, min(ctx.ranks(i.tp), ranks))
+    dp = max(1, ranks // tp)
+    npus = i.dies / ctx.dies_per_package
+    a = ["$MODEL_PATH", "--tensor-parallel-size", str(tp)]
+    if dp > 1:
+        a += ["--data-parallel-size", str(dp)]
+        nodes = ctx.nodes(i.dies)
+        if nodes > 1:
+            a += ["--data-parallel-size-local", str(max(1, dp // nodes)), "--data-parallel-start-rank", "$DP_START_RANK",
+                  "--data-parallel-address", "$HEAD_ADDR"]
+    if ctx.moe and ranks > 1:
+        a.append("--enable-expert-parallel")
+    if i.role != "prefill" and i.batch_per_npu > 0:
+        a += ["--max-num-seqs", str(max(1, math.ceil(i.batch_per_npu * npus / dp - 1e-9)))]
+    tokens = i.tokens_per_npu * npus / dp
+    if tokens > 0:
+        a += ["--max-num-batched-tokens", str(int(tokens))]
+    page = ctx.stack_value("kv_block_tokens")
+    if page:
+        a += ["--block-size", str(int(page))]
+    if ctx.mtp_on:
+        k = int(ctx.stack_value("mtp_draft_tokens", 1) or 1)
+        a += ["--speculative-config", json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": k})]
+    if pd:
+        connector = "MooncakeConnector" if ctx.vendor == "huawei" else "NixlConnector"
+        role = "kv_producer" if i.role == "prefill" else "kv_consumer"
+        a += ["--kv-transfer-config", json.dumps({"kv_connector": connector, "kv_role": role})]
+    return a
+
+
+def mindie_fields(chosen: Chosen, ctx: Context) -> dict:
+    """The MindIE config.json fields the reference names (launchers.yaml: mindie)."""
+    out: dict[str, Any] = {"cacheBlockSize": int(min(128, ctx.stack_value("kv_block_tokens", 128) or 128))}
+    pre = next((i for i in chosen.instances if i.role in ("prefill", "colocated")), None)
+    if pre is not None and pre.tokens_per_npu > 0:
+        out["maxPrefillTokens"] = int(pre.tokens_per_npu * pre.tp / ctx.dies_per_package)  # one attention DP group's pass
+    out["prefillTimeMsPerReq"] = int(round(ctx.ttft_slo_ms))
+    out["decodeTimeMsPerReq"] = int(round(ctx.tpot_slo_ms))
+    return out
+
+
+def _script(lines: list[str], header: list[str]) -> str:
+    return "#!/bin/sh\n" + "".join(f"# {h}\n" for h in header) + "\n".join(lines) + "\n"
+
+
+def _command(program: str, args: list[str]) -> str:
+    """A shell line: shell variables ($MODEL_PATH ...) left for the shell, the rest quoted."""
+    return " ".join([program] + [f'"{a}"' if a.startswith("$") else shlex.quote(a) for a in args])
+
+
+def launch_files(chosen: Chosen, ctx: Context) -> dict[str, str]:
+    """File name -> text of every launcher that runs ``chosen`` on this vendor's chips;
+    ``notes.txt`` says which are not written and why."""
+    doc = documented()
+    notes = [f"cmperf export: {chosen.numbers.get('split', chosen.shape)}; planned with stack {ctx.stack_name}.",
+             "Shell variables to set: MODEL_PATH (the weights), HEAD_ADDR (host:port of node 0 of an instance), "
+             "NODE_RANK / DP_START_RANK (this node's).",
+             "Each flag comes from its stack's documentation (cmperf/export/launchers.yaml gives the source of each)."]
+    files: dict[str, str] = {}
+    if chosen.shape == "afd":
+        notes.append("No launcher written: attention-FFN disaggregation has no flag in any stack's documented list.")
+        files["notes.txt"] = "\n".join(notes) + "\n"
+        return files
+    pd = chosen.shape == "pd"
+    header = [f"{chosen.numbers.get('split', '')}", "one command per instance (run each instance's on each of its nodes)"]
+    for name in BY_VENDOR.get(ctx.vendor, ("sglang", "vllm")):
+        if name == "sglang":
+            prog = doc["sglang"]["program"]["value"]
+            lines = []
+            for i in chosen.instances:
+                lines += [f"# {i.count} x {i.role} instance of {i.dies} dies", _command(prog, sglang_args(i, ctx, pd))]
+            if pd:
+                r = doc["sglang"]["router"]["program"]["value"]
+                lines += ["# the router (SGLASC): add each instance's URL as the router's documentation says",
+                          "# " + _command(r, ["--pd-disaggregation", "--policy", "cache_aware", "--mini-lb"])]
+            files[FILES[name]] = _script(lines, header)
+        elif name == "vllm":
+            prog = doc["vllm"]["program"]["value"]
+            lines = []
+            for i in chosen.instances:
+                lines += [f"# {i.count} x {i.role} instance of {i.dies} dies", _command(prog, vllm_args(i, ctx, pd))]
+            if ctx.vendor == "huawei":
+                header = header + ["vLLM-Ascend: the KV connector (MooncakeConnector) is an ASSUMPTION: "
+                                   "vLLM-Ascend's own connectors are not in the reference"]
+            files[FILES[name]] = _script(lines, header)
+        elif name == "mindie":
+            files[FILES[name]] = json.dumps(mindie_fields(chosen, ctx), indent=2) + "\n"
+            notes.append("mindie-config.json: the MindIE config.json fields the reference names, flat: copy each "
+                         "into its section of the file (their nesting and MindIE's parallelism fields are MISSING).")
+        elif name == "dynamo":
+            import yaml
+
+            workers = {f"{i.role}_worker": {"count": i.count, "sglang_args": sglang_args(i, ctx, pd)}
+                       for i in chosen.instances}
+            files[FILES[name]] = "# Dynamo's SGLang workers (DYN-H100, DYN-GB200): each worker's SGLang flags\n" + \
+                yaml.safe_dump(workers, sort_keys=False)
+    notes.append("Not written: TensorRT-LLM (no flag of it is quoted in the reference).")
+    files["notes.txt"] = "\n".join(notes) + "\n"
+    return files
+
+
+def write(directory: str, chosen: Chosen, ctx: Context | None, provenance: dict | None = None) -> list[str]:
+    """Write ``deployment.yaml``, ``export.json`` (what was planned, its numbers) and the
+    launch files into ``directory`` (made if absent), each file whole or not at all; returns
+    the paths written."""
+    import yaml
+
+    from ..report import write_atomic
+
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise ConfigError(f"--export {directory}: expected a directory (it is a file)")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--export {directory}: cannot make the directory ({e.strerror or e})") from None
+    files = {"deployment.yaml": "# cmperf export: read back with --deployment deployment.yaml\n" +
+             yaml.safe_dump(chosen.deployment_file(), sort_keys=False)}
+    if ctx is not None:
+        files.update(launch_files(chosen, ctx))
+    files["export.json"] = json.dumps({"shape": chosen.shape, "numbers": _plain(chosen.numbers),
+                                       "stack": ctx.stack_name if ctx else None,
+                                       "files": sorted(files), "provenance": _plain(provenance or {})}, indent=2) + "\n"
+    written = []
+    for name, text in files.items():
+        path = d / name
+        write_atomic(path, lambda tmp, text=text: Path(tmp).write_text(text), "--export")
+        written.append(str(path))
+    return written
+
+
+def _plain(v):
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if hasattr(v, "item"):
+        return v.item()
+    return v

@@ -1,0 +1,167 @@
+"""plan/simulate --export (cmperf/export): the deployment file reads back to the same numbers,
+and every launch command parses with a parser built from its stack's documented flags alone
+(cmperf/export/launchers.yaml, each flag with its source)."""
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cmperf.export import documented, from_plan, launch_files, context, write
+
+
+def parser(flags: dict) -> argparse.ArgumentParser:
+    """An argparse parser that knows exactly the documented ``flags`` (unknown ones fail)."""
+    p = argparse.ArgumentParser(exit_on_error=False, add_help=False)
+    p.add_argument("positional", nargs="*")
+    for flag, spec in flags.items():
+        kind = spec["type"]
+        if kind == "bool":
+            p.add_argument(flag, action="store_true")
+        elif kind == "list":
+            p.add_argument(flag, nargs="+", type=int)
+        elif kind == "json":
+            p.add_argument(flag, type=json.loads)
+        else:
+            p.add_argument(flag, type={"int": int, "str": str}[kind])
+    return p
+
+
+ENV = {"MODEL_PATH": "/models/m", "NODE_RANK": "0", "HEAD_ADDR": "10.0.0.1:5000", "DP_START_RANK": "0"}
+
+
+def placeholders(words: list[str]) -> list[str]:
+    """Shell variables the user sets, given example values."""
+    return [ENV.get(w[1:], w) if w.startswith("$") else w for w in words]
+
+
+def commands(text: str, program: str) -> list[argparse.Namespace]:
+    """Each command line of a written script that runs ``program``, parsed (shell variables
+    stand for what the user sets: given placeholder values)."""
+    doc = documented()
+    name = next(k for k, v in doc.items() if v["program"]["value"] == program)
+    p = parser(doc[name]["flags"])
+    out = []
+    for line in text.splitlines():
+        if not line.startswith(program + " "):
+            continue
+        words = shlex.split(line[len(program):])
+        words = placeholders(words)
+        args, unknown = p.parse_known_args(words)
+        assert not unknown, (name, unknown)
+        out.append(args)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cm_plan():
+    from cmperf.plan.planner import plan
+    from cmperf.plan.workload import SLO, Workload, parse_lengths
+
+    w = Workload(prompt=parse_lengths("4096", "p"), output=parse_lengths("256", "o"), prefix_hit=0.0,
+                 slo=SLO(2.0, 0.05, "mean"), arrival_rate_per_s=None)
+    return plan(w, shape_names=("pd", "afd"))
+
+
+def test_every_documented_flag_has_a_source():
+    for name, launcher in documented().items():
+        assert launcher["program"]["source"], name
+        for flag, spec in {**launcher["flags"], **launcher.get("router", {}).get("flags", {})}.items():
+            assert len(spec.get("source", "")) > 8, (name, flag)
+            assert spec["type"] in ("int", "str", "bool", "list", "json"), (name, flag)
+
+
+def test_deployment_file_reads_back_to_the_same_numbers(cm_plan, tmp_path):
+    from cmperf.plan.planner import evaluate
+    from cmperf.simulate.deployment import from_file
+
+    best = cm_plan.best
+    write(str(tmp_path), from_plan(best), None)
+    ev = evaluate(cm_plan.specs, cm_plan.workload, from_file(str(tmp_path / "deployment.yaml")))
+    for k in ("goodput_rps", "ttft_ms", "tpot_ms", "npus"):
+        assert ev[k] == pytest.approx(best[k], rel=1e-9), k
+
+
+def test_afd_deployment_reads_back(cm_plan, tmp_path):
+    from cmperf.plan.planner import evaluate
+    from cmperf.simulate.deployment import from_file
+
+    afd = cm_plan.table[cm_plan.table["shape"] == "afd"].iloc[0].to_dict()
+    files = write(str(tmp_path), from_plan(afd), context(cm_plan.specs, cm_plan.workload.slo))
+    dep = from_file(str(tmp_path / "deployment.yaml"))
+    assert dep.decode_phase == "afd"
+    ev = evaluate(cm_plan.specs, cm_plan.workload, dep)
+    assert ev["goodput_rps"] == pytest.approx(afd["goodput_rps"], rel=1e-9)
+    # no stack documents a flag for attention-FFN disaggregation: no launcher, and a note says so
+    names = {Path(f).name for f in files}
+    assert "sglang.sh" not in names and "vllm.sh" not in names
+    assert "attention-FFN" in (tmp_path / "notes.txt").read_text()
+
+
+def test_sglang_and_vllm_commands_on_cloudmatrix(cm_plan):
+    """Hand-derived from the plan's best row: one SGLang rank per die on Ascend (SGLASC),
+    DP attention of the instance's attention TP, EP over every rank, the decode batch cap
+    the batch per NPU x NPUs (at least), and each role named for PD disaggregation."""
+    best = cm_plan.best
+    files = launch_files(from_plan(best), context(cm_plan.specs, cm_plan.workload.slo))
+    assert {"sglang.sh", "vllm.sh", "mindie-config.json", "notes.txt"} <= set(files)
+    pre, dec = commands(files["sglang.sh"], "python -m sglang.launch_server")
+    assert pre.disaggregation_mode == "prefill" and dec.disaggregation_mode == "decode"
+    assert pre.tp_size == int(best["prefill_dies"]) and dec.tp_size == int(best["decode_dies"])
+    assert pre.dp_size * int(best["prefill_tp"]) == pre.tp_size
+    assert pre.enable_dp_attention and dec.enable_dp_attention
+    assert pre.ep_size == pre.tp_size and dec.ep_size == dec.tp_size
+    npus = best["decode_dies"] / 2
+    assert best["decode_batch_per_npu"] * npus <= dec.max_running_requests < (best["decode_batch_per_npu"] + 2) * npus
+    assert max(dec.cuda_graph_bs) * dec.dp_size == dec.max_running_requests
+    assert dec.nnodes == int(best["decode_dies"]) // 16  # 8 NPUs (16 dies) per node
+    # prefill: the tokens of one pass of an attention DP group (tokens per NPU x its NPUs)
+    assert pre.max_prefill_tokens == int(best["prefill_tokens_per_npu"] * best["prefill_tp"] / 2)
+    vp, vd = commands(files["vllm.sh"], "vllm serve")
+    assert vp.tensor_parallel_size * vp.data_parallel_size == int(best["prefill_dies"])
+    assert vp.enable_expert_parallel and vd.enable_expert_parallel
+    assert vp.kv_transfer_config["kv_role"] == "kv_producer" and vd.kv_transfer_config["kv_role"] == "kv_consumer"
+    assert vd.max_num_seqs * vd.data_parallel_size == dec.max_running_requests
+    mindie = json.loads(files["mindie-config.json"])
+    assert set(mindie) <= set(documented()["mindie"]["flags"])
+    assert mindie["decodeTimeMsPerReq"] == 50 and mindie["prefillTimeMsPerReq"] == 2000
+
+
+def test_gpu_system_writes_dynamo_workers_and_one_rank_per_gpu():
+    from cmperf.plan.planner import plan
+    from cmperf.plan.workload import SLO, Workload, parse_lengths
+
+    w = Workload(prompt=parse_lengths("2000", "p"), output=parse_lengths("100", "o"), prefix_hit=0.0,
+                 slo=SLO(2.0, 0.05, "mean"), arrival_rate_per_s=None)
+    p = plan(w, hardware="gb200-nvl72", shape_names=("pd",))
+    files = launch_files(from_plan(p.best), context(p.specs, w.slo))
+    assert "mindie-config.json" not in files and "dynamo-sglang.yaml" in files
+    workers = yaml.safe_load(files["dynamo-sglang.yaml"])
+    sg = parser(documented()["sglang"]["flags"])
+    for role in ("prefill", "decode"):
+        args = sg.parse_args(placeholders(workers[f"{role}_worker"]["sglang_args"]))
+        assert args.tp_size == int(p.best[f"{role}_dies"])  # one rank per GPU (dies_per_package 1)
+        assert "--disaggregation-transfer-backend" not in workers[f"{role}_worker"]["sglang_args"]
+
+
+def test_plan_export_cli(cli, tmp_path):
+    code, out, err = cli("plan", "--npus", "128", "--shapes", "pd", "--export", str(tmp_path / "ex"), "--format", "json")
+    assert code == 0, err
+    assert "wrote" in err and "deployment.yaml" in err
+    manifest = json.loads((tmp_path / "ex" / "export.json").read_text())
+    assert manifest["numbers"]["goodput_rps"] == pytest.approx(json.loads(out)["best"]["goodput_rps"])
+    code, out2, err = cli("plan", "--npus", "128", "--deployment", str(tmp_path / "ex" / "deployment.yaml"), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out2)["best"]["goodput_rps"] == pytest.approx(json.loads(out)["best"]["goodput_rps"], rel=1e-9)
+
+
+def test_export_into_a_file_is_one_line(cli, tmp_path):
+    from helpers import one_line_error
+
+    f = tmp_path / "f"
+    f.write_text("x")
+    code, out, err = cli("plan", "--npus", "64", "--shapes", "pd", "--export", str(f))
+    one_line_error(code, err, "--export")

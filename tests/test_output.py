@@ -1,0 +1,64 @@
+"""Output a person reads (issue 24 items 2, 6, 7): hw show's default deployments, defaults that
+fit their system, records with names, words for units."""
+
+import json
+
+import pytest
+import yaml
+
+
+def test_hw_show_prints_the_default_deployment_of_every_model(cli):
+    code, out, err = cli("hw", "show", "cloudmatrix384")
+    assert code == 0, err
+    assert "default deployment on cloudmatrix384" in out
+    # the paper's deployment (§4.2, §4.3): decode EP320, batch 96, MTP; prefill 32 dies, attention TP 4
+    code, out, err = cli("hw", "show", "cloudmatrix384", "--format", "json")
+    rows = {r["quantity"]: r for r in json.loads(out) if r["section"] == "default deployment"}
+    dec, pre = rows["deepseek-r1 decode"]["instance"], rows["deepseek-r1 prefill"]["instance"]
+    assert (dec["dies"], dec["ep"], dec["tp"], dec["batch_per_npu"], dec["mtp"]) == (320, 320, 1, 96, 1)
+    assert (pre["dies"], pre["tp"]) == (32, 4)
+    # GLM-4.5's decode instance takes the whole supernode: visible, and said
+    assert rows["glm-4.5 decode"]["instance"]["dies"] == 768
+    assert "all 768 dies" in rows["glm-4.5 decode"]["note"]
+    # a dense model has no expert parallelism to show
+    assert rows["llama-3.1-70b decode"]["instance"]["ep"] is None
+
+
+def test_hw_show_is_cached(cli, monkeypatch):
+    """A second hw show of the same system runs no prediction (the answers come from the cache)."""
+    import cmperf.predict as p
+
+    code, first, err = cli("hw", "show", "cloudmatrix384")
+    assert code == 0, err
+
+    def boom(*a, **k):
+        raise AssertionError("predicted again")
+
+    monkeypatch.setattr(p, "predict", boom)
+    monkeypatch.setattr(p, "unused_fields", boom)
+    code, second, err = cli("hw", "show", "cloudmatrix384")
+    assert code == 0, err
+    assert second == first
+
+
+def test_deployment_out_fits_the_system_and_reads_back(cli, tmp_path):
+    """GB200 NVL72 x Kimi K2: the published counts of Kimi K2's instance sizes (EP72 decode +
+    16-GPU prefill) overflow the 72-GPU rack; the default is then the planner's split, which
+    fits, and simulate runs it."""
+    from cmperf.export.defaults import deployment_file
+
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(deployment_file("gb200-nvl72", "kimi-k2")))
+    dep = yaml.safe_load(path.read_text())
+    gpus = sum(g["count"] * g["dies"] for g in dep["prefill"] + dep["decode"])
+    assert gpus <= 72
+    code, out, err = cli("simulate", "--hardware", "gb200-nvl72", "--model", "kimi-k2", "--deployment", str(path),
+                         "--num-prompts", "100", "--format", "json")
+    assert code == 0, err
+
+
+def test_deployment_out_on_a_chip_is_one_line(cli, tmp_path):
+    from helpers import one_line_error
+
+    code, out, err = cli("hw", "show", "ascend-910c", "--deployment-out", str(tmp_path / "d.yaml"))
+    one_line_error(code, err, "--deployment-out", "chip")
