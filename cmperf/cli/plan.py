@@ -234,7 +234,7 @@ def _list(text: str, flag: str) -> list[str]:
 def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, ttft_stat):
     from ..plan.workload import MAX_TOKENS, SLO, Workload, parse_lengths, read_trace
 
-    from ..search import parse_number
+    from ..errors import parse_number
 
     arrival = None if rate == "max" else parse_number(rate, "--rate", words={"max": None})
     if arrival is not None and not arrival > 0:

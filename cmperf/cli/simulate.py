@@ -56,7 +56,6 @@ def simulate_cmd(
     the system's published deployment, the paper's 6 x 32 + 1 x 320 dies on CloudMatrix384,
     at the rate the planner promises for it). Example: cmperf simulate --max-concurrency 832
     --num-prompts 3328 --request-rate inf --prompt-len 3500 --output-len 1500"""
-    from ..plan.planner import evaluate
     from ..predict import load_specs, system_model
     from ..report import check_format, check_parent_dir, note_line, print_json, print_table, provenance, write_csv
     from ..simulate import Traffic, simulate
@@ -86,6 +85,8 @@ def simulate_cmd(
     if rate == "plan" and max_concurrency is not None:
         rate = math.inf  # a closed loop: bench_serving's --request-rate inf with --max-concurrency
     if rate == "plan":
+        from ..plan.planner import evaluate
+
         ev = evaluate(specs, workload, dep)
         rate = ev["goodput_rps"]
         if not rate > 0:
@@ -94,11 +95,18 @@ def simulate_cmd(
         note_line(f"request rate {rate:.4g}/s: the planner's closed form for this deployment within the SLOs "
                   f"(binding: {ev['binding']})")
     traffic = Traffic(rate_rps=rate, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)
-    progress = ProgressBar("simulating requests")
+    bars = []
+
+    def progress(done: int, total: int) -> None:  # the bar's clock starts with the run, not the step-time grids
+        if not bars:
+            bars.append(ProgressBar("simulating requests"))
+        bars[0](done, total)
+
     try:
         res = simulate(specs, workload, dep, traffic, seed, progress, warmup, working_set_tokens=working_set)
     finally:
-        progress.close()
+        for bar in bars:
+            bar.close()
     prov = provenance("simulate", hardware, model, sets or [], stack=specs.stack_name or "none",
                       deployment=res.settings["deployment"], traffic=res.settings["traffic"], seed=seed)
     if out:
@@ -126,7 +134,7 @@ def _rate(text: str):
         return "plan"
     if text == "inf":
         return math.inf
-    from ..search import parse_number
+    from ..errors import parse_number
 
     v = parse_number(text, "--request-rate")
     if not v > 0:

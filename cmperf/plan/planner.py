@@ -29,9 +29,7 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from ..cost.arch import kv_cache
-from ..cost.ops import Bytes
-from ..cost.pool import pool_capacity_B, pool_read_s
+from ..cost.pool import pool_capacity_B, pool_read_s, served_hit
 from ..errors import ConfigError
 from ..predict import Specs, load_specs, system_model
 from . import instances, shapes
@@ -42,23 +40,6 @@ from .workload import SLO, Workload, fixed
 SHAPES = ("pd", "colocated", "afd")
 P90 = 0.9
 MAX_NPUS = 100_000
-
-
-def served_hit(hw, m, workload: Workload, working_set_tokens: float | None = None) -> tuple[float, float | None]:
-    """(the prefix-hit share the pool serves, the prefix tokens it holds) (docs/model.md §9.5):
-    the pool holds capacity / (KV bytes per token) tokens; with a working set of W distinct
-    prefix tokens an LRU pool under uniform popularity keeps min(1, held / W) of them, so it
-    serves h x min(1, held / W) of the hits asked."""
-    hit = workload.prefix_hit
-    if not hit > 0:
-        return hit, None
-    # a cached prompt's cache per token (docs/model.md §1.2: a window or a state is per prompt)
-    prompt = max(workload.prompt.mean, 1.0)
-    kv_tok = float(kv_cache(m, Bytes.of(m).kv, 1.0).bytes(prompt)) / prompt
-    pool_tokens = pool_capacity_B(hw) / kv_tok
-    if working_set_tokens is not None:
-        hit = hit * min(1.0, pool_tokens / working_set_tokens)
-    return hit, pool_tokens
 
 
 def default_workload() -> Workload:

@@ -7,9 +7,11 @@ SLOs in steady state:
                 (the first 10 % warm the queues up, the last 10 % are sent while nothing
                 arrives behind them: the drain; bench_serving's metrics over that window)
     TTFT        its mean (or p90, as the SLO says) <= the TTFT SLO over the window, and the
-                window's last quarter no more than 10 % of the SLO above its first quarter
-                (a queue that still grows is not steady, even while its mean is under the SLO:
-                above capacity the wait grows without bound, at any run length)
+                mean of the window's last quarter no more above its first quarter's than 10 %
+                of the SLO or three standard errors of the difference (batch means, 10 batches
+                a quarter), whichever is larger (a queue that still grows is not steady, even
+                while its mean is under the SLO: above capacity the wait grows without bound,
+                at any run length; a heavy tail's noise is not growth)
     TPOT        the window's mean <= the TPOT SLO
 
 Every rate of one search runs the same requests and the same arrival gaps scaled by 1 / rate
@@ -60,9 +62,21 @@ def steady(req: Requests, slo_ttft_s: float, slo_tpot_s: float, ttft_stat: str =
            "mean_tpot_ms": float(np.nanmean(tpot) * 1e3) if np.isfinite(tpot).any() else 0.0,
            "p99_ttft_ms": float(np.nanquantile(ttft, 0.99) * 1e3), "p99_tpot_ms": float(np.nanquantile(tpot, 0.99) * 1e3) if np.isfinite(tpot).any() else 0.0,
            "sent_rps": (len(win) - 1) / span if span > 0 else float("inf")}
-    res["steady"] = bool(res["ttft_last_quarter_ms"] <= res["ttft_first_quarter_ms"] + GROWTH * slo_ttft_s * 1e3)
+    se = math.hypot(_batch_se(first), _batch_se(last)) * 1e3
+    rise = float(np.nanmean(last) - np.nanmean(first)) * 1e3
+    res["ttft_rise_ms"], res["ttft_rise_se_ms"] = rise, se
+    res["steady"] = bool(rise <= max(GROWTH * slo_ttft_s * 1e3, 3.0 * se))
     res["meets_slos"] = bool(res["ttft_ms"] <= slo_ttft_s * 1e3 and res["steady"] and res["mean_tpot_ms"] <= slo_tpot_s * 1e3)
     return res
+
+
+def _batch_se(x: np.ndarray, batches: int = 10) -> float:
+    """Standard error of the mean of ``x`` (in order) from the spread of its batch means."""
+    x = x[np.isfinite(x)]
+    if len(x) < 2 * batches:
+        return float(np.std(x) / math.sqrt(max(len(x), 1)))
+    means = np.array([b.mean() for b in np.array_split(x, batches)])
+    return float(means.std(ddof=1) / math.sqrt(batches))
 
 
 def sustained_rate(run, planned_rps: float, slo_ttft_s: float, slo_tpot_s: float, ttft_stat: str = "mean",
