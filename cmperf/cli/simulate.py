@@ -47,6 +47,7 @@ def simulate_cmd(
     tpot_slo: float = typer.Option(50.0, "--tpot-slo", help="TPOT SLO in ms, for the goodput (and the plan rate)"),
     warmup: float = typer.Option(0.0, "--warmup", help="share of the first requests left out of the latency statistics"),
     seed: int = typer.Option(0, "--seed", help="random seed (the same seed gives the same run)"),
+    mtp: Optional[bool] = typer.Option(None, "--mtp/--no-mtp", help="multi-token prediction on or off in every instance (default: the system's deployment; an instance's :mtp= wins)"),
     hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt, stack: Optional[str] = StackOpt,
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="write one row per request (send, first token, finish, lengths) to this CSV"),
@@ -80,6 +81,12 @@ def simulate_cmd(
     dep = from_file(deployment) if deployment else from_flags(prefill or [], decode or [], afd or [], colocated or [])
     if dep is None:
         dep = default_deployment(specs, workload)
+    if mtp is not None:
+        _, m = specs.views()
+        if mtp and not m.mtp.modules:
+            raise ConfigError(f"--mtp: model {model} has no MTP module")
+        for g in [*dep.prefill, *dep.decode]:
+            g.inputs.setdefault("mtp", int(mtp))
     Traffic(rate_rps=None, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)  # checked first
     rate = _rate(request_rate)
     if rate == "plan" and max_concurrency is not None:
