@@ -175,3 +175,26 @@ def test_closed_form_and_simulation_tell_one_story(case):
         assert st["ttft_ms"] == pytest.approx(float(row["ttft_ms"]), rel=0.25), (load, st["ttft_ms"], row["ttft_ms"])
         seen.append(st["ttft_ms"])
     assert seen == sorted(seen)
+
+
+def test_kv_preemption_and_recompute_by_hand():
+    """One rank holding 2,500 KV tokens, two prompts of 1,000 tokens and 1,001-token outputs
+    (1,000 decode steps), 1 token a step: both prefilled in one iteration (10 + 20 ms) and
+    admitted on their prompts' KV, they outgrow the rank at step 251 (2,000 + 2 x 251 > 2,500);
+    the newer one is preempted (vLLM's recompute: its 1,251 tokens dropped), waits until the
+    older one finishes, recomputes them and runs its 749 steps left. Its first token stays the
+    one streamed before."""
+    class Small(_Step):
+        kv_tokens_per_rank = 2500.0
+
+    req = Requests(arrival_s=np.zeros(2), prompt=np.array([1000.0, 1000.0]), output=np.array([1001.0, 1001.0]),
+                   cached=np.zeros(2), steps=np.array([1000, 1000]))
+    stats = Stats()
+    inst = CoLocatedInstance(0, Small(), 1, 1.0, math.inf, "round_robin", req, stats, 4000.0, math.inf, True)
+    Simulation(req, [], [inst], math.inf, stats).run()
+    assert inst.preemptions == 1
+    assert np.isfinite(req.finish_s).all() and req.finish_s[1] > req.finish_s[0]
+    assert req.first_token_s == pytest.approx([0.030, 0.030])
+    assert req.finish_s[0] == pytest.approx(0.030 + 1000 * 0.010)
+    # then request 1 recomputes 1,251 tokens alone (22.5 ms) and runs its 749 steps left
+    assert req.finish_s[1] == pytest.approx(req.finish_s[0] + 0.010 + 1e-5 * 1251 + 749 * 0.010, rel=1e-3)

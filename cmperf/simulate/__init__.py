@@ -117,6 +117,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     sim.run(progress)
     res = metrics(req, stats, workload.slo.ttft_s * 1e3, workload.slo.tpot_s * 1e3, warmup)
     res["accept_length"] = float(mu)
+    res["preemptions"] = int(sum(d.preemptions for d in decode))
     dur = res["duration_s"]
     res["prefill_utilisation"] = float(np.mean([p.busy for p in prefill]) / dur) if prefill else 0.0
     res["decode_utilisation"] = float(np.mean([d.busy for d in decode]) / dur) if decode else 0.0
