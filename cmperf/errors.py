@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any, Mapping
+
 
 class CmperfError(Exception):
     """Bad input: a spec file, a flag or a configuration. The message is one clear line
@@ -35,3 +38,21 @@ def short_path(path) -> str:
     """A file path as an error message names it: whole unless longer than PATH_LIMIT (a path
     cut to 80 characters no longer names the file)."""
     return short(str(path), PATH_LIMIT)
+
+
+def parse_number(item: str, flag: str, integer: bool = False, words: Mapping[str, Any] | None = None):
+    """One number a user typed (ASCII digits only), finite, whole when ``integer``; else one line naming ``flag``."""
+    try:
+        if not item.isascii():  # float() reads other scripts' digits ('٣' = 3)
+            raise ValueError(item)
+        x = float(item)
+    except ValueError:
+        names = f" or one of: {', '.join(words)}" if words else ""
+        raise ConfigError(f"{flag} {short(item)}: expected {'an integer' if integer else 'a number'}{names}") from None
+    if not math.isfinite(x):
+        raise ConfigError(f"{flag} {short(item)}: expected a finite number")
+    if integer:
+        if not x.is_integer():
+            raise ConfigError(f"{flag} {short(item)}: expected an integer")
+        return int(x)
+    return x

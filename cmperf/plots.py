@@ -745,3 +745,28 @@ def simulate_figure(res, path: str | Path, title: str = "") -> None:
     fig.tight_layout()
     _save(fig, path, dpi=110)
     plt.close(fig)
+
+
+def rate_sweep_figure(rows: list[dict], slo: dict, path: str | Path, title: str = "") -> None:
+    """``cmperf simulate --request-rate R1,R2,... --plot``: what a deployment serves against
+    the latency it costs, one point per rate: output throughput against the p99 TTFT (left)
+    and the p99 TPOT (right), each point labelled with its rate, the SLOs as lines."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    x = np.array([r["output_throughput_tps"] for r in rows], dtype=float)
+    for ax, key, name, s in ((axes[0], "p99_ttft_ms", "P99 TTFT (ms)", "ttft"), (axes[1], "p99_tpot_ms", "P99 TPOT (ms)", "tpot")):
+        y = np.array([r[key] for r in rows], dtype=float)
+        ax.plot(x, y, "o-", color="#1f77b4", lw=2)
+        for xi, yi, r in zip(x, y, rows):
+            ax.annotate(f"{r['rate_rps']:g}/s", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        if s in slo:
+            ax.axhline(slo[s], color="k", ls=":", lw=1.2, label=f"SLO {slo[s]:g} ms")
+            ax.legend(fontsize=8, loc="upper left")
+        ax.set_xlabel("output throughput (tokens/s)")
+        ax.set_ylabel(name)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .errors import ConfigError, short, short_path
+from .errors import ConfigError, parse_number, short, short_path  # parse_number: here before, kept importable
 from .predict import Specs, inert_fields, load_specs, predict
 from .defaults import PHASE_DEFAULTS
 from .scenario import check_inputs
@@ -64,24 +64,6 @@ def parse_list(text: str | int | float, flag: str, integer: bool = False, words:
     if not integer and all(isinstance(x, float) and x.is_integer() and abs(x) < 2**53 for x in out):
         out = [int(x) for x in out]  # batch 8 stays 8 (not 8.0) in tables and JSON
     return out
-
-
-def parse_number(item: str, flag: str, integer: bool = False, words: Mapping[str, Any] | None = None):
-    """One number a user typed (ASCII digits only), finite, whole when ``integer``; else one line naming ``flag``."""
-    try:
-        if not item.isascii():  # float() reads other scripts' digits ('٣' = 3)
-            raise ValueError(item)
-        x = float(item)
-    except ValueError:
-        names = f" or one of: {', '.join(words)}" if words else ""
-        raise ConfigError(f"{flag} {short(item)}: expected {'an integer' if integer else 'a number'}{names}") from None
-    if not math.isfinite(x):
-        raise ConfigError(f"{flag} {short(item)}: expected a finite number")
-    if integer:
-        if not x.is_integer():
-            raise ConfigError(f"{flag} {short(item)}: expected an integer")
-        return int(x)
-    return x
 
 
 def _parse_range(item: str, flag: str, integer: bool) -> list:

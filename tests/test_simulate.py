@@ -76,7 +76,7 @@ def test_metrics_follow_bench_serving_definitions():
 def test_the_step_grid_is_predicts_own_rows(specs, small):
     """At a grid point the predictor returns exactly predict's iteration time; between two
     batches it lies between their times."""
-    from cmperf.simulate import resolved
+    from cmperf.simulate.predictor import resolved
     from cmperf.simulate.predictor import decode_predictor
 
     inp = resolved("decode", {"dies": 64}, specs)

@@ -136,7 +136,9 @@ def plan_cmd(
                               f"cmperf plan: the best deployment per value, {hardware}, {model}", plot)
         _render_sweep(result, fmt, out, prov)
         return
-    verified = _verify(result, verify_prompts) if verify else None
+    from ..simulate.sustain import verify_plan
+
+    verified = verify_plan(result, verify_prompts) if verify else None
     if export is not None and result.best is not None:
         from ..export import context, from_plan, write
 
@@ -164,83 +166,6 @@ def _check_given(dep, hardware, model, sets, stack, npus, supernode) -> None:
         warn(line)
 
 
-REFINE = 0.10  # planned / sustained off by more than this: the closed form cannot say; simulation ranks
-REFINE_CANDIDATES = 4  # the best and the next runners-up simulated when it cannot
-
-
-def _verify(result, prompts: int, top: int = REFINE_CANDIDATES) -> dict | None:
-    """The best deployment simulated: at its planned rate (the closed form's TTFT and TPOT
-    beside the simulation's mean, p90 and p99 over the steady window), and the largest rate it
-    sustains within the SLOs, by bisection (cmperf/simulate/sustain.py, docs/model.md §12.5).
-    Where the two differ by more than REFINE (heavy tails, DP stragglers: what no closed form
-    here holds), the planner's top candidates are ranked by the rate each sustains in
-    simulation (seed 0), and the first is checked on another seed of the family (seed 1)."""
-    from ..simulate import Traffic, simulate
-    from ..simulate.sustain import run_length, steady, sustained_rate
-
-    b = result.best
-    if b is None:
-        return None
-    hw, _ = result.specs.views()
-    dpp = int(hw.chip.dies_per_package)
-    w = result.workload
-
-    def search(row, seed, start=None):
-        dep = deployment_of(row, dpp)
-        e2e = float(row["ttft_ms"]) / 1e3 + w.output.mean * float(row["tpot_ms"]) / 1e3
-        n = run_length(float(row["goodput_rps"]), w.slo.ttft_s, e2e, prompts)
-
-        def run(rate):
-            return simulate(result.specs, w, dep, Traffic(rate_rps=float(rate), num_prompts=n), seed=seed).requests
-
-        return dep, n, sustained_rate(run, float(start or row["goodput_rps"]), w.slo.ttft_s, w.slo.tpot_s, w.slo.ttft_stat)
-
-    planned = float(b["goodput_rps"])
-    dep, n, found = search(b, 0)
-    refined = None
-    if abs(found["planned_over_sustained"] - 1.0) > REFINE and w.arrival_rate_per_s is None:
-        rows = [b] + [r for _, r in result.runners_up(top).iterrows()][: top - 1]
-        tried = [(row, *search(row, 0)) for row in rows]
-        row, dep, n, best = max(tried, key=lambda x: (x[3]["sustained_rate_rps"], -float(x[0]["npus"])))
-        refined = {"closed_form_rate_rps": planned, "closed_form_deployment": deployment_of(b, dpp).describe(),
-                   "candidates": [{"deployment": d.describe(), "closed_form_rate_rps": float(r["goodput_rps"]),
-                                   "simulated_rate_rps": f["sustained_rate_rps"]} for r, d, _, f in tried]}
-        b, planned = row, best["sustained_rate_rps"]
-        _, n, found = search(row, 1, planned)
-    sim = simulate(result.specs, w, dep, Traffic(rate_rps=planned, num_prompts=n), seed=0, warmup=0.1)
-    m = sim.metrics
-    st = steady(sim.requests, w.slo.ttft_s, w.slo.tpot_s, w.slo.ttft_stat)
-    return {"deployment": dep.describe(), "rate_rps": planned, "requests": n,
-            "planned_rate_rps": planned, "sustained_rate_rps": found["sustained_rate_rps"],
-            "planned_over_sustained": planned / found["sustained_rate_rps"] if found["sustained_rate_rps"] > 0 else float("inf"),
-            "meets_slos_at_planned": st["meets_slos"], "refined_by_simulation": refined,
-            "closed_form": {"ttft_ms": float(b["ttft_ms"]), "tpot_ms": float(b["tpot_ms"]), "goodput_rps": float(b["goodput_rps"])},
-            "simulated": {**{k: m[k] for k in ("mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
-                                               "p90_tpot_ms", "p99_tpot_ms", "request_throughput_rps", "goodput_rps")},
-                          "steady": st}}
-
-
-def deployment_of(b, dpp: int):
-    """The DeploymentSpec of one plan row (PD, AFD or co-located), its prefill passes at the
-    row's tokens per NPU (the pass budget the plan chose: SGLang's --max-prefill-tokens)."""
-    from ..simulate.deployment import DeploymentSpec, InstanceGroup
-
-    pass_tokens = float(b["prefill_tokens_per_npu"]) * int(b["prefill_dies"]) / dpp
-    if b["shape"] == "colocated":  # the row's chunk per NPU, every iteration (docs/model.md §9.4)
-        return DeploymentSpec(decode=[InstanceGroup(int(b["decode_instances"]), {"dies": int(b["decode_dies"]),
-                                                                                  "tp": int(b["decode_tp"])},
-                                                    {"pass_tokens": max(int(round(pass_tokens)), 1)})], colocated=True)
-    if b["shape"] == "afd":
-        dec = InstanceGroup(int(b["decode_instances"]), {"attention_dies": int(b["attention_dies"]),
-                                                         "expert_dies": int(b["expert_dies"])})
-    else:
-        dec = InstanceGroup(int(b["decode_instances"]), {"dies": int(b["decode_dies"]), "tp": int(b["decode_tp"])})
-    return DeploymentSpec(prefill=[InstanceGroup(int(b["prefill_instances"]), {"dies": int(b["prefill_dies"]),
-                                                                               "attn_tp": int(b["prefill_tp"])},
-                                                 {"pass_tokens": int(round(pass_tokens))})],
-                          decode=[dec], decode_phase="afd" if b["shape"] == "afd" else "decode")
-
-
 MAX_PLANS = 64  # plans one run makes (each takes seconds): the variants of --rate x --prefix-hit x --sweep
 
 
@@ -266,7 +191,7 @@ def _list(text: str, flag: str) -> list[str]:
 def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, ttft_stat):
     from ..plan.workload import MAX_TOKENS, SLO, Workload, parse_lengths, read_trace
 
-    from ..search import parse_number
+    from ..errors import parse_number
 
     arrival = None if rate == "max" else parse_number(rate, "--rate", words={"max": None})
     if arrival is not None and not arrival > 0:
@@ -379,7 +304,7 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
                 if verified["refined_by_simulation"]:
                     ref = verified["refined_by_simulation"]
                     typer.echo(f"--verify: the closed form's {ref['closed_form_rate_rps']:.4g} requests/s on "
-                               f"{ref['closed_form_deployment']} is more than {REFINE:.0%} from what simulation sustains; "
+                               f"{ref['closed_form_deployment']} is more than {ref['tolerance']:.0%} from what simulation sustains; "
                                f"its top candidates ranked by simulation: " + "; ".join(
                                    f"{c['deployment']}: {c['closed_form_rate_rps']:.4g} planned, {c['simulated_rate_rps']:.4g} simulated"
                                    for c in ref["candidates"]))

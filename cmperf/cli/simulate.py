@@ -24,6 +24,7 @@ SHOWN = [("completed", "successful requests", ""), ("duration_s", "benchmark dur
          ("mean_e2e_ms", "mean E2E latency", "ms"), ("median_e2e_ms", "median E2E latency", "ms"), ("p99_e2e_ms", "P99 E2E latency", "ms"),
          ("mean_queue_ms", "  TTFT: waiting for prefill", "ms"), ("mean_prefill_ms", "  TTFT: prefill pass", "ms"),
          ("mean_kv_transfer_ms", "  TTFT: KV transfer", "ms"), ("mean_decode_wait_ms", "  TTFT: waiting for a decode slot", "ms"),
+         ("preemptions", "requests preempted (KV full; recomputed)", ""),
          ("prefill_utilisation", "prefill instances busy", ""), ("decode_utilisation", "decode instances busy", ""),
          ("dp_rank_wait_share", "decode step time spent waiting for the slowest DP rank", "")]
 
@@ -34,7 +35,7 @@ def simulate_cmd(
     afd: Optional[List[str]] = typer.Option(None, "--afd", help="AFD decode instances COUNTxATTENTION+EXPERT dies, e.g. 1x224+96"),
     colocated: Optional[List[str]] = typer.Option(None, "--colocated", help="co-located instances COUNTxDIES[:tp=T] that prefill and decode (aggregated serving)"),
     deployment: Optional[str] = typer.Option(None, "--deployment", help="a deployment YAML (prefill:, decode: or afd: lists of {count, dies, ...})"),
-    request_rate: str = typer.Option("plan", "--request-rate", help="requests/s (Poisson), inf (all at once), or plan: the rate the planner's closed form finds for this deployment"),
+    request_rate: str = typer.Option("plan", "--request-rate", help="requests/s (Poisson), inf (all at once), or plan: the rate the planner's closed form finds for this deployment; a comma list sweeps the rates (one row each; --plot: throughput against p99 TTFT and TPOT)"),
     burstiness: float = typer.Option(1.0, "--burstiness", help="coefficient of variation of the arrival gaps (1: Poisson; >1: bursty, gamma)"),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="requests in flight at most (a closed loop, as bench_serving)"),
     num_prompts: int = typer.Option(2000, "--num-prompts", help="requests to simulate"),
@@ -47,6 +48,7 @@ def simulate_cmd(
     tpot_slo: float = typer.Option(50.0, "--tpot-slo", help="TPOT SLO in ms, for the goodput (and the plan rate)"),
     warmup: float = typer.Option(0.0, "--warmup", help="share of the first requests left out of the latency statistics"),
     seed: int = typer.Option(0, "--seed", help="random seed (the same seed gives the same run)"),
+    mtp: Optional[bool] = typer.Option(None, "--mtp/--no-mtp", help="multi-token prediction on or off in every instance (default: the system's deployment; an instance's :mtp= wins)"),
     hardware: str = HardwareOpt, model: Optional[str] = ModelOpt, sets: Optional[List[str]] = SetOpt, stack: Optional[str] = StackOpt,
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="write one row per request (send, first token, finish, lengths) to this CSV"),
@@ -57,7 +59,6 @@ def simulate_cmd(
     the system's published deployment, the paper's 6 x 32 + 1 x 320 dies on CloudMatrix384,
     at the rate the planner promises for it). Example: cmperf simulate --max-concurrency 832
     --num-prompts 3328 --request-rate inf --prompt-len 3500 --output-len 1500"""
-    from ..plan.planner import evaluate
     from ..predict import load_specs, system_model
     from ..report import check_format, check_parent_dir, note_line, print_json, print_table, provenance, warn, write_csv
     from ..simulate import Traffic, simulate
@@ -85,13 +86,24 @@ def simulate_cmd(
         dep = default_deployment(specs, workload)
     for line in check(dep, specs):
         warn(line)
+    if mtp is not None:
+        _, m = specs.views()
+        if mtp and not m.mtp.modules:
+            raise ConfigError(f"--mtp: model {model} has no MTP module")
+        for g in [*dep.prefill, *dep.decode]:
+            g.inputs.setdefault("mtp", int(mtp))
     Traffic(rate_rps=None, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)  # checked first
     check_seed(seed)
     check_warmup(warmup, num_prompts)
+    if "," in request_rate:
+        return _sweep(specs, workload, dep, request_rate, burstiness, max_concurrency, num_prompts, seed, warmup,
+                      working_set, fmt, plot, out, hardware, model, sets)
     rate = _rate(request_rate)
     if rate == "plan" and max_concurrency is not None:
         rate = math.inf  # a closed loop: bench_serving's --request-rate inf with --max-concurrency
     if rate == "plan":
+        from ..plan.planner import evaluate
+
         ev = evaluate(specs, workload, dep)
         rate = ev["goodput_rps"]
         if not rate > 0:
@@ -100,11 +112,18 @@ def simulate_cmd(
         note_line(f"request rate {rate:.4g}/s: the planner's closed form for this deployment within the SLOs "
                   f"(binding: {ev['binding']})")
     traffic = Traffic(rate_rps=rate, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)
-    progress = ProgressBar("simulating requests")
+    bars = []
+
+    def progress(done: int, total: int) -> None:  # the bar's clock starts with the run, not the step-time grids
+        if not bars:
+            bars.append(ProgressBar("simulating requests"))
+        bars[0](done, total)
+
     try:
         res = simulate(specs, workload, dep, traffic, seed, progress, warmup, working_set_tokens=working_set)
     finally:
-        progress.close()
+        for bar in bars:
+            bar.close()
     _warn_context(res, specs)
     prov = provenance("simulate", hardware, model, sets or [], stack=specs.stack_name or "none",
                       deployment=res.settings["deployment"], traffic=res.settings["traffic"], seed=seed)
@@ -150,12 +169,55 @@ def _warn_context(res, specs) -> None:
                                                           f"(prompt + output up to {float(ctx.max()):,.0f} tokens)"))
 
 
+SWEPT = [("rate_rps", "rate (req/s)"), ("request_throughput_rps", "req/s"), ("output_throughput_tps", "output tok/s"),
+         ("output_throughput_per_npu", "tok/s per NPU"), ("mean_ttft_ms", "mean TTFT (ms)"), ("p99_ttft_ms", "P99 TTFT (ms)"),
+         ("mean_tpot_ms", "mean TPOT (ms)"), ("p99_tpot_ms", "P99 TPOT (ms)"), ("goodput_rps", "goodput (req/s)")]
+MAX_SWEEP = 32
+
+
+def _sweep(specs, workload, dep, text, burstiness, max_concurrency, num_prompts, seed, warmup, working_set, fmt, plot, out,
+           hardware, model, sets):
+    """``--request-rate R1,R2,...``: one simulation per rate, the same seed (the same requests,
+    their gaps scaled), a row of bench_serving's headline metrics each."""
+    from ..report import print_json, print_table, provenance, write_csv
+    from ..simulate import Traffic, simulate
+
+    items = [t.strip() for t in text.split(",")]
+    if any(t in ("", "plan") for t in items) or len(items) > MAX_SWEEP:
+        raise ConfigError(f"--request-rate {text[:40]}: a sweep is a comma list of up to {MAX_SWEEP} rates (requests/s or inf)")
+    rows, settings = [], None
+    for t in items:
+        rate = _rate(t)
+        res = simulate(specs, workload, dep, Traffic(rate_rps=rate, burstiness=burstiness, max_concurrency=max_concurrency,
+                                                     num_prompts=num_prompts), seed, None, warmup, working_set_tokens=working_set)
+        rows.append({"rate_rps": rate, **{k: res.metrics[k] for k, _ in SWEPT[1:]}})
+        settings = res.settings
+    prov = provenance("simulate", hardware, model, sets or [], stack=specs.stack_name or "none",
+                      deployment=settings["deployment"], request_rate=text, seed=seed)
+    if out:
+        write_csv(rows, out, prov, "--out")
+    if plot:
+        from ..plots import rate_sweep_figure
+
+        rate_sweep_figure(rows, settings["slo"], plot, f"cmperf simulate: {settings['deployment']}, {num_prompts} requests per rate")
+    if fmt == "json":
+        print_json({"rows": rows, "settings": {**settings, "traffic": f"{num_prompts} requests per rate"}, "provenance": prov})
+    elif fmt == "csv":
+        from ..report import print_csv
+
+        print_csv(rows, prov)
+    else:
+        typer.echo(f"simulate: {settings['deployment']} on {hardware}, {model}, stack {settings['stack']}; "
+                   f"{num_prompts} requests per rate; seed {seed}")
+        print_table([{label: _value(r[k], "") for k, label in SWEPT} for r in rows], "rate sweep (bench_serving's metrics)")
+
+
 def _rate(text: str):
     if text == "plan":
         return "plan"
     if text.strip().lower() in ("inf", "+inf", "infinity", "+infinity"):
         return math.inf
-    from ..search import parse_number
+    from ..errors import parse_number
 
     from ..simulate.requests import MIN_RATE_RPS
 

@@ -20,7 +20,8 @@ reads; the slower side and a per-block latency set the time:
                           t = bytes / (buckets x bucket rate) from object storage.
 
 The pool's capacity is nodes x DRAM per node x the usable share; it holds
-capacity / (KV bytes per token) tokens of prefixes.
+capacity / (KV bytes per token) tokens of prefixes, and with a working set of W distinct
+prefix tokens serves h x min(1, held / W) of the hits asked (:func:`served_hit`).
 """
 
 from __future__ import annotations
@@ -87,3 +88,23 @@ def model_load_s(hw, bytes_, reader_dies, source: str) -> np.ndarray:
     rate, _ = pool_read_rate(hw)
     serve = pool.model_load_sockets * socket_Bps(hw)
     return bytes_ / np.minimum(serve, np.asarray(reader_dies, dtype=float) * rate)
+
+
+def served_hit(hw, m, workload, working_set_tokens: float | None = None) -> tuple[float, float | None]:
+    """(the prefix-hit share the pool serves, the prefix tokens it holds) (docs/model.md §9.5):
+    the pool holds capacity / (KV bytes per token) tokens; with a working set of W distinct
+    prefix tokens an LRU pool under uniform popularity keeps min(1, held / W) of them, so it
+    serves h x min(1, held / W) of the hits asked."""
+    hit = workload.prefix_hit
+    if not hit > 0:
+        return hit, None
+    # a cached prompt's cache per token (docs/model.md §1.2: a window or a state is per prompt)
+    prompt = max(workload.prompt.mean, 1.0)
+    from .arch import kv_cache
+    from .ops import Bytes
+
+    kv_tok = float(kv_cache(m, Bytes.of(m).kv, 1.0).bytes(prompt)) / prompt
+    pool_tokens = pool_capacity_B(hw) / kv_tok
+    if working_set_tokens is not None:
+        hit = hit * min(1.0, pool_tokens / working_set_tokens)
+    return hit, pool_tokens

@@ -29,9 +29,7 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from ..cost.arch import kv_cache
-from ..cost.ops import Bytes
-from ..cost.pool import pool_capacity_B, pool_read_s
+from ..cost.pool import pool_capacity_B, pool_read_s, served_hit
 from ..errors import ConfigError
 from ..predict import Specs, load_specs, system_model
 from . import instances, shapes
@@ -42,23 +40,6 @@ from .workload import SLO, Workload, fixed
 SHAPES = ("pd", "colocated", "afd")
 P90 = 0.9
 MAX_NPUS = 100_000
-
-
-def served_hit(hw, m, workload: Workload, working_set_tokens: float | None = None) -> tuple[float, float | None]:
-    """(the prefix-hit share the pool serves, the prefix tokens it holds) (docs/model.md §9.5):
-    the pool holds capacity / (KV bytes per token) tokens; with a working set of W distinct
-    prefix tokens an LRU pool under uniform popularity keeps min(1, held / W) of them, so it
-    serves h x min(1, held / W) of the hits asked."""
-    hit = workload.prefix_hit
-    if not hit > 0:
-        return hit, None
-    # a cached prompt's cache per token (docs/model.md §1.2: a window or a state is per prompt)
-    prompt = max(workload.prompt.mean, 1.0)
-    kv_tok = float(kv_cache(m, Bytes.of(m).kv, 1.0).bytes(prompt)) / prompt
-    pool_tokens = pool_capacity_B(hw) / kv_tok
-    if working_set_tokens is not None:
-        hit = hit * min(1.0, pool_tokens / working_set_tokens)
-    return hit, pool_tokens
 
 
 def default_workload() -> Workload:
@@ -102,11 +83,28 @@ def alignment_s(rho, period_s, stat: str):
     return period_s * np.maximum(1.0 - (1.0 - P90) / np.maximum(rho, 1e-12), 0.0)
 
 
-def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str) -> dict:
-    """TTFT at ``rate`` and its parts (module docstring)."""
+def greedy_busy(rate, pass_s):
+    """The share of time one prefill instance is busy when it starts a pass the moment a
+    prompt waits (SGLang's scheduler), every pass taking ``pass_s`` whatever it carries (the
+    groups a pass does not fill idle; docs/model.md §9.3): a busy period is passes back to back
+    while each sees an arrival, K of them with P(K > k) = q^k, q = 1 - e^(-x), x = rate pass_s,
+    so E[busy] = pass_s e^x against an idle 1 / rate:  beta = x e^x / (1 + x e^x) (>= the
+    utilisation x / c of c-prompt passes: a pass of one prompt costs a full one)."""
+    x = np.asarray(rate, dtype=float) * np.asarray(pass_s, dtype=float)
+    with np.errstate(over="ignore"):
+        y = x * np.exp(np.minimum(x, 700.0))
+    return y / (1.0 + y)
+
+
+def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, instances=None) -> dict:
+    """TTFT at ``rate`` and its parts (module docstring). ``instances``: the prefill instances
+    the servers belong to; one instance is busy, when it passes greedily, :func:`greedy_busy`
+    of the time (more than the utilisation), which sets the chance a prompt waits for a pass."""
     rate = np.asarray(rate, dtype=float)
     wait = mean_wait_s(rate, servers, service_s, scv) if stat == "mean" else wait_quantile_s(rate, servers, service_s, scv, P90)
     rho = rate * service_s / servers
+    if instances is not None:
+        rho = np.where(np.asarray(instances) == 1, np.maximum(rho, greedy_busy(rate, period_s)), rho)
     align = alignment_s(rho, period_s, stat)
     return {"queue_s": wait, "align_s": align, "ttft_s": wait + align + fixed_s}
 
@@ -272,7 +270,7 @@ def curves(p: Plan, row, rates) -> dict:
     the same terms the plan ranked it by, against the rate (for ``--plot``)."""
     rates = np.asarray(rates, dtype=float)
     out = ttft_terms(rates, row["_servers"], row["_service_s"], p.workload.computed.scv, row["_period_s"],
-                     row["_fixed_s"], p.workload.slo.ttft_stat)
+                     row["_fixed_s"], p.workload.slo.ttft_stat, row.get("_instances"))
     k = int(row["_decode_curve"])
     if k >= 0:
         c = p.decode_curves[row["shape"]]
@@ -367,7 +365,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
 
     def ttft_over_s(rate, j):  # TTFT beyond the SLO of pairs j at ``rate``
         return ttft_terms(rate, servers_p[j], pass_p[j], computed.scv, pass_p[j], pass_p[j] + kv_p[j],
-                          slo.ttft_stat)["ttft_s"] - slo.ttft_s
+                          slo.ttft_stat, n_p[j])["ttft_s"] - slo.ttft_s
 
     rate_p_all = largest_rate(ttft_over_s, servers_p / pass_p) * (prompts >= 1)
     given = workload.arrival_rate_per_s
@@ -384,7 +382,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     rate_p = rate_p_all[a]
     i = i_idx[a]
     pass_s, kv_s, servers = pass_p[a], kv_p[a], servers_p[a]
-    ttft = lambda rate: ttft_terms(rate, servers, pass_s, computed.scv, pass_s, pass_s + kv_s, slo.ttft_stat)  # noqa: E731
+    ttft = lambda rate: ttft_terms(rate, servers, pass_s, computed.scv, pass_s, pass_s + kv_s, slo.ttft_stat, n_p[a])  # noqa: E731
     rate_d = d_max[k] * n_d
     pool = pre["pool_load_ms"].to_numpy(dtype=float)[i] / pre["forward_ms"].to_numpy(dtype=float)[i] if "pool_load_ms" in pre else 0.0
     rate, binding = _operating(rate_p, rate_d, workload.arrival_rate_per_s,
@@ -392,7 +390,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
                                np.where(np.asarray(pool) > 0.5, PREFILL_POOL, PREFILL_TTFT))
     t = ttft(rate)
     batch, tpot = curves.at_rate(k, rate / n_d)
-    queue = {"_servers": servers, "_service_s": pass_s, "_period_s": pass_s, "_fixed_s": pass_s + kv_s,
+    queue = {"_servers": servers, "_service_s": pass_s, "_period_s": pass_s, "_fixed_s": pass_s + kv_s, "_instances": n_p[a],
              "_decode_curve": k, "_tpot_pass_s": np.zeros(len(k))}
     per_curve = lambda c, default: np.array([key.get(c, default) for key in curves.keys], dtype=float)[k]  # noqa: E731
     split = {c: per_curve(c, 0.0) for c in ("attention_dies", "expert_dies")}

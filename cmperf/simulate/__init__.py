@@ -25,7 +25,7 @@ from ..plan.workload import Workload
 from .deployment import DeploymentSpec, InstanceGroup, default_deployment
 from .engine import CoLocatedInstance, DecodeInstance, PrefillInstance, Requests, Simulation, Stats, draw_steps, mtp_tokens_per_step
 from .metrics import metrics
-from .predictor import decode_predictor, geometric, prefill_predictor
+from .predictor import decode_predictor, geometric, prefill_predictor, resolved
 from .requests import Traffic, make_requests
 
 __all__ = ["simulate", "Traffic", "DeploymentSpec", "InstanceGroup", "SimResult", "default_deployment"]
@@ -41,32 +41,16 @@ class SimResult:
     instances: dict = field(default_factory=dict)  # the resolved predict inputs of each instance kind
 
 
-def resolved(phase: str, inputs: dict, specs: Specs) -> dict:
-    """The full predict inputs of an instance (what the deployment defaults derive for what
-    ``inputs`` leave unset): one predict row, read back."""
-    r = predict(phase, inputs, specs)
-    row = r.columns.records()[0]
-    return {k: row[k] for k in _INPUTS[phase] if k in row and not (isinstance(row[k], float) and math.isnan(row[k]))}
-
-
-_INPUTS = {
-    "decode": ("dies", "ep", "tp", "microbatches", "mtp", "mtp_k", "mtp_acceptance", "expert_imbalance",
-               "redundant_experts", "shared_copies", "attention_share"),
-    "afd": ("attention_dies", "expert_dies", "microbatches", "mtp", "mtp_k", "mtp_acceptance", "expert_imbalance",
-            "redundant_experts", "shared_copies"),
-    "prefill": ("dies", "ep", "attn_tp", "microbatches", "mtp", "expert_imbalance", "redundant_experts", "shared_copies"),
-}
-
-
 def simulate(specs: Specs | None = None, workload: Workload | None = None, deployment: DeploymentSpec | None = None,
              traffic: Traffic | None = None, seed: int = 0, progress: Callable[[int, int], None] | None = None,
              warmup: float = 0.0, working_set_tokens: float | None = None) -> SimResult:
     """Simulate ``deployment`` (default: the system's, :func:`.deployment.default_deployment`)
     serving ``workload``'s requests under ``traffic`` (module docstring)."""
-    from ..plan.planner import default_workload
-
     specs = specs or load_specs()
-    workload = workload or default_workload()
+    if workload is None:
+        from ..plan.planner import default_workload
+
+        workload = default_workload()
     traffic = traffic or Traffic()
     deployment = deployment or default_deployment(specs, workload)
     rng = np.random.default_rng(seed)
@@ -78,10 +62,31 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     prompt, output, cached = make_requests(workload, traffic, rng)
     max_ctx = float(np.max(prompt + output))
     dec_phase = deployment.decode_phase
-    dec_inputs = [resolved(dec_phase, g.inputs, specs) for g in deployment.decode]
-    pre_inputs = [resolved("prefill", g.inputs, specs) for g in deployment.prefill]
     if deployment.colocated and deployment.prefill:
         raise ConfigError("a co-located deployment prefills in its own instances: give --colocated alone")
+    stats = Stats()
+    cap_rank = float(st.max_running_per_rank) if st is not None and st.max_running_per_rank is not None else math.inf
+    policy = st.dp_balance if st is not None else "round_robin"
+    computed = np.maximum(prompt - cached, 1.0)
+    made = []  # (group, predictor, ranks, cap, co-located budgets) of each decode group
+    for g in deployment.decode:
+        # the instance's layout: the grid's own rows resolve what it leaves unset (one predict), unless
+        # its TP is unknown, which sizes the grid
+        inp = g.inputs if dec_phase == "afd" or "tp" in g.inputs else resolved(dec_phase, g.inputs, specs)
+        ranks = _ranks(dec_phase, inp)
+        npus = (inp["attention_dies"] if dec_phase == "afd" else inp["dies"]) / dpp
+        cap = min(cap_rank, 4096.0, max(float(g.limits.get("running", math.inf)) / ranks, 1.0))
+        kw, budgets = {}, None
+        if deployment.colocated:  # the instance prefills its own prompts in mixed iterations (Sarathi)
+            budget_t, budget_r, chunked = _chunk_budget(st, ranks, npus)
+            if "pass_tokens" in g.limits:  # a chunk size given: prompts split at it (the planner's co-located rows)
+                budget_t, chunked = float(g.limits["pass_tokens"]), True
+            kw = {"chunks": tuple(geometric(64.0, budget_t / npus, 2.0)), "chunk_prompt": float(np.sum(computed ** 2) / np.sum(computed))}
+            budgets = (budget_t, budget_r, chunked)
+        pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
+                                ref_kv=float(workload.decode_kv_len), **kw)
+        made.append((g, pred, ranks, cap, budgets))
+    dec_inputs = [pred.inputs for _, pred, _, _, _ in made]
     k = int(dec_inputs[0]["mtp_k"]) if dec_inputs[0].get("mtp") else 0
     a = float(dec_inputs[0]["mtp_acceptance"])
     mu, _ = mtp_tokens_per_step(k, a)
@@ -89,36 +94,22 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     arrivals = _arrivals(traffic, len(prompt), rng)
     req = Requests(arrival_s=arrivals, prompt=prompt.astype(float), output=output.astype(float),
                    cached=cached.astype(float), steps=steps, **_cache_bytes(specs, prompt, cached, dec_inputs[0]))
-    stats = Stats()
     decode = []
-    cap_rank = float(st.max_running_per_rank) if st is not None and st.max_running_per_rank is not None else math.inf
-    policy = st.dp_balance if st is not None else "round_robin"
-    for g, inp in zip(deployment.decode, dec_inputs):
-        ranks = _ranks(dec_phase, inp)
-        npus = (inp["attention_dies"] if dec_phase == "afd" else inp["dies"]) / dpp
-        cap = min(cap_rank, 4096.0, max(float(g.limits.get("running", math.inf)) / ranks, 1.0))
-        if deployment.colocated:  # the instance prefills its own prompts in mixed iterations (Sarathi)
-            budget_t, budget_r, chunked = _chunk_budget(st, ranks, npus)
-            if "pass_tokens" in g.limits:  # a chunk size given: prompts split at it (the planner's co-located rows)
-                budget_t, chunked = float(g.limits["pass_tokens"]), True
-            computed = np.maximum(prompt - cached, 1.0)
-            pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
-                                    ref_kv=float(workload.decode_kv_len), chunks=tuple(geometric(64.0, budget_t / npus, 2.0)),
-                                    chunk_prompt=float(np.sum(computed ** 2) / np.sum(computed)))
-            for _ in range(g.count):
-                decode.append(CoLocatedInstance(len(decode), pred, ranks, mu, cap, policy, req, stats, budget_t, budget_r, chunked))
-            continue
-        pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
-                                ref_kv=float(workload.decode_kv_len))
+    for g, pred, ranks, cap, budgets in made:
         for _ in range(g.count):
-            decode.append(DecodeInstance(len(decode), pred, ranks, mu, cap, policy, req, stats))
-    prefill = []
-    for g, inp in zip(deployment.prefill, pre_inputs):
+            if budgets is None:
+                decode.append(DecodeInstance(len(decode), pred, ranks, mu, cap, policy, req, stats))
+            else:
+                decode.append(CoLocatedInstance(len(decode), pred, ranks, mu, cap, policy, req, stats, *budgets))
+    prefill, pre_inputs = [], []
+    given = [g.inputs if "attn_tp" in g.inputs else resolved("prefill", g.inputs, specs) for g in deployment.prefill]
+    readers = sum(g.count * inp["dies"] for g, inp in zip(deployment.prefill, given))  # every prefill die may read the pool
+    for g, inp in zip(deployment.prefill, given):
         groups = max(int(inp["dies"]) // int(inp.get("attn_tp") or 1), 1)
         budget_t, budget_r = _budgets(st, groups, inp["dies"] / dpp)
         budget_t = min(budget_t, float(g.limits.get("pass_tokens", math.inf)))
-        readers = sum(gg.count * ii["dies"] for gg, ii in zip(deployment.prefill, pre_inputs))  # every prefill die may read the pool
         pred = prefill_predictor(specs, {**inp, "pool_readers": int(readers)}, budget_t, prompt - cached, cached)
+        pre_inputs.append(pred.inputs)
         for _ in range(g.count):
             prefill.append(PrefillInstance(len(prefill), pred, budget_t, budget_r))
     conc = float(traffic.max_concurrency) if traffic.max_concurrency else math.inf
@@ -126,6 +117,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     sim.run(progress)
     res = metrics(req, stats, workload.slo.ttft_s * 1e3, workload.slo.tpot_s * 1e3, warmup)
     res["accept_length"] = float(mu)
+    res["preemptions"] = int(sum(d.preemptions for d in decode))
     dur = res["duration_s"]
     res["prefill_utilisation"] = float(np.mean([p.busy for p in prefill]) / dur) if prefill else 0.0
     res["decode_utilisation"] = float(np.mean([d.busy for d in decode]) / dur) if decode else 0.0
@@ -143,7 +135,7 @@ def served_workload(specs: Specs, workload: Workload, working_set_tokens: float 
     """``workload`` with the prefix hits the system's pool can serve (the planner's rule,
     :func:`cmperf.plan.planner.served_hit`) in its blocks; a hit on a system without a pool
     is refused, as the planner does."""
-    from ..plan.planner import served_hit
+    from ..cost.pool import served_hit
 
     hw, m = specs.views()
     if (workload.prefix_hit > 0 or workload.cached_samples is not None) and hw.system.memory_pool is None:

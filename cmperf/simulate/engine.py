@@ -115,6 +115,11 @@ class DecodeInstance:
         self.version = 0
         self.planned = None  # (steps, their time, first step time, growth per step) of the next boundary
         self.busy = 0.0
+        self.live: dict = {}  # request -> its finish step (entries of the finishing heap that still hold)
+        self.extra: dict = {}  # request -> tokens it generated before a preemption (recomputed with its prompt)
+        self.steps_left: dict = {}  # request -> decode steps still to run after a preemption
+        self.preemptions = 0
+        self.reserve_output = True  # admission reserves a request's whole context (else its prompt: preemption)
 
     # -- load -----------------------------------------------------------------
     def _step_s(self, s: float) -> float:
@@ -151,7 +156,8 @@ class DecodeInstance:
             if self.pending:
                 return self.pending[0][0]
             return None
-        k_c = max(self.finishing[0][0] - self.s, 1.0)
+        self._drop_stale()
+        k_c = min(max(self.finishing[0][0] - self.s, 1.0), self._steps_to_full())
         t_goal = None
         if self.pending and self._room():
             t_goal = self.pending[0][0]
@@ -162,6 +168,16 @@ class DecodeInstance:
 
     def _room(self) -> bool:
         return bool(np.any(self._load()[0] < self.cap_n))
+
+    def _steps_to_full(self) -> float:
+        """Steps until a rank's KV outgrows what it holds (a forced boundary; none here:
+        admission reserves each request's whole context)."""
+        return math.inf
+
+    def _drop_stale(self) -> None:
+        """Finishing entries of requests no longer in the batch (preempted) leave the heap's top."""
+        while self.finishing and self.live.get(self.finishing[0][1]) != self.finishing[0][0]:
+            heapq.heappop(self.finishing)
 
     def add_pending(self, t: float, rid: int) -> None:
         heapq.heappush(self.pending, (t, rid))
@@ -187,10 +203,13 @@ class DecodeInstance:
         """The requests whose last step has run leave the batch."""
         req = self.req
         while self.finishing and self.finishing[0][0] <= self.s + 1e-9:
-            _, rid = heapq.heappop(self.finishing)
+            step, rid = heapq.heappop(self.finishing)
+            if self.live.get(rid) != step:
+                continue
+            del self.live[rid]
             r = self.rank_of.pop(rid)
             self.n_r[r] -= 1
-            self.A_r[r] -= req.prompt[rid] - self.mu * self.admit_step.pop(rid)
+            self.A_r[r] -= req.prompt[rid] + self.extra.pop(rid, 0.0) - self.mu * self.admit_step.pop(rid)
             self.n -= 1
             req.finish_s[rid] = now
             done.append(rid)
@@ -198,17 +217,19 @@ class DecodeInstance:
     def _join(self, rid: int, r: int, now: float, done: list) -> None:
         """Request ``rid`` joins the batch on rank ``r`` (its first token reaches the client now)."""
         req = self.req
-        req.first_token_s[rid] = now
-        steps = req.steps[rid]
+        if np.isnan(req.first_token_s[rid]):  # a recomputed request streamed its first token before
+            req.first_token_s[rid] = now
+        steps = self.steps_left.pop(rid, req.steps[rid])
         if steps <= 0:
             req.finish_s[rid] = now
             done.append(rid)
             return
         self.n_r[r] += 1
-        self.A_r[r] += req.prompt[rid] - self.mu * self.s
+        self.A_r[r] += req.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.s
         self.n += 1
         self.rank_of[rid] = r
         self.admit_step[rid] = self.s
+        self.live[rid] = self.s + steps
         heapq.heappush(self.finishing, (self.s + steps, rid))
 
     def _admit(self, now: float, done: list) -> None:
@@ -228,7 +249,7 @@ class DecodeInstance:
     def _rank_for(self, rid: int) -> int | None:
         """The rank a new request goes to (round robin or least KV), among ranks with room for
         its whole context; None when none has; an empty rank takes any request."""
-        need = self.req.prompt[rid] + self.req.output[rid]
+        need = self.req.prompt[rid] + self.extra.get(rid, 0.0) + (self.req.output[rid] if self.reserve_output else self.mu)
         n_r, kv = self._load()
         ok = (n_r < self.cap_n) & ((kv + need <= self.cap_kv) | (n_r == 0))
         if not ok.any():
@@ -265,6 +286,7 @@ class CoLocatedInstance(DecodeInstance):
         self.held_kv = np.zeros(ranks)
         self.iteration = None  # (end time, time, time at the mean KV, [(filling entry, tokens)])
         self.prefill_busy = 0.0
+        self.reserve_output = False  # admits on its prompt's KV; preempts when a rank's KV outgrows it
 
     def next_event(self) -> float | None:
         if self.iteration is not None:
@@ -276,8 +298,43 @@ class CoLocatedInstance(DecodeInstance):
         return self.n_r + self.held_n, self.A_r + self.n_r * self.mu * self.s + self.held_kv
 
     def _admit(self, now: float, done: list) -> None:
-        """After a decode-only boundary: the prompts that wait start an iteration."""
+        """After a decode-only boundary: preempt where KV outgrew a rank, then the prompts that
+        wait start an iteration."""
+        self._preempt()
         self._start_iteration(now)
+
+    def _steps_to_full(self) -> float:
+        """Steps until the first rank's KV (its requests' growing KV and its prompts being
+        filled) outgrows what the rank holds: S_r(s) = A_r + n_r mu s + held_r."""
+        busy = self.n_r > 0
+        if not busy.any():
+            return math.inf
+        room = self.cap_kv - self.A_r[busy] - self.held_kv[busy]
+        s_full = room / (self.n_r[busy] * self.mu) - self.s
+        return float(max(math.ceil(float(np.min(s_full))), 1.0))
+
+    def _preempt(self) -> None:
+        """vLLM's recompute preemption: while a rank's KV exceeds what it holds, its newest request
+        (the latest admitted) leaves the batch, its KV dropped; it waits at the head of the queue
+        to recompute its prompt and the tokens it had generated, then resumes its remaining steps."""
+        req = self.req
+        while True:
+            n_r, kv = self._load()
+            over = np.flatnonzero((kv > self.cap_kv + 1e-6) & (self.n_r > 1))
+            if not len(over):
+                return
+            r = int(over[0])
+            rid = max((x for x, rr in self.rank_of.items() if rr == r), key=lambda x: (self.admit_step[x], x))
+            done_steps = self.s - self.admit_step[rid]
+            left = self.live.pop(rid) - self.s
+            self.rank_of.pop(rid)
+            self.n_r[r] -= 1
+            self.A_r[r] -= req.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.admit_step.pop(rid)
+            self.n -= 1
+            self.extra[rid] = self.extra.get(rid, 0.0) + self.mu * done_steps
+            self.steps_left[rid] = left
+            self.waiting.appendleft(rid)
+            self.preemptions += 1
 
     def advance(self, now: float) -> list:
         if self.iteration is None:
@@ -292,13 +349,14 @@ class CoLocatedInstance(DecodeInstance):
         self.prefill_busy += T
         self.t = now
         self._complete(now, done)
+        self._preempt()
         req = self.req
         for e, tok in chunk:
             e[2] -= tok
             if e[2] <= 0:
                 rid, r = e[0], e[1]
                 self.held_n[r] -= 1
-                self.held_kv[r] -= req.prompt[rid] + req.output[rid]
+                self.held_kv[r] -= req.prompt[rid] + self.extra.get(rid, 0.0)
                 req.prefill_end_s[rid] = req.kv_arrive_s[rid] = now
                 self._join(rid, r, now, done)
         self.filling = [e for e in self.filling if e[2] > 0]
@@ -320,7 +378,7 @@ class CoLocatedInstance(DecodeInstance):
             room -= take
         while self.waiting and room > 0 and len(self.filling) < self.budget_requests:
             rid = self.waiting[0]
-            c = max(req.prompt[rid] - req.cached[rid], 1.0)
+            c = max(req.prompt[rid] - req.cached[rid], 1.0) + self.extra.get(rid, 0.0)  # a preempted one recomputes
             if not self.chunked and c > room and chunk:
                 break
             r = self._rank_for(rid)
@@ -328,10 +386,11 @@ class CoLocatedInstance(DecodeInstance):
                 break
             self.waiting.popleft()
             self.held_n[r] += 1
-            self.held_kv[r] += req.prompt[rid] + req.output[rid]
+            self.held_kv[r] += req.prompt[rid] + self.extra.get(rid, 0.0)
             e = [rid, r, c]
             self.filling.append(e)
-            req.prefill_start_s[rid] = now
+            if np.isnan(req.prefill_start_s[rid]):
+                req.prefill_start_s[rid] = now
             take = min(c, room) if self.chunked else c
             chunk.append((e, take))
             room -= take

@@ -19,6 +19,7 @@ attention groups costs what one prompt per group costs (the other groups idle).
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -78,6 +79,7 @@ class DecodePredictor:
     chunk_step_s: list | None  # co-located: [(c, Grid2)] per chunk size, c ascending
     kv_tokens_per_rank: float  # KV tokens one DP-attention rank can hold
     max_batch_per_npu: float  # the memory limit at the reference KV length
+    inputs: dict = None  # the instance's full predict inputs (as predict resolved them)
 
     def step(self, batch_per_npu: float, kv: float, chunk_per_npu: float = 0.0) -> float:
         b = max(batch_per_npu, 1.0)
@@ -106,6 +108,7 @@ class PrefillPredictor:
     min_tokens_per_npu: Any  # callable c -> the smallest valid tokens per NPU (one prompt per group)
     pool_read_s: Any  # callable (bytes per die, blocks per die) -> the pool read's time (cmperf/cost/pool.py)
     send_s: Any  # callable bytes per die -> the KV transfer's time (cmperf/schedule/prefill.py)
+    inputs: dict = None  # the instance's full predict inputs (as predict resolved them)
 
     def times(self, tokens: float, c_eff: float, C_eff: float = 0.0, prompts: int = 1, pool_B: float = 0.0,
               blocks: float = 0.0, kv_B: float = 0.0) -> tuple[float, float]:
@@ -138,8 +141,12 @@ def _rows(phase: str, rows: list[dict], specs: Specs, what: str):
 def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float, max_kv: float, phase: str = "decode",
                      chunks: tuple = (), ref_kv: float | None = None, chunk_prompt: float | None = None) -> DecodePredictor:
     """The grid of one decode instance's iteration time (module docstring). ``instance``: the
-    predict inputs of the instance (dies, ep, tp, layout, MTP, ...), ``max_batch`` the largest
-    batch per NPU it may run, ``max_kv`` the longest KV it may attend."""
+    predict inputs of the instance (dies, ep, tp, layout, MTP, ...; what it leaves unset, predict
+    derives, read back as ``DecodePredictor.inputs``), ``max_batch`` the largest batch per NPU it
+    may run, ``max_kv`` the longest KV it may attend; ``chunks``: the chunk sizes (prompt tokens
+    per NPU) of a co-located instance's grid, its prompts of ``chunk_prompt`` tokens
+    (token-weighted mean; default the KV length). One ``predict`` call: the memory row at the
+    reference KV, the step grid and every chunk's grid."""
     npus_key = "attention_dies" if phase == "afd" else "dies"
     hw, _ = specs.views()
     dpp = float(hw.chip.dies_per_package)
@@ -147,25 +154,43 @@ def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float
     bs = geometric(1.0, max(max_batch, 1.0), 1.25)
     ls = geometric(16.0, max(max_kv, 16.0), 1.5)
     base = {k: v for k, v in instance.items() if k not in ("batch", "kv_len", "chunk_tokens")}
+    ref = float(ref_kv or max_kv)
     rows = [{**base, "batch": float(b), "kv_len": float(L), "prompt_len": max(int(L), 1), "output_len": 1}
             for b in bs for L in ls]
-    cols = _rows(phase, rows, specs, f"the {phase} instance {dict(base)}")
-    step = Grid2(list(bs), list(ls), cols["iteration_ms"].to_numpy(dtype=float).reshape(len(bs), len(ls)) / 1e3)
-    chunk = None
-    if chunks:
-        chunk = []
-        for c in sorted(chunks):
-            rc = [{**r, "chunk_tokens": float(c), **({"prompt_len": max(int(chunk_prompt), 1)} if chunk_prompt else {})}
-                  for r in rows]
-            cc = _rows(phase, rc, specs, f"the co-located instance {dict(base)} with a {c:g}-token chunk")
-            chunk.append((float(c), Grid2(list(bs), list(ls), cc["iteration_ms"].to_numpy(dtype=float).reshape(len(bs), len(ls)) / 1e3)))
-    ref = float(ref_kv or max_kv)
-    mem = _rows(phase, [{**base, "batch": 1.0, "kv_len": ref, "prompt_len": max(int(ref), 1), "output_len": 1}], specs,
-                f"the {phase} instance")
-    max_b = float(mem["max_batch_per_npu"].iat[0])
-    ranks = _ranks(phase, instance, dpp)
+    cs = sorted(float(c) for c in chunks)
+    every = ([{**base, "batch": 1.0, "kv_len": ref, "prompt_len": max(int(ref), 1), "output_len": 1}] + rows
+             + [{**r, "chunk_tokens": c, **({"prompt_len": max(int(chunk_prompt), 1)} if chunk_prompt else {})}
+                for c in cs for r in rows])
+    what = f"the {'co-located' if cs else phase} instance {dict(base)}"
+    cols = _rows(phase, every, specs, what)
+    it = cols["iteration_ms"].to_numpy(dtype=float) / 1e3
+    n = len(rows)
+    step = Grid2(list(bs), list(ls), it[1:1 + n].reshape(len(bs), len(ls)))
+    chunk = [(c, Grid2(list(bs), list(ls), it[1 + n * (j + 1):1 + n * (j + 2)].reshape(len(bs), len(ls))))
+             for j, c in enumerate(cs)] or None
+    first = cols.records()[0]
+    inputs = {k: first[k] for k in INPUTS[phase] if k in first and not (isinstance(first[k], float) and math.isnan(first[k]))}
+    max_b = float(first["max_batch_per_npu"])
+    ranks = _ranks(phase, inputs, dpp)
     kv_rank = max_b * npus / ranks * ref
-    return DecodePredictor(npus=npus, step_s=step, chunk_step_s=chunk, kv_tokens_per_rank=kv_rank, max_batch_per_npu=max_b)
+    return DecodePredictor(npus=npus, step_s=step, chunk_step_s=chunk, kv_tokens_per_rank=kv_rank, max_batch_per_npu=max_b,
+                           inputs=inputs)
+
+
+INPUTS = {  # the predict inputs that make up an instance (read back from a row)
+    "decode": ("dies", "ep", "tp", "microbatches", "mtp", "mtp_k", "mtp_acceptance", "expert_imbalance",
+               "redundant_experts", "shared_copies", "attention_share"),
+    "afd": ("attention_dies", "expert_dies", "microbatches", "mtp", "mtp_k", "mtp_acceptance", "expert_imbalance",
+            "redundant_experts", "shared_copies"),
+    "prefill": ("dies", "ep", "attn_tp", "microbatches", "mtp", "expert_imbalance", "redundant_experts", "shared_copies"),
+}
+
+
+def resolved(phase: str, inputs: Mapping[str, Any], specs: Specs) -> dict:
+    """The full predict inputs of an instance (what the deployment defaults derive for what
+    ``inputs`` leave unset): one predict row, read back."""
+    row = predict(phase, dict(inputs), specs).columns.records()[0]
+    return {k: row[k] for k in INPUTS[phase] if k in row and not (isinstance(row[k], float) and math.isnan(row[k]))}
 
 
 def _ranks(phase: str, instance: Mapping[str, Any], dpp: float) -> int:
@@ -210,7 +235,9 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
     comp = (cols["forward_ms"].to_numpy(dtype=float) - cols["pool_load_ms"].to_numpy(dtype=float)) / 1e3
     comp = comp.reshape(len(levels), len(ts), len(cs))
     readers = float(instance.get("pool_readers", dies) or dies)
-    return PrefillPredictor(
+    first = cols.records()[0]
+    inputs = {k: first[k] for k in INPUTS["prefill"] if k in first and not (isinstance(first[k], float) and math.isnan(first[k]))}
+    return PrefillPredictor(inputs=inputs,
         npus=npus, dies=dies, groups=groups, tp=tp,
         compute_s=[(C, Grid2(list(ts), list(cs), comp[j])) for j, C in enumerate(levels)],
         min_tokens_per_npu=min_tokens,
