@@ -193,3 +193,26 @@ def test_a_decode_instance_has_dies_over_tp_ranks_each_holding_the_stacks_limit(
     w = Workload(prompt=fixed(512), output=fixed(64), prefix_hit=0.0, slo=SLOS)
     r = simulate(specs, w, dep, Traffic(rate_rps=None, num_prompts=300), seed=0)
     assert _most_decoding(r) == 2 * 32 / tp
+
+
+# --------------------------------------------------------------------------- an eager phase's launches, counted once
+def test_an_eager_prefill_waits_for_each_launch_once(cli):
+    """sglang-ascend runs prefill eagerly: each kernel waits max(kernel_launch_s, eager_launch_s)
+    for the host. At eager_launch_s = the chip's kernel_launch_s the eager pass is the graph
+    pass (max(k, k) = k; a launch added twice, k + e, is not); above it the pass grows by the
+    same number of launches N x (e - k) for every e (linear, through the graph pass)."""
+    from cmperf.predict import load_specs as load
+
+    k = float(load("cloudmatrix384").views()[0].chip.latency.kernel_launch_s)
+
+    def ttft(e, graph=False):
+        sets = [f"stack.eager_launch_s={e!r}"] + (["stack.prefill_graph.value=graph"] if graph else [])
+        code, out, err = cli("predict", "prefill", "--stack", "sglang-ascend", *[a for s in sets for a in ("--set", s)], "-f", "json")
+        assert code == 0, err
+        d = json.loads(out)
+        return (d if "phase" in d else d["rows"][0])["ttft_ms"]
+
+    graph = ttft(1e-5, graph=True)
+    assert ttft(k) == pytest.approx(graph, rel=1e-12)
+    n1, n2 = ((ttft(e) - graph) / (e - k) for e in (2e-5, 8e-5))
+    assert n1 > 0 and n1 == pytest.approx(n2, rel=1e-6)

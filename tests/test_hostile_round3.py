@@ -290,3 +290,12 @@ def test_an_import_past_any_published_model_warns(cli, tmp_path, config, key, va
 @pytest.mark.parametrize("name", ["", " ", "a\nb", "x" * 201])
 def test_an_import_name_must_be_one_printable_line(cli, name):
     error(cli("model", "import", HF / "llama-3.1-70b.json", "--name", name), "--name")
+
+
+def test_a_trace_of_almost_wholly_cached_prompts_runs(cli, tmp_path):
+    """2,047 of 2,048 tokens cached and a prompt without any: the prefill grid takes whole
+    cached tokens as its rows do (a mean of 1,023.5 made a grid row of less than one prompt,
+    and the error named --tokens-per-npu and --cached-len with a Python dict)."""
+    p = _write(tmp_path, "t.csv", "prompt_len,output_len,prefix_hit_tokens\n2048,10,2047\n4096,10,0\n")
+    code, out, err = cli("simulate", "--trace", p, *SIM)
+    assert code == 0, err

@@ -129,7 +129,7 @@ def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float
     base = {k: v for k, v in instance.items() if k not in ("batch", "kv_len", "chunk_tokens")}
     rows = [{**base, "batch": float(b), "kv_len": float(L), "prompt_len": max(int(L), 1), "output_len": 1}
             for b in bs for L in ls]
-    cols = _rows(phase, rows, specs, f"the {phase} instance {dict(base)}")
+    cols = _rows(phase, rows, specs, f"the {phase} instance of {float(instance[npus_key]):g} {npus_key.replace('_', ' ')}")
     step = Grid2(list(bs), list(ls), cols["iteration_ms"].to_numpy(dtype=float).reshape(len(bs), len(ls)) / 1e3)
     chunk = None
     if chunks:
@@ -166,8 +166,8 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
     p_lo, p_hi = max(float(np.min(prompts)), 16.0), max(float(np.max(prompts)), 16.0)
     ps = geometric(p_lo, p_hi, 1.4)
 
-    def min_tokens(P: float) -> float:  # one prompt's computed tokens per attention TP group
-        return (max(P - cached, 1.0)) * dpp / tp
+    def min_tokens(P: float) -> float:  # one prompt's computed tokens per attention TP group (its whole cached tokens, as the rows')
+        return (max(P - min(int(cached), P - 1), 1.0)) * dpp / tp
 
     t_hi = max(max_tokens / npus, min_tokens(p_hi))
     ts = geometric(min_tokens(p_lo), t_hi, 1.3)
@@ -177,7 +177,7 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
         for P in ps:
             rows.append({**base, "tokens_per_npu": float(max(t, min_tokens(P))), "prompt_len": int(round(P)),
                          **({"cached_len": int(min(cached, P - 1))} if cached else {})})
-    cols = _rows("prefill", rows, specs, f"the prefill instance {dict(base)}")
+    cols = _rows("prefill", rows, specs, f"the prefill instance of {dies:g} dies (attention TP {tp:g})")
     shape = (len(ts), len(ps))
     return PrefillPredictor(
         npus=npus, groups=groups,
