@@ -10,9 +10,13 @@ and how their experts are laid out. From it, for the model at hand:
                     instance size the system holds (a divisor of a node or whole nodes, inside
                     the expert-parallel domain), and at least the smallest size whose weights
                     per die take at most ``max_weight_share`` of a die's HBM. EP = dies.
-                    Without a published size: that smallest size.
+                    Without a published size: that smallest size, at no more HBM than the
+                    chip file states (a what-if with more HBM keeps the instance, as a
+                    published one is kept: fewer dies would read more weights per step, and
+                    more memory would give a slower answer; less HBM grows it).
     size (dense)    TP = the smallest power of two (dividing the heads, within a node) whose
-                    weights per die take at most the share; dies = TP (one TP group).
+                    weights per die take at most the share (of at most the chip file's HBM,
+                    as above); dies = TP (one TP group).
     experts         shared copies  S = max(1, round(s x EP))   (s = 1: a copy on every die)
                     redundant      R = ceil((E + S + r x EP) / EP) x EP - E - S
                     (E routed experts, r spare routed copies per die at least): whole experts
@@ -141,6 +145,28 @@ def _reference(name: str):
     return _REFERENCES[name]
 
 
+_SHIPPED_HBM: dict[str, float | None] = {}
+
+
+def shipped_hbm(hw) -> float:
+    """A die's HBM capacity as the chip's own file states it (no --set): the capacity a default
+    instance is sized at, so that more HBM never shrinks it (module docstring); the capacity
+    at hand when the chip file cannot be read by its name."""
+    from .errors import CmperfError
+    from .specs.loader import cached_spec, load_chip
+
+    hbm = float(hw.chip.die.hbm_capacity_B)
+    name = str(hw.system.chip)
+    if name not in _SHIPPED_HBM:
+        try:
+            hit = cached_spec("chip", name)
+            chip = hit[0] if hit is not None else load_chip(name, {})[0].model_dump(mode="json")
+            _SHIPPED_HBM[name] = float(chip["die"]["hbm_capacity_B"]["value"])
+        except (CmperfError, KeyError, TypeError):
+            _SHIPPED_HBM[name] = None
+    return _SHIPPED_HBM[name] or hbm
+
+
 def moe_dies(hw, m, phase: str, tp: int, mtp: int) -> int:
     """Dies of a MoE instance (module docstring: size (MoE)). The share of HBM the weights
     may take is ``max_weight_share``, or more where the published instance of the reference
@@ -161,8 +187,9 @@ def moe_dies(hw, m, phase: str, tp: int, mtp: int) -> int:
     w = _weights_per_die(m, phase, sizes, tp, mtp, pub)
     fits = sizes[w <= share * hbm * (1 + 1e-9)]
     smallest = fits[0] if len(fits) else sizes[-1]
-    if target is None:
-        return int(smallest)
+    if target is None:  # the smallest size that fits, at no more HBM than the chip's own (more never shrinks it)
+        held = sizes[w <= share * min(hbm, shipped_hbm(hw)) * (1 + 1e-9)]
+        return int(max(smallest, held[0] if len(held) else sizes[-1]))
     if target == pub["dies"]:
         size = target  # the published size itself (it need not be a node multiple)
     else:
@@ -181,7 +208,7 @@ def dense_tp(hw, m, phase: str, mtp: int, divides: int | None = None) -> int:
     tps = [t for t in (2 ** j for j in range(12)) if t <= node_dies and heads % t == 0
            and (divides is None or divides % t == 0)] or [1]
     w = _weights_per_die(m, phase, np.ones(len(tps)), np.asarray(tps, dtype=float), mtp, pub)
-    cap = float(hw.chip.die.hbm_capacity_B) * float(pub["share"])
+    cap = min(float(hw.chip.die.hbm_capacity_B), shipped_hbm(hw)) * float(pub["share"])  # more HBM never shrinks it
     ok = [t for t, x in zip(tps, w) if x <= cap]
     return ok[0] if ok else tps[-1]
 

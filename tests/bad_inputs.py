@@ -606,8 +606,9 @@ def round3_flag_cases() -> list[tuple]:
     stack of another vendor."""
     out = []
     legit = {  # values that are a legitimate run of each flag (the rest must be one clear line)
-        "--seed": {"0"}, "--request-rate": {"inf", "1e300", "+inf", "Infinity", "0.5", "1.5", "1_000"},
-        "--burstiness": {"0.5", "1.5"}, "--warmup": {"0", "0.5", "1e-300"}, "--num-prompts": set(), "--max-concurrency": set()}
+        "--seed": {"0"}, "--request-rate": {"inf", "1e300", "+inf", "Infinity", "0.5", "1.5", "1_000", "9223372036854775808"},
+        "--burstiness": {"0.5", "1.5"}, "--warmup": {"0", "0.5", "1e-300", "1e-320", "1e-160"}, "--num-prompts": set(),
+        "--max-concurrency": set()}
     for flag, ok in legit.items():
         for v in TRAFFIC_WEIRD:
             argv = ["simulate", "--num-prompts", "10", "--request-rate", "5", flag, v, "-f", "json"]
@@ -750,6 +751,19 @@ def round3_file_cases(tmp: Path) -> list[tuple]:
         p = tmp / f"trace-{len(out)}.csv"
         p.write_text("prompt_len,output_len\n" + rows)
         out.append((f"trace: {name}", ["simulate", "--trace", str(p), *SIM], "error"))
+    hf = Path(__file__).resolve().parent / "data" / "hf-configs"
+    for config, key, value in (("gpt-oss-120b", "sliding_window", 200_000), ("deepseek-v3.2", "index_topk", 10**6),
+                               ("llama-3.1-70b", "num_hidden_layers", 10**9), ("deepseek-v3", "num_nextn_predict_layers", 10**6),
+                               ("llama-3.1-70b", "max_position_embeddings", 10**12), ("llama-3.1-70b", "max_position_embeddings", 0),
+                               ("llama-3.1-70b", "max_position_embeddings", "128K")):
+        c = json.loads((hf / f"{config}.json").read_text())
+        c[key] = value
+        p = tmp / f"config-{len(out)}.json"
+        p.write_text(json.dumps(c))
+        bad = key == "max_position_embeddings"
+        out.append((f"import {config} {key}={value!r}", ["model", "import", str(p)], "error" if bad else "warning"))
+    for name in ("", "a\nb", "x" * 201):
+        out.append((f"import --name {name[:10]!r}", ["model", "import", str(hf / "llama-3.1-70b.json"), "--name", name], "error"))
     for suffix in (".pdf", ".svg", ".jpg", ".png", ".jpeg", ".tiff"):
         out.append((f"plot x{suffix}", ["simulate", "--plot", str(tmp / f"plot{suffix}"), *SIM], "any"))
     for name in ("x.docx", "x", "x.png.bak", "x.PDFX"):

@@ -101,3 +101,118 @@ def test_dispatch_counts_the_local_expert_as_local(specs):
     assert float(pl.received_rows) == pytest.approx(4 * T)
     one = placement(m, T, 1.0, 0.0, 1.0, 1.0, 1)
     assert float(one.remote_routed_fraction) == 0.0 and float(one.received_rows) == 0.0
+
+
+# --------------------------------------------------------------------------- a stack's host time, per phase
+def test_a_decode_schedulers_overhead_is_charged_to_decode_iterations_only(cli):
+    """stack.scheduler_overhead_s is host time per decode iteration: +10 ms makes a decode
+    iteration exactly 10 ms longer (the host waits are serial with the device) and leaves a
+    prefill pass unchanged (its own host time is prefill_overhead_s)."""
+    def row(phase, *sets):
+        argv = ["predict", phase, "--stack", "cloudmatrix-infer", *[a for s in sets for a in ("--set", s)], "-f", "json"]
+        code, out, err = cli(*argv)
+        assert code == 0, err
+        d = json.loads(out)
+        return d if "phase" in d else d["rows"][0]
+
+    base, slow = row("decode"), row("decode", "stack.scheduler_overhead_s=0.01")
+    assert slow["iteration_ms"] - base["iteration_ms"] == pytest.approx(10.0, abs=1e-6)
+    p0, p1 = row("prefill"), row("prefill", "stack.scheduler_overhead_s=0.01")
+    assert p1["ttft_ms"] == pytest.approx(p0["ttft_ms"], rel=1e-12)
+
+
+# --------------------------------------------------------------------------- Gated DeltaNet prefill: the state's bytes
+def test_gated_deltanet_prefill_writes_each_prompts_state_once():
+    """Qwen3-Next's linear layer (32 value heads, 16 key heads, 128 x 128 head dims, conv kernel
+    4, bf16 state): a prompt's final state is 32 x 128 x 128 recurrent + 3 x (2 x 16 x 128 +
+    32 x 128) conv = 548,864 elements = 1,097,728 bytes, written once per prompt. The same
+    4,096 tokens as two prompts of 2,048 instead of one of 4,096 write exactly one state more
+    (a state written per token would add nothing here, and 4,096 of them everywhere); a cached
+    prefix's state is read once more per prompt."""
+    from cmperf.cost.ops import attention_prefill_ops
+
+    _, m = load_specs("cloudmatrix384", "qwen3-next-80b-a3b").views()
+
+    def scan(T, P, cached=0.0):
+        ops = attention_prefill_ops(m, np.asarray(T, dtype=float), np.asarray(P, dtype=float), np.asarray(1.0), "ub",
+                                    np.asarray(cached, dtype=float), kind="linear")
+        (op,) = [o for o in ops if o.name == "linear_scan"]
+        return float(np.asarray(op.hbm_bytes))
+
+    state = (32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128)) * 2
+    assert state == 1_097_728
+    assert scan(4096, 2048) - scan(4096, 4096) == pytest.approx(state, rel=1e-9)
+    assert scan(4096, 4096 + 1024, cached=1024) - scan(4096, 4096) == pytest.approx(state, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- a die's vector rate follows its vector units
+def test_a_dies_vector_rate_follows_its_vector_units():
+    """--set chip.die.vector_units=24 on the 910C (48 AI Vector cores): half the cores, half the
+    vector rate (the rate is the units' sum: cmperf/specs/loader.py UNIT_RATES); given both, the
+    rate is as given. A sweep of the units carries the rate the same way."""
+    base = load_specs().views()[0].chip.die
+    half = load_specs(sets=["chip.die.vector_units=24"]).views()[0].chip.die
+    assert half.vector_ops_per_s == pytest.approx(base.vector_ops_per_s * 24 / base.vector_units, rel=1e-12)
+    both = load_specs(sets=["chip.die.vector_units=24", "chip.die.vector_ops_per_s=1e12"]).views()[0].chip.die
+    assert both.vector_ops_per_s == 1e12
+    swept = load_specs().views({"chip.die.vector_units": np.array([12.0, 48.0, 96.0])})[0].chip.die
+    assert np.allclose(np.asarray(swept.vector_ops_per_s), base.vector_ops_per_s * np.array([0.25, 1.0, 2.0]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("chip", ["ascend-910b", "ascend-950dt", "ascend-950pr"])
+def test_a_proxy_chips_vector_rate_is_the_910c_rate_per_core_times_its_cores(chip):
+    """Chips without a vector measurement take the 910C's fitted rate per AI Vector core times
+    their own cores (their sources say so): 1.062e12 / 48 per core. A rate taken from the 910C's
+    die whole (unscaled by the core count) is 50 % off on the 950s; tolerance 0.5 % (the 950
+    files quote the rate of an earlier fit, 1.065e12)."""
+    from cmperf.specs.loader import load_chip
+
+    c910, _ = load_chip("ascend-910c", {})
+    c, _ = load_chip(chip, {})
+    assert "910C" in c.die.vector_ops_per_s.source
+    per_core = c910.die.vector_ops_per_s.value / c910.die.vector_units.value
+    assert c.die.vector_ops_per_s.value == pytest.approx(per_core * c.die.vector_units.value, rel=5e-3)
+
+
+# --------------------------------------------------------------------------- DP ranks of a TP > 1 decode instance
+def _most_decoding(r) -> float:
+    """The most requests decoding at once (admitted at their first token, out at their finish)."""
+    q = r.requests
+    t = np.r_[q.first_token_s, q.finish_s]
+    d = np.r_[np.ones(len(q.first_token_s)), -np.ones(len(q.finish_s))]
+    return float(np.cumsum(d[np.lexsort((d, t))]).max())  # a finish before a start at the same time
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_a_decode_instance_has_dies_over_tp_ranks_each_holding_the_stacks_limit(tp):
+    """32 decode dies at TP t are 32 / t data-parallel attention ranks; with
+    max_running_per_rank = 2 and 300 requests sent at once, exactly 2 x 32 / t decode at once
+    (64, 32, 16): ranks counted as dies would hold 64 at any TP."""
+    specs = load_specs("cloudmatrix384", "deepseek-r1", ["stack.max_running_per_rank=2"], "sglang-ascend")
+    dep = DeploymentSpec(prefill=[InstanceGroup(2, {"dies": 16, "attn_tp": 8})], decode=[InstanceGroup(1, {"dies": 32, "tp": tp})])
+    w = Workload(prompt=fixed(512), output=fixed(64), prefix_hit=0.0, slo=SLOS)
+    r = simulate(specs, w, dep, Traffic(rate_rps=None, num_prompts=300), seed=0)
+    assert _most_decoding(r) == 2 * 32 / tp
+
+
+# --------------------------------------------------------------------------- an eager phase's launches, counted once
+def test_an_eager_prefill_waits_for_each_launch_once(cli):
+    """sglang-ascend runs prefill eagerly: each kernel waits max(kernel_launch_s, eager_launch_s)
+    for the host. At eager_launch_s = the chip's kernel_launch_s the eager pass is the graph
+    pass (max(k, k) = k; a launch added twice, k + e, is not); above it the pass grows by the
+    same number of launches N x (e - k) for every e (linear, through the graph pass)."""
+    from cmperf.predict import load_specs as load
+
+    k = float(load("cloudmatrix384").views()[0].chip.latency.kernel_launch_s)
+
+    def ttft(e, graph=False):
+        sets = [f"stack.eager_launch_s={e!r}"] + (["stack.prefill_graph.value=graph"] if graph else [])
+        code, out, err = cli("predict", "prefill", "--stack", "sglang-ascend", *[a for s in sets for a in ("--set", s)], "-f", "json")
+        assert code == 0, err
+        d = json.loads(out)
+        return (d if "phase" in d else d["rows"][0])["ttft_ms"]
+
+    graph = ttft(1e-5, graph=True)
+    assert ttft(k) == pytest.approx(graph, rel=1e-12)
+    n1, n2 = ((ttft(e) - graph) / (e - k) for e in (2e-5, 8e-5))
+    assert n1 > 0 and n1 == pytest.approx(n2, rel=1e-6)

@@ -240,3 +240,62 @@ def test_a_sample_of_the_campaigns_round_three_cases_is_clean(cli, case):
     name, argv, expect = case[:3]
     code, out, err = cli(*argv)
     assert judge(expect, code, out, err) in ("clear error", "ok"), (code, err[-400:])
+
+
+# --------------------------------------------------------------------------- item 9: defaults that resize the instance
+@pytest.mark.parametrize("system,model", [("h200-cluster", "deepseek-v3.2"), ("h100-cluster", "llama-3.1-70b"),
+                                          ("mi300x-cluster", "qwen3-30b-a3b"), ("cloudmatrix384", "deepseek-r1")])
+@pytest.mark.parametrize("phase,key", [("decode", "tpot_ms"), ("prefill", "ttft_ms")])
+def test_more_hbm_never_shrinks_the_default_instance_or_slows_it(system, model, phase, key):
+    """1.5x the HBM capacity (a what-if by --set): the default instance keeps at least its dies
+    and, at the same batch (tokens per NPU), is never slower: more memory never gives a worse
+    answer (issue 23 item 9: h200-cluster's deepseek-v3.2 instance shrank from 16 to 8 GPUs and
+    its TPOT rose 50.95 -> 51.32 ms). Less HBM may grow the instance (what fits)."""
+    from cmperf.predict import load_specs, predict
+
+    base = load_specs(system, model)
+    hbm = float(base.hardware.chip.die.hbm_capacity_B.value)
+    r0 = predict(phase, {}, base).columns.records()[0]
+    fixed = {"batch": r0["batch"]} if phase == "decode" else {"tokens_per_npu": r0["tokens_per_npu"]}
+    for factor in (1.5, 4.0):
+        more = load_specs(system, model, [f"chip.die.hbm_capacity_B={hbm * factor:.0f}"])
+        r1 = predict(phase, fixed, more).columns.records()[0]
+        assert r1["dies"] >= r0["dies"], (factor, r0["dies"], r1["dies"])
+        assert r1[key] <= r0[key] * (1 + 1e-9), (factor, r0[key], r1[key])
+    less = load_specs(system, model, [f"chip.die.hbm_capacity_B={hbm * 0.6:.0f}"])
+    assert predict(phase, {}, less).columns.records()[0]["dies"] >= r0["dies"]
+
+
+# --------------------------------------------------------------------------- imports past any published model
+HF = ROOT / "tests" / "data" / "hf-configs"
+
+
+@pytest.mark.parametrize("config,key,value,words", [
+    ("gpt-oss-120b", "sliding_window", 200_000, ["sliding_window 200,000", "context (131,072"]),
+    ("deepseek-v3.2", "index_topk", 10**6, ["indexer.topk 1,000,000", "context (163,840"]),
+    ("llama-3.1-70b", "num_hidden_layers", 10**9, ["num_layers 1,000,000,000"]),
+    ("deepseek-v3", "num_nextn_predict_layers", 10**6, ["mtp.modules 1,000,000"]),
+])
+def test_an_import_past_any_published_model_warns(cli, tmp_path, config, key, value, words):
+    c = json.loads((HF / f"{config}.json").read_text())
+    c[key] = value
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(c))
+    code, out, err = cli("model", "import", p)
+    assert code == 0, err
+    line = next((x for x in err.splitlines() if words[0] in x), "")
+    assert line.startswith("cmperf: warning:") and all(w in line for w in words), err
+
+
+@pytest.mark.parametrize("name", ["", " ", "a\nb", "x" * 201])
+def test_an_import_name_must_be_one_printable_line(cli, name):
+    error(cli("model", "import", HF / "llama-3.1-70b.json", "--name", name), "--name")
+
+
+def test_a_trace_of_almost_wholly_cached_prompts_runs(cli, tmp_path):
+    """2,047 of 2,048 tokens cached and a prompt without any: the prefill grid takes whole
+    cached tokens as its rows do (a mean of 1,023.5 made a grid row of less than one prompt,
+    and the error named --tokens-per-npu and --cached-len with a Python dict)."""
+    p = _write(tmp_path, "t.csv", "prompt_len,output_len,prefix_hit_tokens\n2048,10,2047\n4096,10,0\n")
+    code, out, err = cli("simulate", "--trace", p, *SIM)
+    assert code == 0, err

@@ -26,6 +26,7 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import SpecError, short
+from ..specs.loader import error_message
 
 # What bench_serving logs and the simulation predicts (cmperf/simulate/metrics.py).
 METRIC_NAMES = ("output_throughput_tps", "input_throughput_tps", "total_throughput_tps", "request_throughput_rps",
@@ -101,19 +102,12 @@ def _problem(e: ValidationError, head: str) -> str:
     first = errs[0]
     loc = ".".join(str(x) for x in first["loc"])
     kind = first["type"]
-    if kind == "extra_forbidden":
-        msg = "unknown field (not in the schema; check the spelling)"
-    elif kind == "missing":
-        msg = "required field is missing"
-    elif kind == "literal_error" and first["loc"] and first["loc"][-1] == "[key]":
+    if kind == "literal_error" and first["loc"] and first["loc"][-1] == "[key]":
         msg = "unknown metric (expected one of simulate's: output_throughput_tps, mean_ttft_ms, p99_tpot_ms, ...)"
     elif kind == "too_short":
         msg = "expected at least one entry (found none)"
     else:
-        msg = first["msg"].removeprefix("Value error, ")
-        found = first.get("input")
-        if isinstance(found, (int, float, str, bool)) and kind != "value_error":
-            msg += f" (got {short(found, 40)!r})" if isinstance(found, str) else f" (got {short(found, 40)})"
+        msg = error_message(first)
     loc = loc.replace(".[key]", "")
     more = f" (and {len(errs) - 1} more problems)" if len(errs) > 1 else ""
     return f"{head}: {loc + ': ' if loc else ''}{msg}{more}"

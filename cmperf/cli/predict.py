@@ -91,7 +91,7 @@ def _warn_context(phase: str, table, specs) -> None:
     col = "prompt_len" if phase == "prefill" else "kv_len"
     if col in table:
         tokens = float(table[col].to_numpy(dtype=float).max())
-        line = past_context(specs.model, tokens, f"--{col.replace('_', '-')} {tokens:g}")
+        line = past_context(specs.views()[1], tokens, f"--{col.replace('_', '-')} {tokens:.0f}")
         if line:
             warn(line)
 

@@ -163,9 +163,10 @@ def _warn_context(res, specs) -> None:
     from ..report import warn
 
     ctx = res.requests.prompt + res.requests.output
-    most = max_context(specs.model)
+    m = specs.views()[1]
+    most = max_context(m)
     if most is not None and (ctx > most).any():
-        warn(past_context(specs.model, float(ctx.max()), f"{int((ctx > most).sum()):,} of {len(ctx):,} requests "
+        warn(past_context(m, float(ctx.max()), f"{int((ctx > most).sum()):,} of {len(ctx):,} requests "
                                                           f"(prompt + output up to {float(ctx.max()):,.0f} tokens)"))
 
 

@@ -140,7 +140,8 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     hw, m = specs.views()
     node_npus = int(hw.system.node.chips)
     system_npus = int(hw.system.nodes) * node_npus
-    caching = {"--prefix-hit": workload.prefix_hit > 0 or workload.cached_samples is not None,
+    hits = "--prefix-hit" if workload.cached_samples is None else f"--trace {workload.prompt.text}: prefix_hit_tokens"
+    caching = {hits: workload.prefix_hit > 0 or workload.cached_samples is not None,
                "--pool-path": pool_path is not None, "--block-tokens": block_tokens is not None}
     if hw.system.memory_pool is None and any(caching.values()):
         flag = next(f for f, asked in caching.items() if asked)

@@ -161,7 +161,7 @@ def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float
     every = ([{**base, "batch": 1.0, "kv_len": ref, "prompt_len": max(int(ref), 1), "output_len": 1}] + rows
              + [{**r, "chunk_tokens": c, **({"prompt_len": max(int(chunk_prompt), 1)} if chunk_prompt else {})}
                 for c in cs for r in rows])
-    what = f"the {'co-located' if cs else phase} instance {dict(base)}"
+    what = f"the {'co-located' if cs else phase} instance of {float(instance[npus_key]):g} {npus_key.replace('_', ' ')}"
     cols = _rows(phase, every, specs, what)
     it = cols["iteration_ms"].to_numpy(dtype=float) / 1e3
     n = len(rows)
@@ -231,7 +231,7 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
     rows = [{**base, "tokens_per_npu": float(max(t, min_tokens(c))), "prompt_len": int(round(c + C)),
              **({"cached_len": int(round(C))} if C >= 1 else {})}
             for C in levels for t in ts for c in cs]
-    cols = _rows("prefill", rows, specs, f"the prefill instance {dict(base)}")
+    cols = _rows("prefill", rows, specs, f"the prefill instance of {dies:g} dies (attention TP {tp:g})")
     comp = (cols["forward_ms"].to_numpy(dtype=float) - cols["pool_load_ms"].to_numpy(dtype=float)) / 1e3
     comp = comp.reshape(len(levels), len(ts), len(cs))
     readers = float(instance.get("pool_readers", dies) or dies)

@@ -354,6 +354,22 @@ def _schema_fields(kind: str, keys: list[str]) -> dict[str, bool]:
 
 
 # --------------------------------------------------------------------------- validation
+def error_message(e: dict) -> str:
+    """What one pydantic error (an item of ``ValidationError.errors()``) says, for a user: an
+    unknown or missing field in words, else pydantic's message with what was found when it is a
+    short scalar."""
+    kind = e["type"]
+    if kind == "extra_forbidden":
+        return "unknown field (not in the schema; check the spelling)"
+    if kind == "missing":
+        return "required field is missing"
+    msg = e["msg"].removeprefix("Value error, ")
+    found = e.get("input")
+    if isinstance(found, (int, float, str, bool)) and len(repr(found)) <= 40 and kind != "value_error":
+        msg += f" (got {found!r})"
+    return msg
+
+
 def _format_validation(path: Path, err,  overrides: Mapping[str, Any] | None = None,
                        label: str = "", extra: list[str] | None = None) -> str:
     """Every problem pydantic found, in one line: where (the file's field, or the --set flag
@@ -364,15 +380,7 @@ def _format_validation(path: Path, err,  overrides: Mapping[str, Any] | None = N
         key = loc.removesuffix(".value")
         where = f"--set {label}.{key}={short(overrides[key], 40)}" if overrides and key in overrides else f"field '{loc}'"
         kind = e["type"]
-        if kind == "extra_forbidden":
-            msg = "unknown field (not in the schema; check the spelling)"
-        elif kind == "missing":
-            msg = "required field is missing"
-        else:
-            msg = e["msg"].removeprefix("Value error, ")
-            found = e.get("input")
-            if isinstance(found, (int, float, str, bool)) and len(repr(found)) <= 40 and kind != "value_error":
-                msg += f" (got {found!r})"
+        msg = error_message(e)
         if not (kind == "value_error" and loc == "(top level)" and extra):  # the reference checks, said below
             problems.append(f"{where}: {msg}")
     problems += [p for p in extra or [] if p not in " ".join(problems)]

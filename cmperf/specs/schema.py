@@ -678,36 +678,20 @@ MAX_DRAFT_TOKENS = 64  # speculative tokens per step: 1-7 published (EAGLE-3 dra
 MAX_HOST_S = 1.0  # host time per launch, iteration or pass: microseconds to milliseconds are published
 
 
-class Limit(SourcedInt):
-    """A batching limit of a stack: at least 1 (a limit of 0 admits nothing: the run never ends)."""
+def _count(name: str, low: int, high: int, doc: str):
+    """A sourced whole number from ``low`` to ``high`` (a stack's limit or count)."""
+    from pydantic import create_model
 
-    value: int = Field(ge=1)
-
-
-class RunningLimit(Limit):
-    value: int = Field(ge=1, le=MAX_RUNNING_PER_RANK)
+    return create_model(name, __base__=SourcedInt, __doc__=doc, value=(int, Field(ge=low, le=high)))
 
 
-class PassTokens(Limit):
-    value: int = Field(ge=1, le=MAX_PASS_TOKENS)
-
-
-class PassRequests(Limit):
-    value: int = Field(ge=1, le=MAX_PASS_REQUESTS)
-
-
-class ChunkTokens(SourcedInt):
-    """0: a prompt is prefilled whole; else chunks of at most this many tokens."""
-
-    value: int = Field(ge=0, le=MAX_PASS_TOKENS)
-
-
-class BlockTokens(Limit):
-    value: int = Field(ge=1, le=MAX_BLOCK_TOKENS)
-
-
-class DraftTokens(SourcedInt):
-    value: int = Field(ge=0, le=MAX_DRAFT_TOKENS)
+# A batching limit is at least 1: a limit of 0 admits nothing and the run never ends.
+RunningLimit = _count("RunningLimit", 1, MAX_RUNNING_PER_RANK, "Decode requests one DP-attention rank holds at most.")
+PassTokens = _count("PassTokens", 1, MAX_PASS_TOKENS, "Prompt tokens one prefill pass takes at most.")
+PassRequests = _count("PassRequests", 1, MAX_PASS_REQUESTS, "Prompts one prefill pass takes at most.")
+ChunkTokens = _count("ChunkTokens", 0, MAX_PASS_TOKENS, "0: a prompt is prefilled whole; else chunks of at most this many tokens.")
+BlockTokens = _count("BlockTokens", 1, MAX_BLOCK_TOKENS, "Tokens per KV page.")
+DraftTokens = _count("DraftTokens", 0, MAX_DRAFT_TOKENS, "Speculative tokens verified per request and step (0: no MTP).")
 
 
 class HostSeconds(NonNegative):
