@@ -32,7 +32,7 @@ def validate_cmd(
     files: Optional[List[str]] = typer.Argument(None, help="reference files (default: every built-in one: the CloudMatrix384 paper and each platform's micro-benchmarks)"),
     sensitivity: bool = typer.Option(False, "--sensitivity", help="also show how headline rows move when each parameter moves +-10 %"),
     cross_validate: bool = typer.Option(False, "--cross-validate",
-                                        help="re-fit without each group of evidence rows and predict it; a fold that leaves a parameter unidentified or at a search bound is reported, not scored (about 1.5 minutes for the built-in files)"),
+                                        help="re-fit without each group of evidence rows and predict it; a fold that leaves a parameter unidentified or at a search bound is reported, not scored (about a minute for the built-in files)"),
     serving: bool = typer.Option(False, "--serving", help="replay the released serving runs (cmperf/reference/*-serving.yaml) through "
                                                           "cmperf simulate instead: held-out end-to-end errors (nothing is fitted to them)"),
     fmt: str = FormatOpt, sets: Optional[List[str]] = SetOpt,
