@@ -661,14 +661,16 @@ def _rows_with_instance(phase: str, rows: list[Mapping[str, Any]], hw, m) -> lis
     """Each row with the derived instance inputs it leaves unset (rows that name the same
     instance inputs share one derivation)."""
     keys = ("dies", "tp", "attn_tp", "attention_dies", "expert_dies")
+    scalar = (int, float, str, np.generic)  # np.ndim(v) == 0 without the call (a planner passes thousands of rows)
     memo: dict[tuple, dict] = {}
     out = []
     for r in rows:
         r = {k: v for k, v in r.items() if v is not None}
-        key = (frozenset(r), tuple((k, r[k]) for k in keys if k in r and np.ndim(r[k]) == 0))
-        if key not in memo:
-            memo[key] = deployment.instance(phase, hw, m, check_inputs(phase, r))
-        out.append({**memo[key], **r})
+        key = (frozenset(r), tuple((k, r[k]) for k in keys if k in r and (isinstance(r[k], scalar) or np.ndim(r[k]) == 0)))
+        derived = memo.get(key)
+        if derived is None:
+            derived = memo[key] = deployment.instance(phase, hw, m, check_inputs(phase, r))
+        out.append({**derived, **r})
     return out
 
 

@@ -20,7 +20,7 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 
 # Commands the run leaves out, each with why (their outputs are checked elsewhere).
 SLOW = {
-    "cmperf validate --cross-validate": "1-2 minutes on 2 cores; its held-out errors are checked below from the bands file",
+    "cmperf validate --cross-validate": "~1 minute on 2 cores; its held-out errors are checked below from the bands file",
 }
 
 
@@ -218,7 +218,7 @@ def test_quoted_bands_and_held_out_errors_are_the_stored_ones():
 
 def test_quoted_held_out_errors_of_the_other_groups():
     """The per-layer, Table 7 and ablation errors the README quotes are no band's: the paper's
-    cross-validation (`cmperf validate --cross-validate`, ~30 s) computes them here."""
+    cross-validation (`cmperf validate --cross-validate`, ~8 s of CPU) computes them here."""
     from cmperf.calibration.crossval import cross_validate
 
     g = cross_validate().groups.set_index("group")

@@ -12,18 +12,22 @@ from pathlib import Path
 
 from ..errors import SpecError
 from ..predict import load_specs
-from .crossval import band_entry, cross_validate, write_bands
+from .crossval import band_entry, cross_validate, steps, write_bands
 from .fit import evidence, fit_result, params_of, write
 from .reference import builtin_references, load_reference
 from .validate import evaluate, spec_value, specs_for
 
 
-def calibrate_file(path, do_write: bool) -> dict | None:
+def calibrate_file(path, do_write: bool, progress=None) -> dict | None:
     """Fit one file and print it; with ``do_write``, store the values and return its
-    system's band entry (None without ``--write``)."""
+    system's band entry (None without ``--write``). ``progress(done, total)`` after each fit
+    (:func:`fits`)."""
     ref = load_reference(path)
     specs = specs_for(ref)
+    total = fits(ref, do_write)
     result = fit_result(ref, specs)
+    if progress:
+        progress(1, total)
     values = result.values
     ev = evidence(ref)
     print(f"== {ref.name}: {len(ref.fit)} parameters fitted to {len(ev.rows)} evidence rows "
@@ -57,9 +61,15 @@ def calibrate_file(path, do_write: bool) -> dict | None:
     for proxy in ref.model_proxies:
         for line in write(model_values, load_specs(ref.hardware, proxy)):
             print("wrote", line, "(model proxy)")
-    cv = cross_validate(ref, specs_for(ref), result)
+    cv = cross_validate(ref, specs_for(ref), result, progress=lambda k, _: progress and progress(1 + k, total))
     print(cv.groups.to_string(index=False))
     return band_entry(cv, ref, Path(path).name)
+
+
+def fits(ref, do_write: bool) -> int:
+    """The fits :func:`calibrate_file` makes of ``ref``: its own, and with ``--write`` the
+    cross-validation's folds (:func:`.crossval.steps`)."""
+    return 1 + (steps(ref, full_given=True) if do_write else 0)
 
 
 def main(argv=None) -> int:
@@ -69,11 +79,19 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true",
                     help="store the fitted values in the built-in spec files and each system's prediction bands")
     args = ap.parse_args(argv)
+    from ..cli.progress import ProgressBar
+
     entries = {}
-    for path in args.references or builtin_references():
-        entry = calibrate_file(path, args.write)
-        if entry is not None:
-            entries[load_reference(path).hardware] = entry
+    paths = args.references or builtin_references()
+    work = [fits(load_reference(p), args.write) for p in paths]
+    progress = ProgressBar("calibrating: fits")
+    try:
+        for i, path in enumerate(paths):
+            entry = calibrate_file(path, args.write, lambda k, _, at=sum(work[:i]): progress(at + k, sum(work)))
+            if entry is not None:
+                entries[load_reference(path).hardware] = entry
+    finally:
+        progress.close()
     if entries:
         print("wrote", write_bands({**_stored_entries(), **entries}))
     return 0

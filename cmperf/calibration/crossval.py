@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -43,22 +43,43 @@ def _why(c) -> str:
     return f"not identified (the objective moves {c.rise:.1e} when it moves by 10 %)"
 
 
-def cross_validate(ref: RefFile | None = None, specs: Specs | None = None, full: FitResult | None = None) -> CrossValidation:
+def folds(ref: RefFile) -> list[str]:
+    """The evidence groups of ``ref``, in the order cross-validation leaves them out."""
+    return sorted({r.fold for r in evidence(ref).rows})
+
+
+def steps(ref: RefFile, full_given: bool = False) -> int:
+    """The fits :func:`cross_validate` makes (its ``progress`` total): one per fold, and the
+    file's own unless given."""
+    return len(folds(ref)) + (0 if full_given else 1)
+
+
+def cross_validate(ref: RefFile | None = None, specs: Specs | None = None, full: FitResult | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> CrossValidation:
     """Re-fit without each evidence group in turn and predict the group left out
     (docs/calibration.md#cross-validation). About one fit per group; a parameter the whole
     file does not identify holds its spec value in every fold (``full``: the file's
-    :func:`fit.fit_result`, computed here when not given)."""
+    :func:`fit.fit_result`, computed here when not given). ``progress(done, total)`` is
+    called after each fit (:func:`steps`)."""
     import pandas as pd
 
     ref = ref or load_reference()
     specs = specs or specs_for(ref)
-    full = full or fit_result(ref, specs)
+    total, done = steps(ref, full is not None), 0
+    shared: dict = {}  # the fits' coarse grids, evaluated once on every fit row (fit._grid_cost)
+    if full is None:
+        full = fit_result(ref, specs, shared)
+        done += 1
+        if progress:
+            progress(done, total)
     ev = evidence(ref)
     in_sample = evaluate(ev, specs, full.values).set_index("id")
-    folds = sorted({r.fold for r in ev.rows})
     rows, params, flags, status = [], {"full fit": full.values}, [], {}
-    for g in folds:
-        fold = search(ref, specs, exclude_groups=[g], kept=full.kept)
+    for g in folds(ref):
+        fold = search(ref, specs, exclude_groups=[g], kept=full.kept, shared=shared)
+        done += 1
+        if progress:
+            progress(done, total)
         bad = fold.flagged
         status[g] = "; ".join(f"{c.path} {_why(c)}" for c in bad)
         flags += [{"group": g, "parameter": c.path, "value": c.value, "bound": c.bound, "objective_rise": c.rise,

@@ -27,8 +27,9 @@ def load_serving(path: Path) -> dict:
     return raw
 
 
-def replay(path: Path, seed: int = 0):
-    """One row per (run, metric): measured, simulated, error (%), target, within."""
+def replay(path: Path, seed: int = 0, progress=None):
+    """One row per (run, metric): measured, simulated, error (%), target, within;
+    ``progress(done, total)`` after each run simulated."""
     import pandas as pd
 
     from ..plan.workload import SLO, Workload, fixed
@@ -38,7 +39,7 @@ def replay(path: Path, seed: int = 0):
 
     ref = load_serving(path)
     out = []
-    for r in ref["rows"]:
+    for done, r in enumerate(ref["rows"], 1):
         sets = [*r.get("sets", []), *(f"stack.{s}" for s in r.get("stack_sets", []))]
         specs = load_specs(ref["hardware"], ref["model"], sets, ref["stack"])
         d = r["deployment"]
@@ -63,4 +64,6 @@ def replay(path: Path, seed: int = 0):
             target = 100 * ref["targets"][metric]
             out.append({"id": r["id"], "metric": metric, "measured": measured, "simulated": sim, "error_pct": err,
                         "target_pct": target, "within": bool(math.isfinite(err) and abs(err) <= target)})
+        if progress:
+            progress(done, len(ref["rows"]))
     return pd.DataFrame(out)

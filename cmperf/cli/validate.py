@@ -32,7 +32,7 @@ def validate_cmd(
     files: Optional[List[str]] = typer.Argument(None, help="reference files (default: every built-in one: the CloudMatrix384 paper and each platform's micro-benchmarks)"),
     sensitivity: bool = typer.Option(False, "--sensitivity", help="also show how headline rows move when each parameter moves +-10 %"),
     cross_validate: bool = typer.Option(False, "--cross-validate",
-                                        help="re-fit without each group of evidence rows and predict it; a fold that leaves a parameter unidentified or at a search bound is reported, not scored (about 1.5 minutes for the built-in files)"),
+                                        help="re-fit without each group of evidence rows and predict it; a fold that leaves a parameter unidentified or at a search bound is reported, not scored (about a minute for the built-in files)"),
     serving: bool = typer.Option(False, "--serving", help="replay the released serving runs (cmperf/reference/*-serving.yaml) through "
                                                           "cmperf simulate instead: held-out end-to-end errors (nothing is fitted to them)"),
     fmt: str = FormatOpt, sets: Optional[List[str]] = SetOpt,
@@ -51,25 +51,36 @@ def validate_cmd(
     from ..calibration.validate import sensitivity as sens
     from ..report import check_format, print_csv, print_json, provenance
 
+    from ..calibration.crossval import cross_validate as run_cv
+    from ..calibration.crossval import steps
+    from .progress import ProgressBar
+
     check_format(fmt)
     reports = []
     from ..errors import CmperfError, SpecError
 
-    for f in files or [str(p) for p in builtin_references()]:
-        ref = load_reference(f)
-        try:  # the file's hardware, model and rows: an error names the file
-            specs = specs_for(ref, sets or [])
-            res = evaluate(ref, specs)
-        except CmperfError as e:
-            raise SpecError(str(e) if str(e).startswith(f"{f}:") else f"{f}: {e}") from None
-        res.insert(0, "file", ref.name)
-        report = {"ref": ref, "res": res, "fitted": fitted_parameters(specs),
-                  "sens": sens(ref, specs) if sensitivity else None, "cv": None}
-        if cross_validate and ref.fit:
-            from ..calibration.crossval import cross_validate as run_cv
-
-            report["cv"] = run_cv(ref, specs)
-        reports.append(report)
+    paths = files or [str(p) for p in builtin_references()]
+    refs = [load_reference(f) for f in paths]
+    # one step a file, and with --cross-validate one a fit (the file's and each fold's)
+    work = [1 + (steps(ref) if cross_validate and ref.fit else 0) for ref in refs]
+    progress, done = ProgressBar("validating: files and fits"), 0
+    try:
+        for f, ref, n in zip(paths, refs, work):
+            try:  # the file's hardware, model and rows: an error names the file
+                specs = specs_for(ref, sets or [])
+                res = evaluate(ref, specs)
+            except CmperfError as e:
+                raise SpecError(str(e) if str(e).startswith(f"{f}:") else f"{f}: {e}") from None
+            res.insert(0, "file", ref.name)
+            report = {"ref": ref, "res": res, "fitted": fitted_parameters(specs),
+                      "sens": sens(ref, specs) if sensitivity else None, "cv": None}
+            if cross_validate and ref.fit:
+                report["cv"] = run_cv(ref, specs, progress=lambda k, _, at=done: progress(at + k, sum(work)))
+            done += n
+            progress(done, sum(work))
+            reports.append(report)
+    finally:
+        progress.close()
     res = pd.concat([r["res"] for r in reports], ignore_index=True)
     stats = summary(res)
     prov = provenance("validate " + " ".join(r["ref"].name for r in reports), _joined(r["ref"].hardware for r in reports),
@@ -193,8 +204,16 @@ def _serving(files, fmt: str) -> None:
     from ..report import check_format, print_csv, print_json, print_table, provenance
 
     check_format(fmt)
+    from .progress import ProgressBar
+
     paths = files or [str(p) for p in SERVING_FILES]
-    res = pd.concat([replay(p).assign(file=str(p)) for p in paths], ignore_index=True)
+    progress = ProgressBar("replaying serving runs")
+    try:  # each file's runs as a share of one bar
+        res = pd.concat([replay(p, progress=lambda k, n, i=i: progress(1000 * i + 1000 * k // n, 1000 * len(paths)))
+                         .assign(file=str(p))
+                         for i, p in enumerate(paths)], ignore_index=True)
+    finally:
+        progress.close()
     prov = provenance("validate --serving", None, None, [])
     if fmt == "json":
         print_json({"rows": res.to_dict(orient="records"), "provenance": prov})
