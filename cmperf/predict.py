@@ -34,6 +34,7 @@ from .schedule.kernels import attention, gemm
 from .schedule.memory import afd_memory, decode_memory, prefill_memory
 from .schedule.prefill import prefill
 from . import deployment, stack
+from .stack import stack_fusion
 from .scenario import check_inputs, grid_from_rows, make_grid, validate
 from .specs.dtypes import NARROW_FLOATS, closest_dtype, dtypes_of
 from .specs.loader import (UNIT_RATES, Hardware, cached_spec, carried_scale, load_hardware_parts, load_model,
@@ -114,7 +115,7 @@ class Specs:
             from .stack import host_overrides
 
             chip_view = SpecView(chip, {**chip_over, **host_overrides(SpecView(self.stack), phase, chip_view.latency)})
-        hw = HardwareView(SpecView(system, pick("system.")), chip_view)
+        hw = HardwareView(SpecView(system, pick("system.")), chip_view, stack_fusion(self.stack))
         return hw, SpecView(model, pick("model."))
 
     def stack_view(self):

@@ -10,6 +10,8 @@ each with its source. It enters the one cost model in three ways, and nowhere as
                    eager phase:       each kernel waits for the host: launch = max(kernel_launch_s, eager_launch_s)
     inputs         mtp_k = mtp_draft_tokens, mtp_acceptance, microbatches = auto (two-batch
                    overlap) or 1, where the user gives none
+    kernels        fusion groups: adjacent kernels run as one (cmperf/cost/fusion.py); absent:
+                   every kernel of cmperf/specs/kernels.py launched on its own
     limits         max_running_per_rank, max_prefill_tokens / requests, chunked prefill, KV
                    pages, DP balance, EPLB: the request-level simulation and the planner
                    (cmperf/simulate, cmperf/plan) enforce them; a single prediction does not
@@ -41,6 +43,17 @@ def load_stack(name: str, overrides: Mapping[str, Any] | None = None) -> dict:
     return spec.model_dump(mode="json")
 
 
+def stack_fusion(stack) -> tuple:
+    """The stack's fused kernel groups (plain data or a validated profile; none: ())."""
+    if stack is None:
+        return ()
+    f = stack.get("fusion") if isinstance(stack, dict) else getattr(stack, "fusion", None)
+    if f is None:
+        return ()
+    groups = f["value"] if isinstance(f, dict) else f.value
+    return tuple(tuple(g) for g in groups)
+
+
 def host_overrides(stack, phase: str, latency) -> dict[str, Any]:
     """Chip-view overrides (``latency.*`` paths) that put the stack's host time into
     ``phase``'s prediction (module docstring); ``latency`` is the chip's latency view (values
@@ -52,6 +65,10 @@ def host_overrides(stack, phase: str, latency) -> dict[str, Any]:
         import numpy as np
 
         out["latency.kernel_launch_s"] = np.maximum(latency.kernel_launch_s, stack.eager_launch_s)
+        ratio = latency.vector_launch_ratio if "vector_launch_ratio" in latency.keys() else None
+        if ratio is not None:  # the host's launch does not shrink for an elementwise kernel: max(device, host)
+            out["latency.vector_launch_ratio"] = (np.maximum(latency.kernel_launch_s * ratio, stack.eager_launch_s)
+                                                  / np.maximum(out["latency.kernel_launch_s"], 1e-30))
     return out
 
 

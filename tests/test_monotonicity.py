@@ -43,7 +43,8 @@ FIXED = {"decode": ("dies", "ep", "tp", "batch", "mtp", "redundant_experts", "sh
                  "output_len")}
 
 # A cost: more of it is less of a resource (latencies, fixed costs, spread, bytes a message adds).
-COST = re.compile(r"((?<!per)_s|step_time_cv|matmul_k_overhead|runtime_reserved_B|\.scale_B|\.header_B)$")
+COST = re.compile(r"((?<!per)_s|step_time_cv|matmul_k_overhead|runtime_reserved_B|\.scale_B|\.header_B|vector_launch_ratio"
+                  r"|call_floor_s\.\w+\.\w+)$")
 # Not a resource: no direction is "more" (why, for each).
 NOT_A_RESOURCE = {
     r"efficiency\.matmul_tile_(rows|cols)$": "the output tile's shape: a larger tile pads short GEMMs more and "

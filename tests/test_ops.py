@@ -119,8 +119,11 @@ def test_moe_ops_per_token(model, specs):
 def test_dense_ffn_bytes_per_token(model):
     op = dense_ffn_op(model, 1.0)
     weights = 3 * H * 18432
-    activations = H * 1 + 2 * 2 * 18432 * 2 + 18432 * 1 + H * 2  # INT8 in, BF16 gate/up out+in, INT8 down in, BF16 out
+    activations = H * 1 + 2 * 18432 * 2 + 18432 * 1 + H * 2  # INT8 in, BF16 gate/up out, INT8 down in, BF16 out
     assert op.hbm_bytes == weights + activations
+    # the SwiGLU between them is a kernel of its own: gate/up read back, the INT8 down input written
+    from cmperf.cost.ops import activation_op
+    assert activation_op(model, 1.0, 18432).hbm_bytes == 2 * 18432 * 2 + 18432 * 1
 
 
 def test_mtp_entry_projection(model):
@@ -138,7 +141,7 @@ def test_experts_read_every_instance_they_hold(model, specs):
     pl = placement(m, 4096.0, 32, 32, 32, 1.0, 128)
     experts = moe_ops(m, 4096.0, 32, pl)[2]
     rows = 9 * 4096 * 32 * 8 / 288 + 4096
-    activations = rows * (H * 1 + 2 * 2 * 2048 * 2 + 2048 * 1 + H * 2)
+    activations = rows * (H * 1 + 2 * 2048 * 2 + 2048 * 1 + H * 2)  # the SwiGLU's own read: activation_op
     assert float(experts.weight_bytes) == 10 * EXPERT
     assert float(experts.hbm_bytes) == pytest.approx(10 * EXPERT + activations)
 

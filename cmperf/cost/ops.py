@@ -162,13 +162,88 @@ def ep_traffic(route: Route, T, k, remote_fraction, shared_msgs, received_rows, 
 
 
 def swiglu_activation_bytes(m, rows, intermediate, act=None) -> object:
-    """HBM bytes of the activations of a W8A8 SwiGLU FFN over ``rows`` tokens: quantised
-    input, BF16 gate and up outputs written and read back by the activation, quantised input
-    of the down projection, BF16 output (``act``: bytes of a quantised activation)."""
+    """HBM bytes of the activations of a W8A8 SwiGLU FFN's two GEMMs over ``rows`` tokens:
+    quantised input, BF16 gate and up outputs written, quantised input of the down
+    projection read, BF16 output (``act``: bytes of a quantised activation). The activation
+    between them reads gate and up and writes the down projection's input
+    (:func:`activation_op`)."""
     b, h = Bytes.of(m), m.hidden_size
     act = b.act if act is None else act
     gate_up = 2 * intermediate * b.hidden  # two matrices' outputs
-    return rows * (h * act + 2 * gate_up + intermediate * act + h * b.hidden)
+    return rows * (h * act + gate_up + intermediate * act + h * b.hidden)
+
+
+# --------------------------------------------------------------------------- small kernels
+# Each a roofline kernel with its own HBM bytes and launch (docs/model.md §2.9; the names:
+# cmperf/specs/kernels.py). ``in_B``: the bytes of its input a fused producer would hand over.
+def residual_add_op(m, T) -> Op:
+    """The residual stream plus a block's output for ``T`` tokens: reads both and writes the
+    sum, 3 T h bytes in the hidden dtype; one add per element."""
+    b, h = Bytes.of(m), m.hidden_size
+    x = np.asarray(T, dtype=float) * h * b.hidden
+    return Op("residual_add", "vector", vector_ops=VEC_RESIDUAL * T * h, hbm_bytes=3 * x, in_B=x)
+
+
+def rmsnorm_op(m, T, width=None) -> Op:
+    """RMSNorm of ``T`` vectors of ``width`` (default the hidden size): reads them and the
+    weight, writes the normed vectors, 2 T width + width bytes; VEC_RMSNORM per element."""
+    b = Bytes.of(m)
+    w = m.hidden_size if width is None else width
+    x = np.asarray(T, dtype=float) * w * b.hidden
+    return Op("rmsnorm", "vector", vector_ops=VEC_RMSNORM * T * w, hbm_bytes=2 * x + w * b.hidden, in_B=x)
+
+
+def rope_op(m, T, heads, rot_dims) -> Op:
+    """Rotary embedding in place on ``heads`` query and key heads of ``rot_dims`` rotary dims
+    for ``T`` tokens (the cos/sin table read per token): reads and writes those dims, 2 T
+    heads rot_dims bytes in the attention dtype plus T rot_dims x 4 of the table."""
+    b = Bytes.of(m)
+    x = np.asarray(T, dtype=float) * heads * rot_dims * b.attn
+    return Op("rope", "vector", vector_ops=VEC_ROPE * T * heads * rot_dims,
+              hbm_bytes=2 * x + np.asarray(T, dtype=float) * rot_dims * 4, in_B=x)
+
+
+def kv_write_op(m, T, width) -> Op:
+    """``T`` tokens' new cache entries of ``width`` elements (keys and values; MLA: the latent)
+    copied into the paged cache: read in the attention dtype, written in the cache dtype
+    (a cast where they differ: one operation per element)."""
+    b = Bytes.of(m)
+    T = np.asarray(T, dtype=float)
+    return Op("kv_write", "vector", vector_ops=T * width, hbm_bytes=T * width * (b.attn + b.kv), in_B=T * width * b.attn)
+
+
+def activation_op(m, rows, intermediate, act=None) -> Op:
+    """SwiGLU between an FFN's two GEMMs for ``rows`` tokens of ``intermediate`` columns:
+    reads gate and up (2 I in the hidden dtype), writes silu(gate) x up as the down
+    projection's input (``act``: its bytes, default the matmul dtype's; quantised there)."""
+    b = Bytes.of(m)
+    act = b.act if act is None else act
+    rows = np.asarray(rows, dtype=float)
+    gate_up = rows * 2 * intermediate * b.hidden
+    return Op("activation", "vector", vector_ops=rows * intermediate * (VEC_SWIGLU + (VEC_QUANT if act < b.hidden else 0)),
+              hbm_bytes=gate_up + rows * intermediate * act, in_B=gate_up)
+
+
+def router_topk_op(m, T) -> Op:
+    """The router's scores to each of ``T`` tokens' top-k experts: reads the gate's FP32 logits
+    (E per token), writes k expert ids and weights (4 B each); VEC_ROUTING per logit."""
+    E, k = m.moe.routed_experts, m.moe.experts_per_token
+    T = np.asarray(T, dtype=float)
+    return Op("router_topk", "vector", vector_ops=VEC_ROUTING * T * E, hbm_bytes=T * (E * 4 + 2 * k * 4), in_B=T * E * 4)
+
+
+def sampling_op(m, T) -> Op:
+    """Logits to one token for each of ``T`` tokens: reads the logits (hidden dtype) over the
+    whole vocabulary, writes the token id; VEC_SAMPLING per logit (the FP32 cast among them)."""
+    T = np.asarray(T, dtype=float)
+    V, b = m.vocab_size, Bytes.of(m).hidden
+    return Op("sampling", "vector", vector_ops=VEC_SAMPLING * T * V, hbm_bytes=T * (V * b + 4), in_B=T * V * b)
+
+
+def residual_norm_ops(m, T) -> list[Op]:
+    """A block's entry: the residual add of the block before, then RMSNorm (FlashInfer's fused
+    add + RMSNorm fuses exactly this pair)."""
+    return [residual_add_op(m, T), rmsnorm_op(m, T)]
 
 
 # --------------------------------------------------------------------------- attention
@@ -193,7 +268,8 @@ def attention_decode_ops(m, T, R, L, tp=1.0, kind: str = "full") -> list[Op]:
     with ``tp`` > 1 the per-die work is 1/tp of the heads for the whole TP group's tokens.
     ``full``: MLA, DSA (the indexer's ops after the output projection) or GQA over all ``L``
     tokens; ``window``: GQA over the last ``sliding_window``; ``linear``: a Gated DeltaNet
-    step. The core is always the second op (cmperf/schedule/kernels.py replays it)."""
+    step. The core is always the second op (cmperf/schedule/kernels.py replays it). RoPE
+    and the cache write are kernels of their own (:func:`attention_decode_kernels`)."""
     if kind == "linear":
         return _deltanet_decode_ops(m, T, R, tp)
     if arch.is_dsa(m):
@@ -201,6 +277,29 @@ def attention_decode_ops(m, T, R, L, tp=1.0, kind: str = "full") -> list[Op]:
     if arch.is_mla(m):
         return _mla_decode_ops(m, T, R, L, tp)
     return _gqa_decode_ops(m, T, R, L, tp, window=kind == "window")
+
+
+def position_cache_ops(m, T, tp=1.0, kind: str = "full") -> list[Op]:
+    """RoPE and the cache write of ``T`` tokens' new keys on one die of a TP group of ``tp``
+    (docs/model.md §2.9): MLA rotates the 64 rope dims of its H / tp query heads and of the
+    one shared key and writes the latent (576); GQA rotates the head dim of its H / tp query
+    and Hkv / shards key heads and writes their keys and values. A linear layer has neither
+    (its state is written by its step)."""
+    if kind == "linear":
+        return []
+    a = m.attention
+    tp = np.asarray(tp, dtype=float)
+    if arch.is_mla(m):
+        return [rope_op(m, T, a.num_heads / tp + 1, a.qk_rope_head_dim), kv_write_op(m, T, arch.latent_dim(m))]
+    Hkv = a.num_kv_heads / kv_shards(m, tp)
+    return [rope_op(m, T, a.num_heads / tp + Hkv, a.head_dim), kv_write_op(m, T, 2 * Hkv * a.head_dim)]
+
+
+def attention_decode_kernels(m, T, R, L, tp=1.0, kind: str = "full") -> list[Op]:
+    """Every kernel of a decode attention block in launch order (docs/model.md §2.9): the
+    projection, RoPE, the cache write, then the rest of :func:`attention_decode_ops`."""
+    ops = attention_decode_ops(m, T, R, L, tp, kind)
+    return ops[:1] + position_cache_ops(m, T, tp, kind) + ops[1:]
 
 
 def attention_prefill_ops(m, T, P, tp, tier: str = "ub", cached=0.0, kind: str = "full") -> list[Op]:
@@ -263,9 +362,9 @@ def _mla_decode_ops(m, T, R, L, tp, selected=None) -> list[Op]:
     prolog_w = w.get("q_a", 0) + w["kv_a"] + (_mla_q_weights(m, w) + w["kv_b_k"]) / tp
     out_w = (w["kv_b_v"] + w["o"]) / tp
     nope, rope, H = a.qk_nope_head_dim, a.qk_rope_head_dim, a.num_heads / tp
-    prolog_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (r_q + lat)
+    prolog_vec = (VEC_QUANT * h + VEC_DEQUANT * (r_q + lat)
                   + VEC_RMSNORM * (r_q + a.kv_lora_rank) + VEC_QUANT * r_q
-                  + VEC_DEQUANT * H * qk_dim + VEC_ROPE * (H + 1) * rope + VEC_QUANT * H * nope
+                  + VEC_DEQUANT * H * qk_dim + VEC_QUANT * H * nope
                   + VEC_DEQUANT * H * a.kv_lora_rank)
     gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
     q_in = [gm(T, r_q, h), gm(T, H * qk_dim, r_q)] if r_q else [gm(T, H * qk_dim, h)]
@@ -273,8 +372,8 @@ def _mla_decode_ops(m, T, R, L, tp, selected=None) -> list[Op]:
         "mla_prolog", "cube", flops=2 * T * prolog_w, dtype=m.precision.matmul, vector_ops=T * prolog_vec,
         gemm=(*q_in, gm(T, lat, h), gm(T, a.kv_lora_rank, nope, groups=H)),
         outputs=2 * T * (r_q + lat + H * (qk_dim + a.kv_lora_rank)),
-        hbm_bytes=prolog_w * b.weight + T * h * b.hidden + T * H * lat * b.attn + T * lat * b.kv,
-        weight_bytes=prolog_w * b.weight,
+        hbm_bytes=prolog_w * b.weight + T * h * b.hidden + T * H * lat * b.attn + T * lat * b.attn,
+        weight_bytes=prolog_w * b.weight, in_B=T * h * b.hidden,
     )
     keys = L if selected is None else selected
     cache = R * L * lat * b.kv if selected is None else T * selected * (lat * b.kv + INDEX_B)
@@ -285,7 +384,7 @@ def _mla_decode_ops(m, T, R, L, tp, selected=None) -> list[Op]:
         hbm_bytes=cache + T * H * (lat + a.kv_lora_rank) * b.attn,
     )
     o_vec = (VEC_QUANT * H * a.kv_lora_rank + VEC_DEQUANT * H * a.v_head_dim + VEC_QUANT * H * a.v_head_dim
-             + VEC_DEQUANT * h + VEC_RESIDUAL * h)
+             + VEC_DEQUANT * h)
     o_proj = Op(
         "o_proj", "cube", flops=2 * T * out_w, dtype=m.precision.matmul, vector_ops=T * o_vec,
         gemm=(gm(T, a.v_head_dim, a.kv_lora_rank, groups=H), gm(T, h, H * a.v_head_dim)),
@@ -386,7 +485,7 @@ def _mla_down_gather(m, T, tp, tier, extra_B=0.0) -> tuple[Op, Op, int]:
               hbm_bytes=down_w * b.weight + T * h * b.hidden + T * compressed * b.hidden,
               weight_bytes=down_w * b.weight)
     per_token = compressed * b.hidden + extra_B
-    gather = Op("attn_allgather", "dma", launches=1, tier=tier,
+    gather = Op("attn_allgather", "dma", launches=1, tier=tier, collective="all_gather",
                 net_bytes=(tp - 1) * T * per_token, net_messages=0.0,
                 hbm_bytes=tp * T * per_token, sync_group=tp)
     return down, gather, compressed
@@ -398,10 +497,10 @@ def _mla_out(m, T, tp, tier) -> tuple[Op, Op]:
     w = arch.attention_weights(m)
     tp = np.asarray(tp, dtype=float)
     H = a.num_heads
-    a2a = Op("attn_alltoall", "dma", launches=1, tier=tier,
+    a2a = Op("attn_alltoall", "dma", launches=1, tier=tier, collective="all_to_all",
              net_bytes=T * (tp - 1) / tp * H * a.v_head_dim * b.hidden, net_messages=0.0,
              hbm_bytes=T * H * a.v_head_dim * b.hidden, sync_group=tp)
-    o_vec = VEC_QUANT * H * a.v_head_dim + VEC_DEQUANT * h + VEC_RESIDUAL * h
+    o_vec = VEC_QUANT * H * a.v_head_dim + VEC_DEQUANT * h
     o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
                 gemm=Gemm(T, h, H * a.v_head_dim, in_B=b.act, w_B=b.weight, out_B=b.hidden),
                 hbm_bytes=w["o"] * b.weight + T * H * a.v_head_dim * b.attn + T * h * b.hidden,
@@ -464,14 +563,13 @@ def _gqa_decode_ops(m, T, R, L, tp, window: bool = False) -> list[Op]:
     d, H, Hkv = a.head_dim, a.num_heads / tp, a.num_kv_heads / shards
     Hq = arch.q_width(m) / d / tp  # query heads' outputs, in head widths (2 H with an output gate)
     qkv_w = w["q"] / tp + (w["k"] + w["v"]) / shards
-    qkv_vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (Hq + 2 * Hkv) * d + VEC_ROPE * (H + Hkv) * d
-               + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0))
+    qkv_vec = VEC_QUANT * h + VEC_DEQUANT * (Hq + 2 * Hkv) * d + (VEC_RMSNORM * (H + Hkv) * d if a.qk_norm else 0)
     gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
     qkv = Op("qkv_proj", "cube", flops=2 * T * qkv_w, dtype=m.precision.matmul, vector_ops=T * qkv_vec,
              gemm=gm(T, (Hq + 2 * Hkv) * d, h),
              outputs=2 * T * (Hq + 2 * Hkv) * d,
-             hbm_bytes=qkv_w * b.weight + T * h * b.hidden + T * Hq * d * b.attn + T * 2 * Hkv * d * b.kv,
-             weight_bytes=qkv_w * b.weight)
+             hbm_bytes=qkv_w * b.weight + T * h * b.hidden + T * (Hq + 2 * Hkv) * d * b.attn,
+             weight_bytes=qkv_w * b.weight, in_B=T * h * b.hidden)
     keys = np.minimum(L, a.sliding_window) if window else L
     sinks = 1.0 if getattr(a, "sinks", False) else 0.0  # one more logit per head: negligible
     core = Op("window_attention_core" if window else "attention_core", "cube", flop_kind="attention",
@@ -480,7 +578,7 @@ def _gqa_decode_ops(m, T, R, L, tp, window: bool = False) -> list[Op]:
               hbm_bytes=R * keys * 2 * Hkv * d * b.kv + 2 * T * H * d * b.attn)
     o_w = w["o"] / tp
     gate = Hq - H  # the gate's head widths (0 without one)
-    o_vec = VEC_GATE * gate * d + VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h
+    o_vec = VEC_GATE * gate * d + VEC_QUANT * H * d + VEC_DEQUANT * h
     o_proj = Op("o_proj", "cube", flops=2 * T * o_w, dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
                 gemm=gm(T, h, H * d),
                 hbm_bytes=o_w * b.weight + T * (H + gate) * d * b.attn + T * h * b.hidden, weight_bytes=o_w * b.weight)
@@ -493,7 +591,8 @@ def tp_allreduce_op(m, T, tp, tier: str, name: str = "tp_allreduce") -> Op:
     b = Bytes.of(m)
     tp = np.asarray(tp, dtype=float)
     data = T * m.hidden_size * b.hidden
-    return Op(name, "dma", tier=tier, net_bytes=2 * (tp - 1) / tp * data, hbm_bytes=np.where(tp > 1, 3 * data, 0.0),
+    return Op(name, "dma", tier=tier, collective="all_reduce", net_bytes=2 * (tp - 1) / tp * data,
+              hbm_bytes=np.where(tp > 1, 3 * data, 0.0),
               vector_ops=np.where(tp > 1, T * m.hidden_size, 0.0), sync_group=tp, launches=np.where(tp > 1, 1.0, 0.0))
 
 
@@ -584,7 +683,7 @@ def _hidden_gather(m, T, tp, tier) -> tuple[Op, Op]:
     tp = np.asarray(tp, dtype=float)
     down = Op("attn_norm", "vector", vector_ops=T * (VEC_RMSNORM * h + VEC_QUANT * h),
               hbm_bytes=T * h * b.hidden + T * h * b.act)
-    gather = Op("attn_allgather", "dma", launches=1, tier=tier, net_bytes=(tp - 1) * T * h * b.act,
+    gather = Op("attn_allgather", "dma", launches=1, tier=tier, collective="all_gather", net_bytes=(tp - 1) * T * h * b.act,
                 hbm_bytes=tp * T * h * b.act, sync_group=tp)
     return down, gather
 
@@ -623,10 +722,10 @@ def _gqa_prefill_ops(m, T, P, tp, tier, cached, window: bool = False) -> list[Op
               dtype=m.precision.attention, flops=2 * T * H * 2 * d * keys, vector_ops=VEC_SOFTMAX * T * H * (keys + sinks),
               chained=True,
               hbm_bytes=T * (H + 2 * Hkv) * d * b.attn + T * H * d * b.attn + prefix * tp / shards * 2 * Hkv * d * b.kv)
-    a2a = Op("attn_alltoall", "dma", launches=1, tier=tier, net_bytes=T * (tp - 1) / tp * H * d * b.hidden,
+    a2a = Op("attn_alltoall", "dma", launches=1, tier=tier, collective="all_to_all", net_bytes=T * (tp - 1) / tp * H * d * b.hidden,
              hbm_bytes=T * H * d * b.hidden, sync_group=tp)
     gate = Hq - H
-    o_vec = VEC_GATE * gate * d + VEC_QUANT * H * d + VEC_DEQUANT * h + VEC_RESIDUAL * h
+    o_vec = VEC_GATE * gate * d + VEC_QUANT * H * d + VEC_DEQUANT * h
     o_proj = Op("o_proj", "cube", flops=2 * T * w["o"], dtype=m.precision.matmul, vector_ops=T * o_vec, outputs=2 * T * h,
                 gemm=gm(T, h, H * d),
                 hbm_bytes=w["o"] * b.weight + T * (H + gate) * d * b.attn + T * h * b.hidden, weight_bytes=w["o"] * b.weight)
@@ -681,7 +780,7 @@ def _deltanet_proj_ops(m, rows, s, out_rows, out_s) -> tuple[Op, Op]:
               hbm_bytes=in_w * b.weight + rows * h * b.act + rows * width * b.attn, weight_bytes=in_w * b.weight)
     out_w, value = w["out"] / out_s, d["value"] / out_s
     out = Op("linear_out", "cube", flops=2 * out_rows * out_w, dtype=m.precision.matmul,
-             vector_ops=out_rows * (VEC_QUANT * value + VEC_DEQUANT * h + VEC_RESIDUAL * h),
+             vector_ops=out_rows * (VEC_QUANT * value + VEC_DEQUANT * h),
              gemm=gm(out_rows, h, value), outputs=2 * out_rows * h,
              hbm_bytes=out_w * b.weight + out_rows * value * b.attn + out_rows * h * b.hidden, weight_bytes=out_w * b.weight)
     return proj, out
@@ -697,7 +796,7 @@ def _deltanet_decode_ops(m, T, R, tp) -> list[Op]:
     b, h = Bytes.of(m), m.hidden_size
     s = state_shards(m, tp)
     proj, out = _deltanet_proj_ops(m, T, s, T, s)
-    proj = replace(proj, vector_ops=proj.vector_ops + T * (VEC_RMSNORM * h + VEC_QUANT * h),
+    proj = replace(proj, vector_ops=proj.vector_ops + T * VEC_QUANT * h,
                    hbm_bytes=proj.hbm_bytes + T * h * (b.hidden - b.act))
     la, d = m.linear_attention, arch.linear_dims(m)
     state = arch.linear_state_B(m) / s  # recurrent + conv state of one request on this die
@@ -731,7 +830,7 @@ def _deltanet_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
               hbm_bytes=(rows * (3 * d["conv"] + 2 * d["value"] + 2 * la.value_heads) / s * b.attn
                          + 2 * rows / DELTANET_CHUNK * recurrent
                          + prompts * (np.where(cached > 0, 1.0, 0.0) + 1) * state))
-    a2a = Op("attn_alltoall", "dma", launches=1, tier=tier, net_bytes=T * (tp - 1) / tp * d["value"] * b.hidden,
+    a2a = Op("attn_alltoall", "dma", launches=1, tier=tier, collective="all_to_all", net_bytes=T * (tp - 1) / tp * d["value"] * b.hidden,
              hbm_bytes=T * d["value"] * b.hidden, sync_group=tp)
     return [down, gather, proj, scan, a2a, out]
 
@@ -808,24 +907,24 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route(), comm_units=None) ->
     router_w = mo.routed_experts * h  # the gate matrix; its bias is read too
     gate = Op("gate", "cube", flops=2 * T * router_w, dtype=m.precision.hidden, outputs=2 * T * mo.routed_experts,
               gemm=Gemm(T, mo.routed_experts, h, in_B=b.hidden, out_B=4),
-              vector_ops=T * (VEC_RMSNORM * h + VEC_ROUTING * mo.routed_experts),
+              vector_ops=0.0 * T, in_B=T * h * b.hidden,
               hbm_bytes=arch.router_params(m) * b.hidden + T * h * b.hidden + T * mo.routed_experts * 4,
               weight_bytes=arch.router_params(m) * b.hidden)
-    dispatch = Op("dispatch", "vector", tier=route.tiers[-1], vector_ops=T * VEC_QUANT * h,
+    dispatch = Op("dispatch", "vector", tier=route.tiers[-1], collective="expert_all_to_all", vector_ops=T * VEC_QUANT * h,
                   net_messages=d_msgs, tier_bytes=d_tiers, net_bytes=sum(d_tiers.values()),
                   hbm_bytes=T * h * b.hidden + (T * fanout + rows_remote) * d_B, sync_group=ep,
                   sm_work_s=sm_work, comm_units=comm_units)
     e_w = arch.expert_params(m)
     rows = pl.rows
     experts = Op("experts", "cube", flops=2 * rows * e_w, dtype=experts_dtype(m), outputs=2 * rows * (2 * I + h),
-                 vector_ops=rows * (VEC_SWIGLU * I + VEC_QUANT * I + VEC_DEQUANT * (2 * I + h)),
+                 vector_ops=rows * VEC_DEQUANT * (2 * I + h),
                  tile_efficiency=rows / np.maximum(pl.padded_rows, 1e-30),
                  # the instances' rows stacked along M, each padded to whole tiles (contiguous layout)
                  gemm=(Gemm(pl.padded_rows, 2 * I, h, in_B=b.expert, w_B=b.expert_weight, out_B=b.hidden),
                        Gemm(pl.padded_rows, h, I, in_B=b.expert, w_B=b.expert_weight, out_B=b.hidden)),
                  hbm_bytes=pl.instances_per_die * e_w * b.expert_weight + swiglu_activation_bytes(m, rows, I, b.expert),
                  weight_bytes=pl.instances_per_die * e_w * b.expert_weight)
-    combine = Op("combine", "vector", tier=route.tiers[-1], vector_ops=T * h * (VEC_COMBINE * (fanout + 1) + VEC_RESIDUAL),
+    combine = Op("combine", "vector", tier=route.tiers[-1], collective="expert_all_to_all", vector_ops=T * h * VEC_COMBINE * (fanout + 1),
                  net_messages=c_msgs, tier_bytes=c_tiers,
                  net_bytes=sum(c_tiers.values()),
                  hbm_bytes=(T * fanout + rows_remote) * c_B + T * h * b.hidden, sync_group=ep,
@@ -840,29 +939,59 @@ def dense_ffn_op(m, T, tp=1.0) -> Op:
     tp = np.asarray(tp, dtype=float)
     w = arch.dense_ffn_params(m) / tp
     Ip = I / tp
-    vec = (VEC_RMSNORM * h + VEC_QUANT * h + VEC_DEQUANT * (2 * Ip + h) + VEC_SWIGLU * Ip + VEC_QUANT * Ip
-           + VEC_RESIDUAL * h)
+    vec = VEC_QUANT * h + VEC_DEQUANT * (2 * Ip + h)
     gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
     return Op("dense_ffn", "cube", flops=2 * T * w, dtype=m.precision.matmul, vector_ops=T * vec, outputs=2 * T * (2 * Ip + h),
               gemm=(gm(T, 2 * Ip, h), gm(T, h, Ip)),
               hbm_bytes=w * b.weight + swiglu_activation_bytes(m, T, Ip),
-              weight_bytes=w * b.weight)
+              weight_bytes=w * b.weight, in_B=T * h * b.hidden)
 
 
 # --------------------------------------------------------------------------- per iteration
 def embedding_op(m, T) -> Op:
+    """The ``T`` tokens' embedding rows gathered: each read and written once (vocab-parallel
+    under TP: each die its own rows, the rest zero, summed by :func:`embedding_ops`' all-reduce)."""
     b = Bytes.of(m)
     return Op("embedding", "vector", hbm_bytes=2 * T * m.hidden_size * b.emb)
 
 
-def head_op(m, T, name: str = "lm_head") -> Op:
-    """Final RMSNorm + LM head over ``T`` tokens, logits written in FP32, then sampling."""
+def embedding_ops(m, T, tp, tier: str) -> list[Op]:
+    """The embedding of a TP group's ``T`` tokens (every die's): vLLM's and SGLang's
+    VocabParallelEmbedding, each die looking up its 1/tp of the vocabulary and an all-reduce
+    of the rows (none at tp = 1)."""
+    split = [tp_allreduce_op(m, T, tp, tier, "embed_allreduce")] if np.any(np.asarray(tp) > 1) else []
+    return [embedding_op(m, T)] + split
+
+
+def head_op(m, T, name: str = "lm_head", tp=1.0) -> Op:
+    """LM head over ``T`` tokens on 1/``tp`` of the vocabulary (vocab-parallel over the
+    attention TP group, as vLLM's and SGLang's ParallelLMHead): V h / tp weights read,
+    T V / tp logits written in the hidden dtype (cast to FP32 by the sampler)."""
     b, h, V = Bytes.of(m), m.hidden_size, m.vocab_size
-    return Op(name, "cube", flops=2 * T * V * h, dtype=m.precision.head, outputs=2 * T * V,
-              gemm=Gemm(T, V, h, in_B=b.head, out_B=4),
-              vector_ops=T * (VEC_RMSNORM * h + VEC_SAMPLING * V),
-              hbm_bytes=V * h * b.head + T * h * b.hidden + T * V * 4, weight_bytes=V * h * b.head,
-              launches=2)
+    tp = np.asarray(tp, dtype=float)
+    Vd = V / tp
+    return Op(name, "cube", flops=2 * T * Vd * h, dtype=m.precision.head, outputs=2 * T * Vd,
+              gemm=Gemm(T, Vd, h, in_B=b.head, out_B=b.hidden),
+              hbm_bytes=Vd * h * b.head + T * h * b.hidden + T * Vd * b.hidden, weight_bytes=Vd * h * b.head,
+              in_B=T * h * b.hidden)
+
+
+def logits_gather_op(m, T, tp, tier: str) -> Op:
+    """The vocab-parallel head's logits gathered across its TP group (an all-gather: each die
+    receives the other dies' (tp - 1) / tp of T x V logits in the hidden dtype and writes all
+    of them; nothing at tp = 1)."""
+    tp = np.asarray(tp, dtype=float)
+    data = np.asarray(T, dtype=float) * m.vocab_size * Bytes.of(m).hidden
+    return Op("logits_gather", "dma", tier=tier, collective="all_gather", net_bytes=(tp - 1) / tp * data,
+              hbm_bytes=np.where(tp > 1, data, 0.0), sync_group=tp, launches=np.where(tp > 1, 1.0, 0.0))
+
+
+def head_ops(m, T, tp, tier: str, name: str = "lm_head") -> list[Op]:
+    """The end of a pass for the TP group's ``T`` tokens on each die: the final RMSNorm, the
+    vocab-parallel head, the logits gather and the sampling of each token (every die of the
+    group samples all of them, as SGLang does; nothing gathered at tp = 1)."""
+    gather = [logits_gather_op(m, T, tp, tier)] if np.any(np.asarray(tp) > 1) else []
+    return [rmsnorm_op(m, T), head_op(m, T, name, tp)] + gather + [sampling_op(m, T)]
 
 
 def mtp_proj_op(m, T) -> Op:

@@ -10,7 +10,9 @@ a stream that runs alone can draw all of them, two streams that run at once shar
     t_vector  = element ops / (vector_ops_per_s x vector_share)
     t_memory  = HBM bytes / (HBM bandwidth x memory efficiency)
     t_network = max(bytes / tier bandwidth, messages x t_msg, SM work / comm SMs)
-    t_latency = launches x kernel_launch_s + sync rounds x 2 x tier latency
+    t_latency = launches x kernel_launch_s (x vector_launch_ratio for an elementwise kernel)
+                + sync rounds x 2 x tier latency
+                (a collective: at least launches x its measured per-call floor, §4.5)
     t         = max(t_compute, t_vector, t_memory, t_network) + t_latency
 
 ``outputs`` is twice the output elements of the op's GEMMs: every output tile pays a
@@ -83,6 +85,8 @@ class Op:
     gemm: Any = None  # its GEMMs' shapes (a Gemm, or a tuple run one after the other): timed tile by tile
     sm_work_s: Any = 0.0  # SM-seconds of a communication kernel's own work (packing, scales, per-rank slots)
     comm_units: Any = None  # SMs that communication kernel runs on (None or 0: not SM-limited)
+    collective: str | None = None  # a collective's kind (specs COLLECTIVE_KINDS): its per-call floor applies
+    in_B: Any = 0.0  # bytes of its input a fused producer hands over on chip (not re-read; cmperf/cost/fusion.py)
 
 
 @dataclass
@@ -247,6 +251,33 @@ def sync_round_s(hw, tier: str):
     return 2.0 * hw.system.tiers[tier].latency_s
 
 
+def launch_s(hw, op: Op):
+    """Fixed cost of one launch of ``op``'s kernel: the chip's ``kernel_launch_s`` (what a GEMM
+    kernel pays: the small-GEMM rows measure it), times ``vector_launch_ratio`` for a local
+    elementwise kernel (no GEMM prologue and epilogue, no tensor-map set-up: MSM charges a
+    vector op 2 us against a matrix op's 5 us; docs/model.md §2.9)."""
+    lat = hw.chip.latency
+    ratio = getattr(lat, "vector_launch_ratio", None) if "vector_launch_ratio" in lat.keys() else None
+    if op.engine == "vector" and op.tier is None and ratio is not None:
+        return lat.kernel_launch_s * ratio
+    return lat.kernel_launch_s
+
+
+def call_floor_s(hw, kind: str, tier: str):
+    """The measured time of one call of a collective of ``kind`` over ``tier`` at small sizes
+    (nccl-tests and the like: launch, protocol and synchronisation of the whole group;
+    docs/model.md §4.5), 0 where the system states none. A collective's latency is the larger
+    of this floor and its own launch + barrier rounds, so its time per call is
+
+        t = floor + max(bytes / tier bandwidth, memory, vector)
+
+    (the latency-bandwidth form of a collective, alpha + n / beta)."""
+    floors = hw.system.collectives.call_floor_s
+    if floors is None or kind not in floors.keys() or tier not in floors[kind].keys():
+        return 0.0
+    return floors[kind][tier]
+
+
 def ratio(num, den, where_den_zero=0.0):
     """num / den, elementwise, with ``where_den_zero`` where the denominator is 0 (an op
     with no work of a kind takes no time for it: 0 / 0 = 0)."""
@@ -327,7 +358,7 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     memory = np.asarray(op.hbm_bytes, dtype=float) / hbm_rate_Bps(hw)
     activation_memory = (np.asarray(op.hbm_bytes, dtype=float) - np.asarray(op.weight_bytes, dtype=float)) / hbm_rate_Bps(hw)
     pool_vector = np.asarray(op.vector_ops, dtype=float) / die.vector_ops_per_s
-    latency = np.asarray(op.launches, dtype=float) * (hw.chip.latency.kernel_launch_s + fixed)
+    latency = np.asarray(op.launches, dtype=float) * (launch_s(hw, op) + (fixed if op.engine == "cube" else 0.0))
     stream, overlap_p = 0.0, None
     if op.gemm is not None:
         compute, pool_compute, stream = gemm_terms(op.gemm, hw, op.dtype, cube_share)
@@ -342,6 +373,9 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
         net_bytes = sum(np.asarray(b, dtype=float) for b in per_tier.values())
         if op.sync_group is not None:
             latency = latency + sync_rounds(op.sync_group) * sync_round_s(hw, op.tier)
+        if op.collective is not None and op.sync_group is not None:  # never faster per call than measured
+            floor = np.where(np.asarray(op.sync_group, dtype=float) > 1, call_floor_s(hw, op.collective, op.tier), 0.0)
+            latency = np.maximum(latency, np.asarray(op.launches, dtype=float) * floor)
     else:
         network = np.zeros_like(memory)
     if op.gemm is None:

@@ -51,8 +51,8 @@ import numpy as np
 
 from ..cost import arch
 from ..cost.collectives import route_of
-from ..cost.ops import (Placement, attention_decode_ops, dense_ffn_op, embedding_op, head_op, moe_ops, mtp_proj_op,
-                        placement)
+from ..cost.ops import (Bytes, Placement, activation_op, attention_decode_kernels, dense_ffn_op, embedding_ops, head_ops,
+                        moe_ops, mtp_proj_op, placement, residual_norm_ops, router_topk_op)
 from ..cost.roofline import OpTime
 from .common import LayerMix, Schedule, layer_section, timed, tokens_per_s_per_tflops, wait_after
 from .decode import draft_tokens, emitted_tokens
@@ -103,16 +103,22 @@ class Layer:
                        hw.chip.efficiency.matmul_tile_rows)
         self.placement = replace(pl, received_rows=pl.rows, remote_routed_fraction=1.0 + zero, shared_remote=zero == 0)
         _, receive, experts, scatter = moe_ops(m, zero, span, self.placement, route)
-        self.attention = timed(attention_decode_ops(m, T, R, g["kv_len"], kind=kind) + [gate], hw)
+        # the attention die's block: residual add + RMSNorm, attention, residual add + RMSNorm,
+        # the gate and top-k (docs/model.md §2.9); the expert die's: experts and SwiGLU
+        self.attention = timed(residual_norm_ops(m, T) + attention_decode_kernels(m, T, R, g["kv_len"], kind=kind)
+                               + residual_norm_ops(m, T) + [gate, router_topk_op(m, T)], hw)
         send_t, gather_t = timed([send, gather], hw)
-        receive_t, self.experts, scatter_t = timed([receive, experts, scatter], hw)
+        receive_t, scatter_t = timed([receive, scatter], hw)
+        self.expert_ops = timed([experts, activation_op(m, self.placement.rows, m.moe.expert_intermediate_size,
+                                                        Bytes.of(m).expert)], hw)
+        self.expert_stage_s = sum(o.time_s for o in self.expert_ops)
         self.a2e = slower(send_t, receive_t, "a2e")
         self.e2a = slower(gather_t, scatter_t, "e2a")
         wait_a2e = wait_after(self.attention + [send_t], A, hw)  # experts wait for the slowest attention die
-        wait_e2a = wait_after([self.experts, scatter_t], E, hw)  # attention waits for the slowest expert die
+        wait_e2a = wait_after(self.expert_ops + [scatter_t], E, hw)  # attention waits for the slowest expert die
         stages = [Stage("attention", LANES[0], self.attention), Stage("a2e", LANES[1], [self.a2e], wait_a2e),
-                  Stage("experts", LANES[2], [self.experts]), Stage("e2a", LANES[3], [self.e2a], wait_e2a)]
-        own = {"attention": (self.attention, []), "a2e": ([send_t], [receive_t]), "experts": ([], [self.experts]),
+                  Stage("experts", LANES[2], self.expert_ops), Stage("e2a", LANES[3], [self.e2a], wait_e2a)]
+        own = {"attention": (self.attention, []), "a2e": ([send_t], [receive_t]), "experts": ([], self.expert_ops),
                "e2a": ([gather_t], [scatter_t])}
         views = [pipeline([replace(s, ops=self._seen(own[s.name][side], s.time_s)) for s in stages], n) for side in (0, 1)]
         self.pipe = Pipeline(n=n, stages=stages, period_s=np.maximum(*(v.period_s for v in views)),
@@ -135,7 +141,9 @@ def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, LayerMix]:
     k = draft_tokens(g)
     T_die = R_die * (1 + k)
     for kind, count in arch.layer_counts(m, "dense").items():
-        ops = attention_decode_ops(m, T_die, R_die, g["kv_len"], kind=kind) + [dense_ffn_op(m, T_die)]
+        ops = (residual_norm_ops(m, T_die) + attention_decode_kernels(m, T_die, R_die, g["kv_len"], kind=kind)
+               + residual_norm_ops(m, T_die) + [dense_ffn_op(m, T_die),
+                                                activation_op(m, T_die, m.dense_ffn.intermediate_size)])
         sched.serial(layer_section("dense_layer", kind), timed(ops, hw), count, "sum of all ops on the attention die")
     counts, parts = arch.layer_counts(m, "moe"), []
     for kind, count in counts.items():
@@ -144,11 +152,13 @@ def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, LayerMix]:
         parts.append((layer, count))
     main = LayerMix(parts)
     if m.mtp.modules:
-        sched.serial("mtp", timed([mtp_proj_op(m, R_die), head_op(m, R_die, "mtp_head")], hw), k,
+        sched.serial("mtp", timed([mtp_proj_op(m, R_die)] + head_ops(m, R_die, 1.0, None, "mtp_head"), hw), k,
                      "eh_proj + head on the attention die, once per draft step")
         sched.stack("mtp_layer", Layer(hw, m, g, R_die, R_die, n).pipe, 1, repeats=k, rule=RULE)
-    sched.serial("per_iteration", timed([embedding_op(m, T_die), head_op(m, T_die)], hw), 1,
-                 "embedding + LM head over all tokens + iteration overhead", hw.chip.latency.iteration_overhead_s)
+    ends = embedding_ops(m, T_die, 1.0, None) + head_ops(m, T_die, 1.0, None)
+    sched.serial("per_iteration", timed(ends, hw), 1,
+                 "embedding + final norm + LM head + sampling over all tokens (attention TP 1: nothing gathered) "
+                 "+ iteration overhead", hw.chip.latency.iteration_overhead_s)
     return sched.total_s(), sched, main
 
 
@@ -182,7 +192,7 @@ def afd(hw, m, g) -> dict:
         "tpot_ms": tpot * 1e3,
         "layer_us": per_layer(lambda x: x.pipe.period_s) * 1e6,
         "attention_stage_us": per_layer(lambda x: x.pipe.stages[0].time_s) * 1e6,
-        "expert_stage_us": per_layer(lambda x: x.experts.time_s) * 1e6,
+        "expert_stage_us": per_layer(lambda x: x.expert_stage_s) * 1e6,
         "transfer_us": per_layer(lambda x: x.a2e.time_s + x.e2a.time_s) * 1e6,
         "barrier_wait_us": per_layer(lambda x: x.pipe.wait_s) * 1e6,
         "expert_rows": per_layer(lambda x: x.placement.rows),

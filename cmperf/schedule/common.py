@@ -9,12 +9,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cost.collectives import barrier_wait_s
+from ..cost.fusion import fuse
 from ..cost.roofline import Op, OpTime, op_time
 from .pipeline import Pipeline
 
 
 def timed(ops: list[Op], hw, cube_share=1.0, vector_share=1.0) -> list[OpTime]:
-    return [op_time(o, hw, cube_share, vector_share) for o in ops]
+    """The ops of one stage timed on the stream's shares, adjacent kernels the serving stack
+    fuses (``hw.fusion``) merged first (cmperf/cost/fusion.py)."""
+    return [op_time(o, hw, cube_share, vector_share) for o in fuse(ops, getattr(hw, "fusion", ()))]
 
 
 def wait_after(ops: list[OpTime], group, hw) -> np.ndarray:

@@ -20,8 +20,9 @@ import numpy as np
 
 from ..cost import arch
 from ..cost.collectives import route_of
-from ..cost.ops import (attention_decode_ops, chunk_attention_ops, dense_ffn_op, embedding_op, head_op, moe_ops,
-                        mtp_proj_op, placement, tp_allreduce_op)
+from ..cost.ops import (activation_op, attention_decode_kernels, chunk_attention_ops, dense_ffn_op, embedding_ops, head_ops,
+                        moe_ops, mtp_proj_op, placement, residual_norm_ops, router_topk_op, tp_allreduce_op)
+from ..cost.ops import Bytes
 from ..cost.roofline import core_split_fits, tier_for_group
 from .common import (LayerMix, Part, Schedule, Section, choose, layer_section, select, timed, tokens_per_s_per_tflops,
                      wait_after)
@@ -51,17 +52,26 @@ def attention_ops(hw, m, g, T, R, C=0.0, kind: str = "full") -> list:
 
     ``C`` prompt tokens of a co-located chunk (docs/model.md §9.4) join the same pass: they
     go through the same projections (one GEMM over ``T + C`` rows: the weights are read once)
-    and add their own attention over their prompts (:func:`chunk_attention_ops`)."""
+    and add their own attention over their prompts (:func:`chunk_attention_ops`).
+
+    The block's small kernels around it (docs/model.md §2.9): the previous block's residual
+    add and this block's RMSNorm before, the attention's residual add and the FFN's RMSNorm
+    after the all-reduce, on the group's tokens (the residual stream is replicated over TP)."""
     tp = g["tp"]
-    ops = attention_decode_ops(m, T * tp, R * tp, g["kv_len"], tp, kind)
     C = np.asarray(C, dtype=float)
+    rows = (T + C) * tp
+    ops = attention_decode_kernels(m, T * tp, R * tp, g["kv_len"], tp, kind)
     if np.any(C > 0):
-        fused = attention_decode_ops(m, (T + C) * tp, R * tp, g["kv_len"], tp, kind)
+        fused = attention_decode_kernels(m, (T + C) * tp, R * tp, g["kv_len"], tp, kind)
         ops = [own if own.flop_kind == "attention" else both for own, both in zip(ops, fused)]
-        ops += chunk_attention_ops(m, C, g["prompt_len"], chunk_geometry(hw, g)["chunk"], tp, kind)
+        core = next(i for i, o in enumerate(ops) if o.flop_kind == "attention")
+        # the chunk's attention right after the decode tokens' core: the kernels a stack fuses
+        # around the block (O-proj and the residual add) stay adjacent
+        ops[core + 1:core + 1] = chunk_attention_ops(m, C, g["prompt_len"], chunk_geometry(hw, g)["chunk"], tp, kind)
+    ops = residual_norm_ops(m, rows) + ops
     if np.any(np.asarray(tp) > 1):
-        ops.append(tp_allreduce_op(m, (T + C) * tp, tp, tier_for_group(hw, tp), "attn_allreduce"))
-    return ops
+        ops.append(tp_allreduce_op(m, rows, tp, tier_for_group(hw, tp), "attn_allreduce"))
+    return ops + residual_norm_ops(m, rows)
 
 
 def chunk_geometry(hw, g) -> dict:
@@ -101,20 +111,23 @@ def moe_stages(hw, m, g, tokens, requests, n: int, chunk=0.0, overlap=None, kind
                    hw.chip.efficiency.matmul_tile_rows)
     attn_ops = attention_ops(hw, m, g, T, R, C, kind)
     gate, dispatch, experts, combine = moe_ops(m, T + C, g["ep"], pl, route_of(hw, "decode"))
+    route = [gate, router_topk_op(m, T + C)]
+    expert_ops = [experts, activation_op(m, pl.rows, m.moe.expert_intermediate_size, Bytes.of(m).expert)]
     ep = g["ep"]
     if overlap.style == "core-split":
         share = attention_share(hw, g, overlap) if n == 2 else 1.0
         other = 1.0 - share if n == 2 else 1.0
         attn = timed(attn_ops, hw, share, share)
-        moe = timed([gate, dispatch, experts, combine], hw, other, other)
+        send = timed(route + [dispatch], hw, other, other)
+        work = timed(expert_ops + [combine], hw, other, other)
         lane_a, lane_b = LANES[n]
         # dispatch waits for the slowest die's attention, gate and send; combine for its experts
-        return [Stage("attention", lane_a, attn, wait_after(attn + moe[:2], ep, hw)),
-                Stage("moe", lane_b, moe, wait_after(moe[2:], ep, hw))]
+        return [Stage("attention", lane_a, attn, wait_after(attn + send, ep, hw)),
+                Stage("moe", lane_b, send + work, wait_after(work, ep, hw))]
     compute, comm = comm_shares(hw, n, overlap)
-    c1 = timed(attn_ops + [gate], hw, compute, compute)
+    c1 = timed(attn_ops + route, hw, compute, compute)
     m1 = timed([dispatch], hw, comm, comm)
-    c2 = timed([experts], hw, compute, compute)
+    c2 = timed(expert_ops, hw, compute, compute)
     m2 = timed([combine], hw, comm, comm)
     lane_c, lane_m = ("serial", "serial") if n == 1 else ("compute", "comm")
     return [Stage("attention", lane_c, c1), Stage("dispatch", lane_m, m1, wait_after(c1 + m1, ep, hw)),
@@ -136,11 +149,12 @@ def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pip
     T_die = R_die * (1 + k)
     chunk = chunk_geometry(hw, g)
     C = chunk["tokens"]  # co-located prompt tokens per die, in the same pass (0: decode only)
+    tp = g["tp"]
+    tp_tier = tier_for_group(hw, tp)
     if m.first_dense_layers:
-        tp = g["tp"]
-        ffn = [dense_ffn_op(m, (T_die + C) * tp, tp)]
+        ffn = [dense_ffn_op(m, (T_die + C) * tp, tp), activation_op(m, (T_die + C) * tp, m.dense_ffn.intermediate_size / tp)]
         if np.any(np.asarray(tp) > 1):
-            ffn.append(tp_allreduce_op(m, (T_die + C) * tp, tp, tier_for_group(hw, tp), "ffn_allreduce"))
+            ffn.append(tp_allreduce_op(m, (T_die + C) * tp, tp, tp_tier, "ffn_allreduce"))
         for kind, count in arch.layer_counts(m, "dense").items():
             sched.serial(layer_section("dense_layer", kind), timed(attention_ops(hw, m, g, T_die, R_die, C, kind) + ffn, hw),
                          count, "sum of all ops (all cores; no barrier to hide)")
@@ -157,7 +171,7 @@ def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pip
     if m.mtp.modules:
         # MTP: k draft steps, each one token per request through eh_proj, one MoE block and the head;
         # a chunk's prompt tokens run through the module once (its layer's cache), in the first step
-        head = [head_op(m, R_die, "mtp_head")]
+        head = head_ops(m, R_die * tp, tp, tp_tier, "mtp_head")
         if np.any(C > 0):
             first = np.minimum(k, 1.0) * (C > 0)
             sched.serial("mtp", timed([mtp_proj_op(m, R_die + C)] + head, hw), first,
@@ -168,9 +182,11 @@ def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pip
         sched.serial("mtp", timed([mtp_proj_op(m, R_die)] + head, hw), k, "eh_proj + head, once per draft step")
         draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n, overlap=overlap), n)
         sched.stack("mtp_layer", draft, 1, repeats=k, rule=rule(n, overlap))
-    sched.serial("per_iteration", timed([embedding_op(m, T_die + C), head_op(m, T_die + chunk["prompts"])], hw), 1,
-                 "embedding + LM head over all tokens (a chunk: the last token of each prompt it finishes) "
-                 "+ iteration overhead", hw.chip.latency.iteration_overhead_s)
+    ends = embedding_ops(m, (T_die + C) * tp, tp, tp_tier) + head_ops(m, (T_die + chunk["prompts"]) * tp, tp, tp_tier)
+    sched.serial("per_iteration", timed(ends, hw), 1,
+                 "embedding + final norm + vocab-parallel LM head, logits gather and sampling over all tokens "
+                 "(a chunk: the last token of each prompt it finishes) + iteration overhead",
+                 hw.chip.latency.iteration_overhead_s)
     return sched.total_s(), sched, main
 
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from ..cost import arch
 from ..cost.arch import kv_cache
-from ..cost.ops import (Bytes, attention_prefill_ops, dense_ffn_op, embedding_op, head_op, moe_ops, mtp_proj_op,
-                        placement, tp_allreduce_op)
+from ..cost.ops import (Bytes, activation_op, attention_prefill_ops, dense_ffn_op, embedding_ops, head_ops, moe_ops,
+                        mtp_proj_op, placement, residual_add_op, residual_norm_ops, router_topk_op, tp_allreduce_op)
 from ..cost.collectives import route_of
 from ..cost.pool import pool_read_s
 from ..cost.roofline import tier_bandwidth_Bps, tier_for_group
@@ -63,16 +63,22 @@ def layer_stages(hw, m, g, T, moe: bool, kind: str = "full") -> list[Stage]:
     def build(t):
         c1, gather, c2, a2a, (o_proj,) = split_at_collectives(
             attention_prefill_ops(m, t, g["prompt_len"], g["attn_tp"], tp_tier, g["cached_len"], kind))
+        # the previous block's residual add first (this block's RMSNorm is in the attention's
+        # first op), the attention's residual add and the FFN's RMSNorm after O-proj (§2.9)
+        c1 = [residual_add_op(m, t)] + c1
+        o_proj = [o_proj] + residual_norm_ops(m, t)
         if not moe:
             tp = ffn_tp(m, g)
-            stages = [c1, gather, c2, a2a, [o_proj, dense_ffn_op(m, t * tp, tp)]]
+            stages = [c1, gather, c2, a2a, [*o_proj, dense_ffn_op(m, t * tp, tp),
+                                            activation_op(m, t * tp, m.dense_ffn.intermediate_size / tp)]]
             if m.moe is None:  # the TP group sums the FFN's partial outputs
                 stages.append([tp_allreduce_op(m, t * tp, tp, tp_tier, "ffn_allreduce")])
             return stages
         pl = placement(m, t, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
                        hw.chip.efficiency.matmul_tile_rows)
         gate, dispatch, experts, combine = moe_ops(m, t, g["ep"], pl, route_of(hw, "prefill"))
-        return [c1, gather, c2, a2a, [o_proj, gate], [dispatch], [experts], [combine]]
+        act = activation_op(m, pl.rows, m.moe.expert_intermediate_size, Bytes.of(m).expert)
+        return [c1, gather, c2, a2a, [*o_proj, gate, router_topk_op(m, t)], [dispatch], [experts, act], [combine]]
 
     timed_stages = [timed(ops, hw) for ops in build(T)]
     groups = [g["attn_tp"], g["attn_tp"], g["ep"] if moe else g["attn_tp"], g["ep"]]
@@ -102,8 +108,14 @@ def forward(hw, m, g, n: int) -> tuple[np.ndarray, Schedule]:
         sched.serial("mtp", timed([mtp_proj_op(m, T_die)], hw), mtp, "eh_proj over all prompt tokens")
         sched.stack("mtp_layer", pipeline(layer_stages(hw, m, g, T, moe=True), n), 1, repeats=mtp, rule=RULES[n])
     seqs = prompts_per_die(hw, g)
-    sched.serial("per_pass", timed([embedding_op(m, T_die), head_op(m, seqs)], hw), 1,
-                 "embedding + LM head on the last token of each prompt + overhead", hw.chip.latency.iteration_overhead_s)
+    tp = g["attn_tp"]
+    tier = tier_for_group(hw, tp)
+    # the embedding on each die's own tokens (sequence-parallel); the head vocab-parallel over
+    # the attention TP group on the last token of each of its prompts
+    ends = embedding_ops(m, T_die, 1.0, tier) + head_ops(m, seqs * tp, tp, tier)
+    sched.serial("per_pass", timed(ends, hw), 1,
+                 "embedding + final norm + vocab-parallel LM head, logits gather and sampling on the last token of "
+                 "each prompt + overhead", hw.chip.latency.iteration_overhead_s)
     if np.any(np.asarray(g["cached_len"]) > 0):
         sched.serial("pool_load", [], 1, "the cached prefixes' KV read from the EMS pool before the pass",
                      pool_load_s(hw, m, g))

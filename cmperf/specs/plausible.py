@@ -32,6 +32,7 @@ RANGES: list[tuple[str, float, float, str]] = [
     (r"^system\.tiers\.[^.]+\.latency_s$", 1e-8, 1e-2, "a tier's one-way latency: 10 ns to 10 ms"),
     (r"^system\.collectives\.message_issue_s$", 0.0, 1e-4, "one message's issue time: 0 to 100 us"),
     (r"^system\.collectives\.step_time_cv$", 0.0, 1.0, "the spread of a die's step time (std/mean): 0 to 1"),
+    (r"^system\.collectives\.call_floor_s\.[^.]+\.[^.]+$", 0.0, 1e-3, "one collective call's floor: 0 to 1 ms"),
     (r"^system\.memory_pool\.reads\.[^.]+\.bandwidth_Bps$", 1e8, 1e13, "a pool read per die: 100 MB/s to 10 TB/s"),
     (r"^system\.memory_pool\.reads\.[^.]+\.latency_s$", 1e-8, 1e-1, "a pool block's fetch: 10 ns to 100 ms"),
     (r"^system\.memory_pool\.object_storage_Bps$", 1e6, 1e12, "an object-storage bucket: 1 MB/s to 1 TB/s"),

@@ -147,8 +147,11 @@ class Efficiency(Strict):
 
 
 class Latency(Strict):
-    kernel_launch_s: NonNegative
+    kernel_launch_s: NonNegative  # fixed cost of one kernel (a GEMM's, as the small-GEMM rows measure it)
     iteration_overhead_s: NonNegative
+    # an elementwise (vector) kernel's fixed cost as a share of a GEMM kernel's (docs/model.md
+    # §2.9); absent: the same
+    vector_launch_ratio: Optional[Fraction] = None
 
 
 class ChipMemory(Strict):
@@ -290,11 +293,25 @@ class MemoryPool(Strict):
     source: str = Field(min_length=3)
 
 
+COLLECTIVE_KINDS = ("all_reduce", "all_gather", "all_to_all", "expert_all_to_all")  # Op.collective (cmperf/cost/roofline.py)
+
+
 class Collectives(Strict):
-    """Expert-parallel dispatch/combine (docs/model.md §4.2-§4.3)."""
+    """Expert-parallel dispatch/combine (docs/model.md §4.2-§4.3) and the per-call floor of
+    every collective (docs/model.md §4.5)."""
 
     message_issue_s: NonNegative  # the communication engine's time per token message
     step_time_cv: NonNegative  # spread (std/mean) of a die's load-dependent time between two barriers
+    # measured time of one call at small sizes, per collective kind and tier; absent: none
+    # beyond the kernel's launch and its barrier rounds
+    call_floor_s: Optional[dict[str, dict[str, NonNegative]]] = None
+
+    @model_validator(mode="after")
+    def _floor_kinds(self):
+        bad = [k for k in (self.call_floor_s or {}) if k not in COLLECTIVE_KINDS]
+        if bad:
+            raise ValueError(f"call_floor_s.{bad[0]}: not a collective kind (expected one of {', '.join(COLLECTIVE_KINDS)})")
+        return self
 
 
 class DecodeInstance(Strict):
@@ -388,6 +405,9 @@ def system_reference_problems(raw) -> list[str]:
                 problems.append(f"`expert_parallel.{ph}.tiers` must list tiers innermost first, as `tiers` does")
             if r.get("route") == "hierarchical" and len(r["tiers"]) != 2:
                 problems.append(f"`expert_parallel.{ph}`: a hierarchical route needs two tiers, inner then outer")
+    coll = raw.get("collectives") if isinstance(raw.get("collectives"), dict) else {}
+    floors = coll.get("call_floor_s") if isinstance(coll.get("call_floor_s"), dict) else {}
+    refs += [(f"collectives.call_floor_s.{k}", t) for k, per in floors.items() if isinstance(per, dict) for t in per]
     for where, t in refs:
         if isinstance(t, str) and t not in tiers:  # another type: a field error
             problems.append(f"`{where}` names tier '{t}', which `tiers` does not define (tiers: {', '.join(names)})")
@@ -724,6 +744,27 @@ class ExpertBalance(SourcedChoice):
     value: Literal["eplb", "none"]
 
 
+class Fusion(Strict):
+    """Kernels a stack runs as one (cmperf/cost/fusion.py): each group lists, in dataflow order,
+    adjacent kernels of cmperf/specs/kernels.py KERNELS; a fused group pays one launch and does
+    not re-read what one member hands the next."""
+
+    value: list[list[str]]
+    source: str = Field(min_length=3)
+
+    @model_validator(mode="after")
+    def _known(self):
+        from .kernels import KERNELS
+
+        for i, group in enumerate(self.value):
+            bad = [k for k in group if k not in KERNELS]
+            if bad:
+                raise ValueError(f"fusion group {i + 1}: '{bad[0]}' is not a kernel (expected one of {', '.join(KERNELS)})")
+            if len(group) < 2:
+                raise ValueError(f"fusion group {i + 1}: a group fuses at least two kernels (found {group})")
+        return self
+
+
 class StackSpec(Strict):
     """A serving stack (CloudMatrix-Infer, xDeepServe, SGLang, vLLM, ...): facts of the
     software that runs the model, each with its source (docs/model.md §11). A profile states
@@ -751,6 +792,7 @@ class StackSpec(Strict):
     kv_block_tokens: BlockTokens  # tokens per KV page / block
     dp_balance: DPBalance
     expert_balance: ExpertBalance
+    fusion: Optional[Fusion] = None  # absent: every kernel of cmperf/specs/kernels.py launched on its own
 
 
 SPEC_KINDS = {"chip": ChipSpec, "system": SystemSpec, "model": ModelSpec, "stack": StackSpec}

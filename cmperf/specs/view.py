@@ -84,7 +84,8 @@ class SpecView:
 class HardwareView:
     """Views of a system and its chip, as the cost model reads them (``hw.chip``, ``hw.system``)."""
 
-    __slots__ = ("system", "chip")
+    __slots__ = ("system", "chip", "fusion")
 
-    def __init__(self, system: SpecView, chip: SpecView):
-        self.system, self.chip = system, chip
+    def __init__(self, system: SpecView, chip: SpecView, fusion=()):
+        # fusion: the serving stack's fused kernel groups (cmperf/cost/fusion.py); none: every kernel apart
+        self.system, self.chip, self.fusion = system, chip, tuple(tuple(g) for g in fusion)

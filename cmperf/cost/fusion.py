@@ -1,0 +1,65 @@
+"""Fused kernels (docs/model.md §2.9): a serving stack runs some adjacent kernels as one
+(stacks/*.yaml ``fusion``: CloudMatrix-Infer's MLAProlog and fused MoE, FlashInfer's fused
+add + RMSNorm). A fused group is one kernel:
+
+    launches   = the largest of its members' (one launch)
+    HBM bytes  = sum of its members' - the bytes each member after the first would read of
+                 what the member before it handed over (``Op.in_B``: kept on chip)
+    work       = the sum of its members' FLOPs, element operations and GEMM tiles
+
+so its roofline time max(sum of terms) + one launch is never more than the members' times
+summed (max of sums <= sum of maxes; fewer bytes and launches), and an intermediate that
+only the group reads is still counted as written once (a conservative bound). It is named
+after its member with the most FLOPs (the GEMM it is folded into: ``mla_prolog``), else its
+members joined by ``+`` (``residual_add+rmsnorm``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .roofline import Gemm, Op
+
+
+def _total(ops, field):
+    return sum(np.asarray(getattr(o, field), dtype=float) for o in ops)
+
+
+def merge(ops: list[Op]) -> Op:
+    """One kernel doing the work of ``ops`` (adjacent, in dataflow order; none a collective)."""
+    host = max(ops, key=lambda o: float(np.max(np.asarray(o.flops, dtype=float))))
+    if not np.any(np.asarray(host.flops, dtype=float) > 0):
+        host = ops[0]
+    gemms = []
+    for o in ops:
+        if o.gemm is not None:
+            gemms += [o.gemm] if isinstance(o.gemm, Gemm) else list(o.gemm)
+    name = host.name if np.any(np.asarray(host.flops, dtype=float) > 0) else "+".join(o.name for o in ops)
+    saved = sum(np.asarray(o.in_B, dtype=float) for o in ops[1:])
+    return replace(host, name=name, flops=_total(ops, "flops"), outputs=_total(ops, "outputs"),
+                   vector_ops=_total(ops, "vector_ops"), hbm_bytes=np.maximum(_total(ops, "hbm_bytes") - saved, 0.0),
+                   weight_bytes=_total(ops, "weight_bytes"),
+                   launches=np.maximum.reduce(np.broadcast_arrays(*(np.asarray(o.launches, dtype=float) for o in ops))),
+                   gemm=None if not gemms else (gemms[0] if len(gemms) == 1 else tuple(gemms)),
+                   in_B=ops[0].in_B)
+
+
+def fuse(ops: list[Op], groups) -> list[Op]:
+    """``ops`` with every run of adjacent ops whose names are a fusion group (in its order)
+    merged into one; the longest group first where several start at an op."""
+    if not groups:
+        return list(ops)
+    ordered = sorted((tuple(g) for g in groups), key=len, reverse=True)
+    out, i = [], 0
+    while i < len(ops):
+        for g in ordered:
+            names = tuple(o.name for o in ops[i:i + len(g)])
+            if names == g and all(o.tier is None for o in ops[i:i + len(g)]):
+                out.append(merge(ops[i:i + len(g)]))
+                i += len(g)
+                break
+        else:
+            out.append(ops[i])
+            i += 1
+    return out
