@@ -55,7 +55,8 @@ def calibrate_file(path, do_write: bool, progress=None) -> dict | None:
         print("wrote", line)
     hardware_values = {k: v for k, v in values.items() if k.startswith(("chip.", "system."))}
     for proxy in ref.proxies:  # their sources already say whose value they take
-        for line in write(hardware_values, load_specs(proxy, ref.model)):
+        proxy_specs = load_specs(proxy, ref.model)
+        for line in write(per_unit(hardware_values, specs, proxy_specs), proxy_specs):
             print("wrote", line, "(proxy)")
     model_values = {k: v for k, v in values.items() if k.startswith("model.")}
     for proxy in ref.model_proxies:
@@ -64,6 +65,18 @@ def calibrate_file(path, do_write: bool, progress=None) -> dict | None:
     cv = cross_validate(ref, specs_for(ref), result, progress=lambda k, _: progress and progress(1 + k, total))
     print(cv.groups.to_string(index=False))
     return band_entry(cv, ref, Path(path).name)
+
+
+PER_UNIT = {"chip.die.vector_ops_per_s": "vector_units"}  # a rate the proxy takes per core, times its own cores
+
+
+def per_unit(values: dict[str, float], source, proxy) -> dict[str, float]:
+    """The fitted ``values`` as a proxy system takes them: the same, except a die's rate that
+    is a sum over its units (PER_UNIT), which it takes per unit times its own unit count
+    (an Ascend 950 die's 64 AI Vector cores at the 910C's fitted rate per core)."""
+    src, own = source.views()[0].chip.die, proxy.views()[0].chip.die
+    return {k: v * float(getattr(own, PER_UNIT[k])) / float(getattr(src, PER_UNIT[k])) if k in PER_UNIT else v
+            for k, v in values.items()}
 
 
 def fits(ref, do_write: bool) -> int:
