@@ -51,6 +51,7 @@ import numpy as np
 
 from ..cost import arch
 from ..cost.collectives import route_of
+from ..cost.host import decode_host
 from ..cost.ops import (Placement, attention_decode_ops, dense_ffn_op, embedding_op, head_op, moe_ops, mtp_proj_op,
                         placement)
 from ..cost.roofline import OpTime
@@ -149,7 +150,7 @@ def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, LayerMix]:
         sched.stack("mtp_layer", Layer(hw, m, g, R_die, R_die, n).pipe, 1, repeats=k, rule=RULE)
     sched.serial("per_iteration", timed([embedding_op(m, T_die), head_op(m, T_die)], hw), 1,
                  "embedding + LM head over all tokens + iteration overhead", hw.chip.latency.iteration_overhead_s)
-    return sched.total_s(), sched, main
+    return sched.with_host(decode_host(hw.stack, sched.launches(), k, g["attention_dies"])), sched, main
 
 
 def afd(hw, m, g) -> dict:

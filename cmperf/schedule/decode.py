@@ -20,6 +20,7 @@ import numpy as np
 
 from ..cost import arch
 from ..cost.collectives import route_of
+from ..cost.host import decode_host
 from ..cost.ops import (attention_decode_ops, chunk_attention_ops, dense_ffn_op, embedding_op, head_op, moe_ops,
                         mtp_proj_op, placement, tp_allreduce_op)
 from ..cost.roofline import core_split_fits, tier_for_group
@@ -171,7 +172,12 @@ def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pip
     sched.serial("per_iteration", timed([embedding_op(m, T_die + C), head_op(m, T_die + chunk["prompts"])], hw), 1,
                  "embedding + LM head over all tokens (a chunk: the last token of each prompt it finishes) "
                  "+ iteration overhead", hw.chip.latency.iteration_overhead_s)
-    return sched.total_s(), sched, main
+    return sched.with_host(decode_host(hw.stack, sched.launches(), draft_tokens(g), dp_ranks(g))), sched, main
+
+
+def dp_ranks(g) -> np.ndarray:
+    """DP-attention ranks of a decode instance: its dies over the attention TP degree."""
+    return np.asarray(g["dies"], dtype=float) / np.asarray(g["tp"], dtype=float)
 
 
 def _dense_model(hw, m, g, it, sched) -> dict:
@@ -201,6 +207,21 @@ def emitted_tokens(g) -> np.ndarray:
     a = np.asarray(g["mtp_acceptance"], dtype=float)
     geometric = np.where(np.isclose(a, 1.0), k, a * (1 - a ** k) / np.where(np.isclose(a, 1.0), 1.0, 1 - a))
     return 1.0 + geometric
+
+
+def acceptance_for(accept_length: float, k: int) -> float:
+    """The per-draft acceptance ``a`` at which ``k`` drafts give a mean accept length of
+    ``accept_length`` tokens per step: the root in [0, 1] of 1 + a + ... + a^k = accept_length
+    (the inverse of :func:`emitted_tokens`; a server's logged accept length -> the acceptance
+    a stack profile states). ``accept_length`` must lie in [1, k + 1]."""
+    from scipy.optimize import brentq
+
+    L, k = float(accept_length), int(k)
+    if k < 1 or not 1.0 <= L <= k + 1.0:
+        raise ValueError(f"an accept length of {L:g} tokens per step needs 1 <= it <= k + 1 = {k + 1} (k = {k} drafts)")
+    if L in (1.0, k + 1.0):
+        return 0.0 if L == 1.0 else 1.0
+    return float(brentq(lambda a: sum(a ** i for i in range(k + 1)) - L, 0.0, 1.0, xtol=1e-12))
 
 
 def decode(hw, m, g) -> dict:
@@ -261,6 +282,6 @@ def either(a: Schedule, b: Schedule, use_b) -> Schedule:
     use_b = np.asarray(use_b, dtype=bool)
     out = Schedule()
     for sched, on in ((a, ~use_b), (b, use_b)):
-        out.parts += [Part(p.section, p.stream, p.calls * on, p.t) for p in sched.parts]
+        out.parts += [Part(p.section, p.stream, p.calls * on, p.t, p.launches) for p in sched.parts]
         out.sections += [Section(x.name, x.rule, x.time_s, x.count * on) for x in sched.sections]
     return out

@@ -69,9 +69,11 @@ class SpecView:
 
 
 class HardwareView:
-    """Views of a system and its chip, as the cost model reads them (``hw.chip``, ``hw.system``)."""
+    """Views of a system and its chip, as the cost model reads them (``hw.chip``, ``hw.system``),
+    and of the serving stack that runs on them (``hw.stack``; None: the bare cost model, no
+    host time; cmperf/cost/host.py)."""
 
-    __slots__ = ("system", "chip")
+    __slots__ = ("system", "chip", "stack")
 
-    def __init__(self, system: SpecView, chip: SpecView):
-        self.system, self.chip = system, chip
+    def __init__(self, system: SpecView, chip: SpecView, stack: SpecView | None = None):
+        self.system, self.chip, self.stack = system, chip, stack
