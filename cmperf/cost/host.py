@@ -38,7 +38,11 @@ pypto's host-built speculative metadata ~12.3 + 4.9 ms per step on Ascend). At t
 device idles for the host's work and the next graph's launch:
 
     graphs = 1 + k + draft_extend   (1 without MTP)
-    H_seams = (graphs - 1) x (spec_seam_s + graph_launch_s)     (eager: without the launch)
+    H_seams = (graphs - 1) x (spec_seam_s + graph_launch_s)     (eager: + eager_launch_s, the
+              first op of the next pass; the host then runs ahead again)
+
+and once per speculative step the host builds the step's metadata (the main and the MTP
+path's; pypto: 12.3 + 4.9 ms) while the device waits: H_spec = spec_step_s (0 without MTP).
 
 A stack that pipelines the speculative step (``spec_pipeline``: CloudMatrix-Infer's optimised
 MTP pipeline, paper §4.2.4, which "hides" the k + 1 graph launches of 0.6-0.8 ms) has no seams:
@@ -145,15 +149,17 @@ def decode_host(stack, n_launches, drafts, ranks) -> HostTime:
         return HostTime(np.asarray(0.0))
     graphs = decode_graphs(stack, drafts)
     mode = stack.decode_graph
+    spec = np.where(np.asarray(drafts, dtype=float) > 0, _num(stack, "spec_step_s"), 0.0)
     if bool(_num(stack, "spec_pipeline", False)):  # every graph issued ahead, no seam
         ahead = launch_s(stack, mode, n_launches) + (graphs - 1.0) * (_num(stack, "graph_launch_s") if mode == "graph" else 0.0)
         return HostTime(ahead, {"scheduler": np.asarray(_num(stack, "scheduler_overhead_s"), dtype=float),
-                                "dp_sync": dp_sync_s(stack, ranks)})
-    seam = _num(stack, "spec_seam_s") + (_num(stack, "graph_launch_s") if mode == "graph" else 0.0)
+                                "dp_sync": dp_sync_s(stack, ranks), "spec_metadata": spec})
+    seam = _num(stack, "spec_seam_s") + _num(stack, "graph_launch_s" if mode == "graph" else "eager_launch_s")
     return HostTime(launch_s(stack, mode, n_launches), {
         "scheduler": np.asarray(_num(stack, "scheduler_overhead_s"), dtype=float),
         "dp_sync": dp_sync_s(stack, ranks),
         "spec_seams": (graphs - 1.0) * seam,
+        "spec_metadata": spec,
     })
 
 

@@ -127,7 +127,8 @@ class Schedule:
 HOST_RULES = {"launch": "host launches beyond the device's time: max(device, host launches) - device",
               "scheduler": "host time between iterations the device waits for", "pass": "host time per pass",
               "dp_sync": "the scheduler's CPU all-gather across DP ranks: (ranks - 1) hops",
-              "spec_seams": "eager seams between a speculative step's graphs: (graphs - 1) x seam",
+              "spec_seams": "eager seams between a speculative step's graphs: (graphs - 1) x (seam + the next graph's launch)",
+              "spec_metadata": "host-built metadata of a speculative step, once per step",
               "dispatch_syncs": "device-to-host syncs of normal-mode dispatch: the device waits"}
 
 

@@ -107,19 +107,34 @@ class PrefillPredictor:
         return self.pass_s(t, p_eff), self.transfer_s(t, p_eff)
 
 
-def _rows(phase: str, rows: list[dict], specs: Specs, what: str):
-    r = predict(phase, rows=rows, specs=specs, strict=False)
+def _rows(phase: str, rows: list[dict], specs: Specs, what: str, sweeps: Mapping[str, list] | None = None):
+    """``predict``'s columns for ``rows``; with ``sweeps`` (spec path -> the values of each of
+    n points, taken together), every row at every point, the points fastest."""
+    r = predict(phase, rows=rows, specs=specs, strict=False, sweeps=sweeps or None, zip_sweeps=bool(sweeps))
     if len(r.invalid_columns):
         reason = str(r.invalid_columns["reason"].iat[0])
         raise ConfigError(f"{what}: {reason}")
     return r.columns
 
 
+def points(sweeps: Mapping[str, list] | None) -> int:
+    """Points of a zipped sweep (1 without one)."""
+    return len(next(iter(sweeps.values()))) if sweeps else 1
+
+
+def _per_point(cols, column: str, shape: tuple, n: int) -> list[np.ndarray]:
+    """A column of a swept ``_rows`` call as one array of ``shape`` per point."""
+    v = cols[column].to_numpy(dtype=float).reshape(-1, n)
+    return [v[:, i].reshape(shape) for i in range(n)]
+
+
 def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float, max_kv: float, phase: str = "decode",
-                     chunks: tuple = (), ref_kv: float | None = None) -> DecodePredictor:
+                     chunks: tuple = (), ref_kv: float | None = None, sweeps: Mapping[str, list] | None = None):
     """The grid of one decode instance's iteration time (module docstring). ``instance``: the
     predict inputs of the instance (dies, ep, tp, layout, MTP, ...), ``max_batch`` the largest
-    batch per NPU it may run, ``max_kv`` the longest KV it may attend."""
+    batch per NPU it may run, ``max_kv`` the longest KV it may attend. With ``sweeps`` (spec
+    paths that change step times only, e.g. a stack's host constants; n points taken
+    together), a list of n predictors from one vectorised evaluation."""
     npus_key = "attention_dies" if phase == "afd" else "dies"
     hw, _ = specs.views()
     dpp = float(hw.chip.dies_per_package)
@@ -129,22 +144,26 @@ def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float
     base = {k: v for k, v in instance.items() if k not in ("batch", "kv_len", "chunk_tokens")}
     rows = [{**base, "batch": float(b), "kv_len": float(L), "prompt_len": max(int(L), 1), "output_len": 1}
             for b in bs for L in ls]
-    cols = _rows(phase, rows, specs, f"the {phase} instance {dict(base)}")
-    step = Grid2(list(bs), list(ls), cols["iteration_ms"].to_numpy(dtype=float).reshape(len(bs), len(ls)) / 1e3)
-    chunk = None
+    n, shape = points(sweeps), (len(bs), len(ls))
+    cols = _rows(phase, rows, specs, f"the {phase} instance {dict(base)}", sweeps)
+    steps = [Grid2(list(bs), list(ls), v / 1e3) for v in _per_point(cols, "iteration_ms", shape, n)]
+    chunk = [None] * n
     if chunks:
-        chunk = []
+        chunk = [[] for _ in range(n)]
         for c in sorted(chunks):
             rc = [{**r, "chunk_tokens": float(c)} for r in rows]
-            cc = _rows(phase, rc, specs, f"the co-located instance {dict(base)} with a {c:g}-token chunk")
-            chunk.append((float(c), Grid2(list(bs), list(ls), cc["iteration_ms"].to_numpy(dtype=float).reshape(len(bs), len(ls)) / 1e3)))
+            cc = _rows(phase, rc, specs, f"the co-located instance {dict(base)} with a {c:g}-token chunk", sweeps)
+            for i, v in enumerate(_per_point(cc, "iteration_ms", shape, n)):
+                chunk[i].append((float(c), Grid2(list(bs), list(ls), v / 1e3)))
     ref = float(ref_kv or max_kv)
     mem = _rows(phase, [{**base, "batch": 1.0, "kv_len": ref, "prompt_len": max(int(ref), 1), "output_len": 1}], specs,
                 f"the {phase} instance")
     max_b = float(mem["max_batch_per_npu"].iat[0])
     ranks = _ranks(phase, instance, dpp)
     kv_rank = max_b * npus / ranks * ref
-    return DecodePredictor(npus=npus, step_s=step, chunk_step_s=chunk, kv_tokens_per_rank=kv_rank, max_batch_per_npu=max_b)
+    out = [DecodePredictor(npus=npus, step_s=st, chunk_step_s=ch, kv_tokens_per_rank=kv_rank, max_batch_per_npu=max_b)
+           for st, ch in zip(steps, chunk)]
+    return out if sweeps else out[0]
 
 
 def _ranks(phase: str, instance: Mapping[str, Any], dpp: float) -> int:
@@ -155,8 +174,9 @@ def _ranks(phase: str, instance: Mapping[str, Any], dpp: float) -> int:
 
 
 def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: float, prompts: np.ndarray,
-                      cached: float = 0.0) -> PrefillPredictor:
-    """The grids of one prefill instance's pass and KV transfer (module docstring)."""
+                      cached: float = 0.0, sweeps: Mapping[str, list] | None = None):
+    """The grids of one prefill instance's pass and KV transfer (module docstring); with
+    ``sweeps``, a list of one predictor per point (as :func:`decode_predictor`)."""
     hw, _ = specs.views()
     dpp = float(hw.chip.dies_per_package)
     dies = float(instance["dies"])
@@ -177,10 +197,10 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
         for P in ps:
             rows.append({**base, "tokens_per_npu": float(max(t, min_tokens(P))), "prompt_len": int(round(P)),
                          **({"cached_len": int(min(cached, P - 1))} if cached else {})})
-    cols = _rows("prefill", rows, specs, f"the prefill instance {dict(base)}")
-    shape = (len(ts), len(ps))
-    return PrefillPredictor(
-        npus=npus, groups=groups,
-        pass_s=Grid2(list(ts), list(ps), cols["forward_ms"].to_numpy(dtype=float).reshape(shape) / 1e3),  # pool loads included
-        transfer_s=Grid2(list(ts), list(ps), cols["kv_transfer_ms"].to_numpy(dtype=float).reshape(shape) / 1e3),
-        min_tokens_per_npu=min_tokens)
+    cols = _rows("prefill", rows, specs, f"the prefill instance {dict(base)}", sweeps)
+    shape, n = (len(ts), len(ps)), points(sweeps)
+    out = [PrefillPredictor(npus=npus, groups=groups,
+                            pass_s=Grid2(list(ts), list(ps), f / 1e3),  # pool loads included
+                            transfer_s=Grid2(list(ts), list(ps), x / 1e3), min_tokens_per_npu=min_tokens)
+           for f, x in zip(_per_point(cols, "forward_ms", shape, n), _per_point(cols, "kv_transfer_ms", shape, n))]
+    return out if sweeps else out[0]

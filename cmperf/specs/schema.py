@@ -701,6 +701,7 @@ class StackSpec(Strict):
     graph_launch_s: Optional[NonNegative] = None  # host time to launch (replay) one captured graph
     graph_node_s: Optional[NonNegative] = None  # host time per node of a replayed graph
     spec_seam_s: Optional[NonNegative] = None  # one eager seam between a speculative step's graphs (device idle)
+    spec_step_s: Optional[NonNegative] = None  # host-built metadata of a speculative step, once per step (device idle)
     draft_extend_graph: Optional[SourcedBool] = None  # a speculative step ends with a draft-extend graph (SGLang spec v2)
     spec_pipeline: Optional[SourcedBool] = None  # a speculative step's graphs issued back to back, no seams (CloudMatrix-Infer)
     dp_sync: Optional[SourcedBool] = None  # the scheduler all-gathers its metadata across DP-attention ranks each step
