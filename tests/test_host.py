@@ -27,12 +27,15 @@ def _first(x) -> float:
 
 
 def _decode(specs, values):
+    """(columns, host time, device time) of one decode prediction; the host time recomputed
+    from the schedule's own launches must be the ``host_ms`` the prediction reports."""
     r = predict("decode", values, specs)
     sched = r.schedules[int(r.columns["microbatches_used"].iat[0]) - 1]
     g = {k: np.asarray([r.columns[k].iat[0]]) for k in ("mtp", "mtp_k", "dies", "tp")}
-    host = decode_host(specs.stack_view() and load_specs_view(specs), sched.launches(), draft_tokens(g), dp_ranks(g))
+    host = _first(decode_host(load_specs_view(specs), sched.launches(), draft_tokens(g), dp_ranks(g)).host_s)
+    assert r.columns["host_ms"].iat[0] == pytest.approx(host * 1e3, rel=1e-9, abs=1e-12)
     device = sum(_first(s.time_s) * _first(s.count) for s in sched.sections if not s.name.startswith("host_"))
-    return r.columns, _first(host.host_s), device
+    return r.columns, host, device
 
 
 def load_specs_view(specs):

@@ -193,6 +193,7 @@ def afd(hw, m, g) -> dict:
         "throughput_per_attention_npu": per_attention_npu,
         "tokens_per_s_per_user": 1.0 / tpot,
         "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
+        "host_ms": np.broadcast_to(pick([r[1].host_s for r in runs]), np.shape(tpot)) * 1e3,
         "_schedules": tuple(r[1] for r in runs),
         "_choice": choice,
     }

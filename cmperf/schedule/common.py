@@ -82,6 +82,7 @@ class Section:
 class Schedule:
     parts: list[Part] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
+    host_s: object = 0.0  # the step's host time (launches + serial terms; :meth:`with_host`)
 
     def serial(self, section: str, ops: list[OpTime], count, rule: str, extra_s=0.0) -> None:
         """Record ops that run one after another on all cores (plus a fixed ``extra_s``)."""
@@ -114,6 +115,7 @@ class Schedule:
         the device's being what is recorded so far; each host term is recorded as a section
         and a breakdown row (section ``host``, engine ``host``, its time as latency)."""
         device = self.total_s()
+        self.host_s = h.host_s
         terms = {"launch": np.maximum(h.overlapped_s - device, 0.0), **h.serial}
         for name, t in terms.items():
             t = np.asarray(t, dtype=float)

@@ -192,6 +192,7 @@ def _dense_model(hw, m, g, it, sched) -> dict:
             "throughput_per_npu": throughput, "tokens_per_s_per_user": 1.0 / tpot,
             "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
             "microbatch_gain": np.zeros(np.shape(tpot)), "microbatch_layer_saving": np.zeros(np.shape(tpot)),
+            "host_ms": np.broadcast_to(sched.host_s, np.shape(tpot)) * 1e3,
             "_schedules": (sched, sched), "_choice": np.ones(np.shape(tpot))}
 
 
@@ -231,6 +232,9 @@ def decode(hw, m, g) -> dict:
     two-microbatch schedule, the MoE stream's including the barrier waits inside dispatch
     and combine (paper §4.2.3: about 600 us each); empty when one microbatch is used.
 
+    ``host_ms`` is the step's host time (docs/model.md §11.1): its launches and serial terms,
+    which the step is never shorter than.
+
     A row with a co-located chunk (``chunk_tokens`` > 0) is a forward pass that is mostly
     prefill work when the chunk is large: its two microbatches may also run the way the
     system overlaps a prefill pass (compute of one under communication of the other), and
@@ -251,7 +255,9 @@ def decode(hw, m, g) -> dict:
         use = chunked & (it3 < it2)
         alt = {"period": p3.period_s, "wait": p3.wait_s, "a": p3.lane_s(other[0]), "b": p3.lane_s(other[1]) + p3.wait_s}
         two_mb = {k: np.where(use, alt[k], v) for k, v in two_mb.items()}
+        host2 = np.where(use, s3.host_s, s2.host_s)
         it2, s2 = np.where(use, it3, it2), either(s2, s3, use)
+        s2.host_s = host2
     choice = choose(g["microbatches"], it1, it2)
     it = select(choice, it1, it2)
     tpot = it / emitted_tokens(g)
@@ -271,6 +277,7 @@ def decode(hw, m, g) -> dict:
         "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
         "microbatch_gain": np.where(np.isfinite(it2), it1 / it2 - 1.0, 0.0),
         "microbatch_layer_saving": np.where(np.isfinite(it2), 1.0 - two_mb["period"] / p1.period_s, 0.0),
+        "host_ms": np.broadcast_to(select(choice, s1.host_s, s2.host_s), np.shape(tpot)) * 1e3,
         "_schedules": (s1, s2),
         "_choice": choice,
     }

@@ -165,6 +165,7 @@ def prefill(hw, m, g) -> dict:
         "prompt_throughput_per_npu": prompt_tokens / t,
         "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
         "microbatch_gain": f1 / f2 - 1.0,
+        "host_ms": np.broadcast_to(select(choice, s1.host_s, s2.host_s), np.shape(t)) * 1e3,
         "_schedules": (s1, s2),
         "_choice": choice,
     }
