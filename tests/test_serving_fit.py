@@ -83,3 +83,33 @@ def test_a_fit_section_that_is_not_stack_constants_is_a_clear_error(fit):
     ref["fit"] = [{"path": "chip.die.vector_ops_per_s", "lo": 1.0, "hi": 2.0, "meaning": "m"}]
     with pytest.raises(SpecError, match="stack.FIELD"):
         fit(ref)
+
+
+def test_a_fit_needs_three_rows_per_constant_in_every_fold(fit):
+    from cmperf.errors import SpecError
+
+    ref = _ref({})
+    ref["rows"] = ref["rows"][:2]  # 2 runs: each fold keeps 3 metrics for 2 constants
+    with pytest.raises(SpecError, match="one constant per three rows"):
+        fit(ref)
+
+
+def test_validate_serving_replays_a_file_without_a_fit(cli, tmp_path):
+    """A user's serving file with no `fit:`: each run replayed at the files' values, said to be
+    'nothing fitted'; the logged accept length reaches the simulation as its acceptance."""
+    import json
+
+    import yaml
+
+    from cmperf.calibration.serving import SERVING_FILES
+
+    raw = yaml.safe_load(SERVING_FILES[0].read_text())
+    raw.pop("fit")
+    raw["rows"] = [r for r in raw["rows"] if r["id"] == "LL-3.5K/1K"]
+    own = tmp_path / "mine-serving.yaml"
+    own.write_text(yaml.safe_dump(raw))
+    code, out, err = cli("validate", "--serving", str(own), "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert len(rows) == 3 and {r["fold"] for r in rows} == {"nothing fitted"}
+    assert all(r["simulated"] > 0 for r in rows)

@@ -205,6 +205,11 @@ def fit_serving(path: Path, seed: int = 0) -> dict:
             raise SpecError(f"{path}: fit: expected entries {{path: stack.FIELD, lo: > 0, hi: > lo, meaning: ...}} "
                             f"(got {short(str(p), 120)})")
     runs = [r["id"] for r in ref["rows"] if not r.get("not_fitted")]
+    fewest = min((sum(len(r["measured"]) for r in ref["rows"] if r["id"] in runs and r["id"] != rid) for rid in runs),
+                 default=0)
+    if len(runs) < 2 or 3 * len(params) > fewest:
+        raise SpecError(f"{path}: fit: {len(params)} constants need at least {3 * len(params)} metrics in every "
+                        f"leave-one-run-out fold (at most one constant per three rows); the fitted runs give {fewest}")
     folds = {"all runs": set(runs), **{f"without {rid}": set(runs) - {rid} for rid in runs}}
     pts = _Points(ref, params, seed)
     best = _fold_search(pts, folds)

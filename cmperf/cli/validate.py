@@ -202,7 +202,7 @@ def _serving(files, fmt: str) -> None:
     for p in paths:
         if load_serving(p).get("fit"):
             f = fit_serving(p)
-            tables.append(f["rows"].assign(file=str(p), fold="without this run"))
+            tables.append(f["rows"].assign(file=str(p)))
             fits.append((p, f))
         else:
             tables.append(replay(p).assign(file=str(p), fold="nothing fitted"))
@@ -223,7 +223,8 @@ def _serving(files, fmt: str) -> None:
                            verdict=res["within"].map(lambda w: "within" if w else "OUTSIDE"))
         cols = ["id", "metric", "measured", "simulated", "error", "target", "verdict"]
         if "fold" in res:
-            shown["fold"] = res["fold"].map(lambda v: v if v.startswith(("without", "nothing")) else "not fitted: the full fit")
+            shown["fold"] = res["fold"].map(lambda v: "without this run" if v.startswith("without") else v
+                                            if v.startswith("nothing") else "never fitted: the fit to all")
             cols.append("fold")
         if "in_sample_error_pct" in res:
             shown["in sample"] = res["in_sample_error_pct"].map(lambda v: "" if v != v else f"{v:+.1f} %")
