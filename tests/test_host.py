@@ -143,3 +143,31 @@ def test_dispatch_syncs_count_rounds_of_the_dies_tokens():
     assert float(dispatch_syncs(st, 58, 1, 1750.0)) == 58 * 4
     assert float(dispatch_syncs(st, 58, 2, 875.0)) == 58 * 2 * 2
     assert float(prefill_host(None, 1000, 58, 1, 1750.0).host_s) == 0.0  # no stack: the bare cost model
+
+
+def test_the_launch_count_is_every_op_of_every_layer_and_microbatch():
+    """An eager decode step at 1 s per launch is its launch count in seconds: at least a few
+    kernels per layer of the 61 (not one per kind of op), and a second microbatch launches
+    every MoE layer's ops again (58 layers x at least 4 ops more)."""
+    def launches(mb):
+        specs = load_specs("cloudmatrix384", stack="sglang-ascend",
+                           sets=["stack.decode_graph=eager", "stack.eager_launch_s=1.0", "stack.spec_step_s=0"])
+        r = predict("decode", {"batch": 8, "mtp": 0, "microbatches": mb}, specs)
+        return r.columns["iteration_ms"].iat[0] / 1e3
+    one, two = launches(1), launches(2)
+    assert 61 * 4 <= one <= 61 * 40
+    assert two - one >= 58 * 4
+
+
+def test_the_breakdown_shows_host_time_apart_from_the_device():
+    """--breakdown: the launches on the host's own lane (overlapped, as the host time of the
+    step says), and each term the device waits for as its own row and section."""
+    r = predict("decode", {"batch": 2}, load_specs("cloudmatrix384", stack="sglang-ascend"))
+    ops, sections = r.breakdown(0)
+    host = ops[ops["section"] == "host"].set_index("op")
+    assert {"host_launch", "host_spec_metadata", "host_spec_seams"} <= set(host.index)
+    assert (host["total_ms"] > 0).all() and (host["engine"] == "host").all()
+    assert host.loc["host_launch", "stream"].startswith("host (ahead")
+    waits = sections[sections["section"].str.startswith("host_")]["total_ms"].sum()
+    assert r.columns["iteration_ms"].iat[0] == pytest.approx(sections["total_ms"].sum(), rel=1e-9)
+    assert waits == pytest.approx(host.loc[["host_spec_metadata", "host_spec_seams"], "total_ms"].sum(), rel=1e-9)

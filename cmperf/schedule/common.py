@@ -116,12 +116,16 @@ class Schedule:
         and a breakdown row (section ``host``, engine ``host``, its time as latency)."""
         device = self.total_s()
         self.host_s = h.host_s
-        terms = {"launch": np.maximum(h.overlapped_s - device, 0.0), **h.serial}
+        ahead = np.asarray(h.overlapped_s, dtype=float)
+        if np.any(ahead > 0):  # the launches, on the host's own lane (like a second stream: they overlap)
+            self.parts.append(Part("host", "host (ahead of the device)", 1.0, host_time("host_launch", ahead), 0.0))
+        terms = {"launch": np.maximum(ahead - device, 0.0), **h.serial}
         for name, t in terms.items():
             t = np.asarray(t, dtype=float)
             if not np.any(t > 0):
                 continue
-            self.parts.append(Part("host", "host", 1.0, host_time(f"host_{name}", t), 0.0))
+            if name != "launch":
+                self.parts.append(Part("host", "host (device waits)", 1.0, host_time(f"host_{name}", t), 0.0))
             self.sections.append(Section(f"host_{name}", HOST_RULES[name], t, 1.0))
         return h.step_s(device)
 
