@@ -99,8 +99,9 @@ class Specs:
     def views(self, sweeps: Mapping[str, np.ndarray] | None = None, phase: str | None = None):
         """Numeric views of the specs, with ``sweeps`` (spec path -> array over the grid's rows)
         in place of their fields; a swept unit count carries the rates its units sum along
-        (:data:`.specs.loader.UNIT_RATES`), as a ``--set`` of it does. For ``phase``, the
-        serving stack's host time is put into the chip's latency (cmperf/stack.py)."""
+        (:data:`.specs.loader.UNIT_RATES`), as a ``--set`` of it does. The serving stack (with its
+        ``stack.*`` sweeps) rides along as ``hw.stack``, whatever the ``phase``: each phase's
+        schedule adds its own host time (cmperf/cost/host.py)."""
         sweeps = sweeps or {}
         pick = lambda prefix: {k[len(prefix):]: v for k, v in sweeps.items() if k.startswith(prefix)}
         if self._plain is not None:
@@ -111,11 +112,8 @@ class Specs:
         for count in UNIT_RATES.keys() & chip_over.keys():
             chip_over.update(_unit_rates(SpecView(chip), count, chip_over))
         chip_view = SpecView(chip, chip_over)
-        if self.stack is not None and phase is not None:
-            from .stack import host_overrides
-
-            chip_view = SpecView(chip, {**chip_over, **host_overrides(SpecView(self.stack), phase, chip_view.latency)})
-        hw = HardwareView(SpecView(system, pick("system.")), chip_view, stack_fusion(self.stack))
+        stack_view = None if self.stack is None else SpecView(self.stack, pick("stack."))
+        hw = HardwareView(SpecView(system, pick("system.")), chip_view, stack_view, stack_fusion(self.stack))
         return hw, SpecView(model, pick("model."))
 
     def stack_view(self):

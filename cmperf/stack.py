@@ -1,13 +1,13 @@
 """The serving stack a prediction runs under (``--stack``, stacks/*.yaml, docs/model.md §11).
 
 A stack profile states facts of the software that serves the model — whether a phase runs as
-graphs or eagerly, the host time per iteration it cannot hide, two-batch overlap, MTP draft
-tokens and their acceptance, batching limits, KV pages, how it balances DP ranks and experts —
-each with its source. It enters the one cost model in three ways, and nowhere as a factor:
+graphs or eagerly, the host time per step it cannot hide, two-batch overlap, MTP draft tokens
+and their acceptance, batching limits, KV pages, how it balances DP ranks and experts — each
+with its source. It enters the one cost model in three ways, and nowhere as a factor:
 
-    host time      decode iteration:  + scheduler_overhead_s      (chip.latency.iteration_overhead_s)
-                   prefill pass:      + prefill_overhead_s
-                   eager phase:       each kernel waits for the host: launch = max(kernel_launch_s, eager_launch_s)
+    host time      each phase's schedule adds the stack's host and seam time of a step
+                   (cmperf/cost/host.py: step = max(device, launches) + serial host time;
+                   the profile rides along as ``hw.stack``, docs/model.md §11.1)
     inputs         mtp_k = mtp_draft_tokens, mtp_acceptance, microbatches = auto (two-batch
                    overlap) or 1, where the user gives none
     kernels        fusion groups: adjacent kernels run as one (cmperf/cost/fusion.py); absent:
@@ -26,8 +26,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 NONE = "none"
-PHASE_HOST = {"decode": "scheduler_overhead_s", "afd": "scheduler_overhead_s", "prefill": "prefill_overhead_s"}
-PHASE_GRAPH = {"decode": "decode_graph", "afd": "decode_graph", "prefill": "prefill_graph"}
+PHASES = ("decode", "afd", "prefill")  # the phases a stack serves
 
 
 def load_stack(name: str, overrides: Mapping[str, Any] | None = None) -> dict:
@@ -54,27 +53,9 @@ def stack_fusion(stack) -> tuple:
     return tuple(tuple(g) for g in groups)
 
 
-def host_overrides(stack, phase: str, latency) -> dict[str, Any]:
-    """Chip-view overrides (``latency.*`` paths) that put the stack's host time into
-    ``phase``'s prediction (module docstring); ``latency`` is the chip's latency view (values
-    may be swept arrays)."""
-    if stack is None or phase not in PHASE_HOST:
-        return {}
-    out = {"latency.iteration_overhead_s": latency.iteration_overhead_s + stack[PHASE_HOST[phase]]}
-    if stack[PHASE_GRAPH[phase]] == "eager":
-        import numpy as np
-
-        out["latency.kernel_launch_s"] = np.maximum(latency.kernel_launch_s, stack.eager_launch_s)
-        ratio = latency.vector_launch_ratio if "vector_launch_ratio" in latency.keys() else None
-        if ratio is not None:  # the host's launch does not shrink for an elementwise kernel: max(device, host)
-            out["latency.vector_launch_ratio"] = (np.maximum(latency.kernel_launch_s * ratio, stack.eager_launch_s)
-                                                  / np.maximum(out["latency.kernel_launch_s"], 1e-30))
-    return out
-
-
 def input_defaults(phase: str, stack, values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` with the stack's MTP and microbatch inputs where they are not given."""
-    if stack is None or phase not in PHASE_HOST:
+    if stack is None or phase not in PHASES:
         return dict(values)
     out = dict(values)
     if phase in ("decode", "afd"):

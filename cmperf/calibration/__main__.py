@@ -2,7 +2,9 @@
 reference file calibrates (its ``fit`` and ``measured`` sections), print them and every row;
 with ``--write`` store them in the built-in spec files, run each file's cross-validation and
 write its system's prediction bands (docs/calibration.md). With no file: every built-in
-reference file in turn."""
+reference file in turn. ``--stack NAME``: fit the stack's host constants to its released
+serving runs instead (cmperf/reference/*-serving.yaml), with each run's leave-one-run-out
+error; ``--write`` stores them in stacks/NAME.yaml."""
 
 from __future__ import annotations
 
@@ -91,7 +93,11 @@ def main(argv=None) -> int:
     ap.add_argument("references", nargs="*", help="reference files (default: every built-in one)")
     ap.add_argument("--write", action="store_true",
                     help="store the fitted values in the built-in spec files and each system's prediction bands")
+    ap.add_argument("--stack", metavar="NAME",
+                    help="fit the serving stack's host constants to its released runs (the *-serving.yaml files for it)")
     args = ap.parse_args(argv)
+    if args.stack:
+        return calibrate_stack(args.stack, args.write)
     from ..cli.progress import ProgressBar
 
     entries = {}
@@ -107,6 +113,40 @@ def main(argv=None) -> int:
         progress.close()
     if entries:
         print("wrote", write_bands({**_stored_entries(), **entries}))
+    return 0
+
+
+def calibrate_stack(name: str, do_write: bool) -> int:
+    """Fit the host constants of stack ``name`` to every serving file for it, print the
+    constants, each run's leave-one-run-out and in-sample errors and the runs each constant
+    moves; with ``do_write``, store them in stacks/NAME.yaml, each with the runs it was fitted to."""
+    from .serving import SERVING_FILES, fit_serving, load_serving, stack_sources
+
+    files = [p for p in SERVING_FILES if load_serving(p)["stack"] == name]
+    if not files:
+        print(f"calibration: no serving file (cmperf/reference/*-serving.yaml) is for stack '{name}'", file=sys.stderr)
+        return 2
+    for path in files:
+        f = fit_serving(path)
+        print(f"== {path.name}: {len(f['params'])} constants of stack {name} fitted to {len(f['rows'])} metrics of "
+              f"{f['rows']['id'].nunique()} runs ({f['evaluations']} simulated points)")
+        for p in f["params"]:
+            folds = [v[p["path"]] for k, v in f["values"].items() if k != "all runs"]
+            print(f"  {p['path']:28s} = {f['values']['all runs'][p['path']]:.4g}  (folds {min(folds):.4g} ... "
+                  f"{max(folds):.4g})    # {p['meaning']}; moves {len(f['moves'][p['path']])} metrics")
+        rows = f["rows"]
+        print(rows[["id", "metric", "measured", "simulated", "error_pct", "in_sample_error_pct", "target_pct",
+                    "within", "fold"]].to_string(index=False))
+        print(f"{int(rows['within'].sum())} of {len(rows)} metrics within their targets, each predicted by a fit that "
+              f"did not see its run")
+        if do_write:
+            from ..predict import load_specs
+
+            ref = load_serving(path)
+            specs = load_specs(ref["hardware"], ref["model"], [], name)
+            values = f["values"]["all runs"]
+            for line in write(values, specs, stack_sources(path, f), force=tuple(values)):
+                print("wrote", line)
     return 0
 
 

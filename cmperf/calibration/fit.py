@@ -255,6 +255,8 @@ def write(values: dict[str, float], specs: Specs, sources: dict[str, str] | None
 
     files = {"chip": specs.hardware.chip_path, "system": specs.hardware.system_path,
              "model": resolve("model", specs.model.name)}
+    if specs.stack_name is not None:  # a stack's host constants (docs/calibration.md#serving-evidence)
+        files["stack"] = resolve("stack", specs.stack_name)
     done = []
     for path, v in values.items():
         root, *rest = path.split(".")

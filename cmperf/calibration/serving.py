@@ -1,14 +1,25 @@
 """Serving evidence: released end-to-end runs replayed through ``cmperf simulate``
 (docs/calibration.md#serving-evidence). Each row gives a deployment, the stack's per-run flags,
-the workload and bench_serving's traffic; the simulation predicts the metrics the run logged.
-Nothing is fitted to these rows: their errors are held-out errors of the hardware model, the
-stack's facts and the simulation together."""
+its logged accept length, the workload and bench_serving's traffic; the simulation predicts
+the metrics the run logged. The hardware model is calibrated elsewhere; the stack's host
+constants that no micro-benchmark publishes (the file's ``fit:``) are fitted to the runs
+(:func:`fit_serving`), and each run is reported at the fit to the OTHER runs
+(leave-one-run-out): a run used to fit is never its own validation.
+
+Speed: a run's simulation is ~0.3 s of step-time grids (``predict``) and up to 0.5 s of engine
+(the HT run's 3,328 requests). The fit evaluates its points in batches: one simulate call per
+run with the batch as a zipped sweep of stack paths, whose grids come from one vectorised
+``predict`` per instance (``simulate(..., sweeps=)``), every point once (:class:`_Points`).
+"""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import numpy as np
+
+from ..errors import SpecError, short
 from ..specs.loader import read_yaml
 from .reference import REFERENCE_DIR
 
@@ -27,43 +38,229 @@ def load_serving(path: Path) -> dict:
     return raw
 
 
-def replay(path: Path, seed: int = 0, progress=None):
-    """One row per (run, metric): measured, simulated, error (%), target, within;
-    ``progress(done, total)`` after each run simulated."""
-    import pandas as pd
-
+def _run_inputs(ref: dict, r: dict):
+    """(specs, workload, deployment, traffic) of one run as the document gives it: the stack's
+    per-run flags, and its logged accept length as the acceptance that gives it (solved by
+    :func:`cmperf.schedule.decode.acceptance_for` at the run's draft count)."""
     from ..plan.workload import SLO, Workload, fixed
     from ..predict import load_specs
-    from ..simulate import Traffic, simulate
+    from ..schedule.decode import acceptance_for
+    from ..simulate import Traffic
     from ..simulate.deployment import DeploymentSpec, InstanceGroup
 
+    stack_sets = list(r.get("stack_sets", []))
+    if "accept_length" in r:
+        k = int(dict(x.split("=", 1) for x in stack_sets).get("mtp_draft_tokens", 0)) or \
+            int(load_specs(ref["hardware"], ref["model"], [], ref["stack"]).stack_view().mtp_draft_tokens)
+        try:
+            a = acceptance_for(float(r["accept_length"]), k)
+        except (TypeError, ValueError) as e:
+            raise SpecError(f"row {r['id']}: accept_length: {e}") from None
+        stack_sets.append(f"mtp_acceptance={a:.6g}")
+    sets = [*r.get("sets", []), *(f"stack.{x}" for x in stack_sets)]
+    specs = load_specs(ref["hardware"], ref["model"], sets, ref["stack"])
+    d = r["deployment"]
+    phase = "afd" if "afd" in d else "decode"
+    group = lambda g: InstanceGroup(g["count"], {k: v for k, v in g.items() if k != "count"})  # noqa: E731
+    if "colocated" in d:
+        dep = DeploymentSpec(decode=[group(g) for g in d["colocated"]], colocated=True)
+    else:
+        dep = DeploymentSpec(prefill=[group(g) for g in d["prefill"]], decode=[group(g) for g in d.get(phase, [])],
+                             decode_phase=phase)
+    w = r["workload"]
+    workload = Workload(prompt=fixed(w["prompt_len"]), output=fixed(w["output_len"]), prefix_hit=0.0,
+                        slo=SLO(ttft_s=1e6, tpot_s=1e6))
+    t = r["traffic"]
+    rate = t.get("request_rate")
+    traffic = Traffic(rate_rps=None if rate in (None, "inf") else float(rate), max_concurrency=t.get("max_concurrency"),
+                      num_prompts=t["num_prompts"])
+    return specs, workload, dep, traffic
+
+
+def simulated(ref: dict, sweeps: dict[str, list] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Each run's simulated metrics (run id -> array (metrics of the run, points)): at the
+    spec values of the files, or at each of the points of ``sweeps`` (stack paths -> values,
+    taken together; one vectorised step-time evaluation per run and instance)."""
+    from ..simulate import simulate
+
+    out = {}
+    for r in ref["rows"]:
+        specs, workload, dep, traffic = _run_inputs(ref, r)
+        res = simulate(specs, workload, dep, traffic, seed, sweeps=sweeps or None)
+        res = res if sweeps else [res]
+        out[r["id"]] = np.array([[x.metrics[m] for x in res] for m in r["measured"]], dtype=float)
+    return out
+
+
+def replay(path: Path, seed: int = 0, values: dict[str, float] | None = None):
+    """One row per (run, metric): measured, simulated, error (%), target, within; at the
+    spec values of the files, or with ``values`` (stack path -> value) in their place."""
+    import pandas as pd
+
     ref = load_serving(path)
+    sim = simulated(ref, {k: [v] for k, v in values.items()} if values else None, seed)
     out = []
-    for done, r in enumerate(ref["rows"], 1):
-        sets = [*r.get("sets", []), *(f"stack.{s}" for s in r.get("stack_sets", []))]
-        specs = load_specs(ref["hardware"], ref["model"], sets, ref["stack"])
-        d = r["deployment"]
-        phase = "afd" if "afd" in d else "decode"
-        group = lambda g: InstanceGroup(g["count"], {k: v for k, v in g.items() if k != "count"})  # noqa: E731
-        if "colocated" in d:
-            dep = DeploymentSpec(decode=[group(g) for g in d["colocated"]], colocated=True)
-        else:
-            dep = DeploymentSpec(prefill=[group(g) for g in d["prefill"]], decode=[group(g) for g in d.get(phase, [])],
-                                 decode_phase=phase)
-        w = r["workload"]
-        workload = Workload(prompt=fixed(w["prompt_len"]), output=fixed(w["output_len"]), prefix_hit=0.0,
-                            slo=SLO(ttft_s=1e6, tpot_s=1e6))
-        t = r["traffic"]
-        rate = t.get("request_rate")
-        traffic = Traffic(rate_rps=None if rate in (None, "inf") else float(rate), max_concurrency=t.get("max_concurrency"),
-                          num_prompts=t["num_prompts"])
-        m = simulate(specs, workload, dep, traffic, seed).metrics
-        for metric, measured in r["measured"].items():
-            sim = m[metric]
-            err = 100 * (sim / measured - 1)
-            target = 100 * ref["targets"][metric]
-            out.append({"id": r["id"], "metric": metric, "measured": measured, "simulated": sim, "error_pct": err,
-                        "target_pct": target, "within": bool(math.isfinite(err) and abs(err) <= target)})
-        if progress:
-            progress(done, len(ref["rows"]))
+    for r in ref["rows"]:
+        for j, (metric, measured) in enumerate(r["measured"].items()):
+            out.append(_row(ref, r["id"], metric, measured, float(sim[r["id"]][j, 0])))
     return pd.DataFrame(out)
+
+
+def _row(ref: dict, rid: str, metric: str, measured: float, sim: float) -> dict:
+    err = 100 * (sim / measured - 1)
+    target = 100 * ref["targets"][metric]
+    return {"id": rid, "metric": metric, "measured": measured, "simulated": sim, "error_pct": err,
+            "target_pct": target, "within": bool(math.isfinite(err) and abs(err) <= target)}
+
+
+# --------------------------------------------------------------------------- the stack's fit
+COARSE = 3  # grid points per parameter (log-spaced between its bounds, at the cells' centres)
+MIN_STEP = 0.01  # of each parameter's log range: the pattern search stops below it (~3 % of a value for a range of 20)
+def _residuals(ref: dict, sim: dict[str, np.ndarray], runs) -> np.ndarray:
+    """Each metric's error in units of its target, log(simulated / measured) / target, of the
+    ``runs`` (ids), stacked: (metrics, points)."""
+    parts = []
+    for r in ref["rows"]:
+        if r["id"] not in runs:
+            continue
+        measured = np.array(list(r["measured"].values()), dtype=float)[:, None]
+        target = np.array([ref["targets"][m] for m in r["measured"]], dtype=float)[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e = np.log(np.maximum(sim[r["id"]], 1e-300) / measured) / target
+        parts.append(np.where(np.isfinite(e), e, 1e6))
+    return np.vstack(parts)
+
+
+class _Points:
+    """Simulated metrics of every run at the points asked for so far (unit coordinates of the
+    parameters' log ranges), evaluated in batches, each point once."""
+
+    def __init__(self, ref: dict, params: list[dict], seed: int):
+        self.ref, self.params, self.seed = ref, params, seed
+        self.lo = np.log([p["lo"] for p in params])
+        self.hi = np.log([p["hi"] for p in params])
+        self.sim: dict[tuple, dict[str, np.ndarray]] = {}
+
+    def values(self, u) -> dict[str, float]:
+        x = np.exp(self.lo + np.clip(np.asarray(u, dtype=float), 0.0, 1.0) * (self.hi - self.lo))
+        return {p["path"]: float(v) for p, v in zip(self.params, x)}
+
+    def need(self, us) -> None:
+        new = [u for u in dict.fromkeys(tuple(round(float(c), 9) for c in u) for u in us) if u not in self.sim]
+        if not new:
+            return
+        vals = [self.values(u) for u in new]
+        sweeps = {p["path"]: [v[p["path"]] for v in vals] for p in self.params}
+        batch = simulated(self.ref, sweeps, self.seed)
+        for i, u in enumerate(new):
+            self.sim[u] = {rid: m[:, i:i + 1] for rid, m in batch.items()}
+
+    def cost(self, u, runs) -> float:
+        key = tuple(round(float(c), 9) for c in u)
+        return float((_residuals(self.ref, self.sim[key], runs) ** 2).sum())
+
+
+def _fold_search(pts: _Points, folds: dict[str, set]) -> dict[str, np.ndarray]:
+    """Each fold's minimum (unit coordinates): the best point of a coarse grid, then a pattern
+    search — steps along each axis, kept when one improves, halved when none does — with the
+    candidate points of every fold evaluated together (the folds share most of them)."""
+    d = len(pts.params)
+    axis = (np.arange(COARSE) + 0.5) / COARSE
+    grid = np.stack(np.meshgrid(*[axis] * d, indexing="ij"), axis=-1).reshape(-1, d)
+    pts.need(grid)
+    best = {f: min(grid, key=lambda u: pts.cost(u, runs)) for f, runs in folds.items()}
+    step = {f: 0.5 / COARSE for f in folds}
+    moves = np.vstack([np.eye(d), -np.eye(d)])
+    while any(x > MIN_STEP for x in step.values()):
+        live = [f for f in folds if step[f] > MIN_STEP]
+        cand = {f: np.clip(best[f] + step[f] * moves, 0.0, 1.0) for f in live}
+        pts.need(np.vstack(list(cand.values())))
+        for f in live:
+            c = min(cand[f], key=lambda u: pts.cost(u, folds[f]))
+            if pts.cost(c, folds[f]) < pts.cost(best[f], folds[f]) - 1e-12:
+                best[f] = c
+            else:
+                step[f] /= 2
+    return best
+
+
+def fit_serving(path: Path, seed: int = 0) -> dict:
+    """The stack's host constants of the file's ``fit:`` section, fitted to every run and,
+    for each run, to the others alone (leave-one-run-out); each run's metrics at the fit that
+    did not see it; the runs each constant's fit moves (elasticity of a metric > ELASTIC when
+    the constant moves by 10 %). Returns {"values", "folds", "rows", "moves", "evaluations"}."""
+    import pandas as pd
+
+    ref = load_serving(path)
+    params = ref.get("fit") or []
+    if not params:
+        raise SpecError(f"{path}: no `fit:` section (the stack constants to fit)")
+    for p in params:
+        ok = isinstance(p, dict) and str(p.get("path", "")).startswith("stack.") and all(
+            isinstance(p.get(k), (int, float)) and not isinstance(p.get(k), bool) for k in ("lo", "hi"))
+        if not ok or not 0 < p["lo"] < p["hi"] or not p.get("meaning"):
+            raise SpecError(f"{path}: fit: expected entries {{path: stack.FIELD, lo: > 0, hi: > lo, meaning: ...}} "
+                            f"(got {short(str(p), 120)})")
+    runs = [r["id"] for r in ref["rows"] if not r.get("not_fitted")]
+    fewest = min((sum(len(r["measured"]) for r in ref["rows"] if r["id"] in runs and r["id"] != rid) for rid in runs),
+                 default=0)
+    if len(runs) < 2 or 3 * len(params) > fewest:
+        raise SpecError(f"{path}: fit: {len(params)} constants need at least {3 * len(params)} metrics in every "
+                        f"leave-one-run-out fold (at most one constant per three rows); the fitted runs give {fewest}")
+    folds = {"all runs": set(runs), **{f"without {rid}": set(runs) - {rid} for rid in runs}}
+    pts = _Points(ref, params, seed)
+    best = _fold_search(pts, folds)
+    values = {f: pts.values(u) for f, u in best.items()}
+    rows = []
+    for r in ref["rows"]:
+        fitted = not r.get("not_fitted")  # a run the fit never sees: the full fit predicts it
+        held = pts.sim[tuple(round(float(c), 9) for c in best[f"without {r['id']}" if fitted else "all runs"])][r["id"]]
+        full = pts.sim[tuple(round(float(c), 9) for c in best["all runs"])][r["id"]]
+        for j, (metric, measured) in enumerate(r["measured"].items()):
+            row = _row(ref, r["id"], metric, measured, float(held[j, 0]))
+            row["in_sample_error_pct"] = 100 * (float(full[j, 0]) / measured - 1) if fitted else float("nan")
+            row["fold"] = f"without {r['id']}" if fitted else f"not fitted ({r['not_fitted']})"
+            rows.append(row)
+    moves = _moves(ref, pts, params, best["all runs"])
+    return {"values": values, "rows": pd.DataFrame(rows), "moves": moves, "evaluations": len(pts.sim),
+            "params": params}
+
+
+ELASTIC = 0.05  # a metric moves with a constant when d log(metric) / d log(constant) exceeds this
+
+
+def _moves(ref: dict, pts: _Points, params: list[dict], u) -> dict[str, list[str]]:
+    """For each fitted constant, the (run, metric) pairs whose simulated value moves with it
+    at the full fit: elasticity d log(metric) / d log(constant) above ELASTIC (two points at
+    +-10 %)."""
+    out = {}
+    width = pts.hi - pts.lo
+    for j, p in enumerate(params):
+        up, down = np.array(u, dtype=float), np.array(u, dtype=float)
+        up[j] += np.log(1.1) / width[j]
+        down[j] -= np.log(1.1) / width[j]
+        pts.need([up, down])
+        a = pts.sim[tuple(round(float(c), 9) for c in up)]
+        b = pts.sim[tuple(round(float(c), 9) for c in down)]
+        moved = []
+        for r in ref["rows"]:
+            e = np.log(a[r["id"]][:, 0] / b[r["id"]][:, 0]) / (2 * np.log(1.1))
+            moved += [f"{r['id']} {m}" for m, x in zip(r["measured"], e) if abs(x) > ELASTIC]
+        out[p["path"]] = moved
+    return out
+
+
+def stack_sources(path: Path, f: dict) -> dict[str, str]:
+    """The ``source:`` of each fitted constant: what it is, the runs it was fitted to and the
+    metrics that move with it."""
+    ref = load_serving(path)
+    runs = [r["id"] for r in ref["rows"] if not r.get("not_fitted")]
+    out = {}
+    for p in f["params"]:
+        folds = [v[p["path"]] for k, v in f["values"].items() if k != "all runs"]
+        metrics = sorted({m.split(" ", 1)[1] for m in f["moves"][p["path"]] if m.split(" ")[0] in runs})
+        out[p["path"]] = (f"fitted: {p['meaning']}; jointly to the {3 * len(runs)} metrics of runs {', '.join(runs)} "
+                          f"of cmperf/reference/{Path(path).name} (it moves their {', '.join(metrics) or 'none'}); "
+                          f"leave-one-run-out folds {min(folds):.3g} ... {max(folds):.3g} "
+                          f"(docs/calibration.md#serving-evidence)")
+    return out

@@ -13,6 +13,10 @@ was expected and what was found.
             traffic                        {request_rate: > 0 or inf, max_concurrency: 1 to MAX_PROMPTS,
                                             num_prompts: 1 to MAX_PROMPTS}
             measured                       {METRIC: a finite number > 0}, at least one
+            accept_length                  the run's logged MTP accept length, 1 to 65 (optional)
+            not_fitted                     why the stack's fit must not see this run (optional)
+    fit[]   path, lo, hi, meaning          a stack host constant fitted to the runs: stack.FIELD,
+                                           0 < lo < hi (optional)
 
 A row's specs (its sets and stack_sets on the file's hardware, model and stack) and its
 deployment are checked against the system by :func:`check_rows`.
@@ -69,12 +73,27 @@ class Row(_Strict):
     workload: Workload
     traffic: Traffic
     measured: dict[Metric, float] = Field(min_length=1)  # type: ignore[valid-type]
+    accept_length: Optional[float] = Field(None, ge=1.0, le=65.0)  # 1 + at most 64 drafts (the stack schema's bound)
+    not_fitted: Optional[str] = Field(None, min_length=3)
 
     @model_validator(mode="after")
     def _positive(self):
         for k, v in self.measured.items():
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"measured.{k}: expected a finite number > 0 (got {v!r})")
+        return self
+
+
+class FitParam(_Strict):
+    path: str = Field(pattern=r"^stack\.[a-z_]+$")
+    lo: float = Field(gt=0)
+    hi: float = Field(gt=0)
+    meaning: str = Field(min_length=3)
+
+    @model_validator(mode="after")
+    def _range(self):
+        if not (math.isfinite(self.hi) and self.lo < self.hi):
+            raise ValueError(f"{self.path}: expected 0 < lo < hi (got lo {self.lo!r}, hi {self.hi!r})")
         return self
 
 
@@ -87,6 +106,7 @@ class ServingFile(_Strict):
     stack: str
     targets: dict[Metric, float] = Field(min_length=1)  # type: ignore[valid-type]
     rows: list = Field(min_length=1)
+    fit: Optional[list[FitParam]] = None
 
     @model_validator(mode="after")
     def _targets(self):

@@ -27,9 +27,10 @@ def spec_value(specs: Specs, path: str, sweeps: Mapping[str, Any] | None = None)
     """The number at a dotted spec path (``chip.efficiency.matmul_compute``)."""
     hw, m = specs.views(sweeps)
     root, *rest = path.split(".")
-    node = {"chip": hw.chip, "system": hw.system, "model": m}.get(root)
+    node = {"chip": hw.chip, "system": hw.system, "model": m, "stack": hw.stack}.get(root)
     if node is None or not rest:
-        raise SpecError(f"metric '{path}': a spec path must start with chip., system. or model.")
+        raise SpecError(f"metric '{path}': a spec path must start with chip., system., model. or stack. "
+                        f"(stack.: the serving stack the file's rows run under)")
     try:
         for k in rest:
             node = getattr(node, k)
@@ -133,10 +134,21 @@ def summary(res: pd.DataFrame) -> dict:
     }
 
 
+def spec_parts(specs: Specs) -> list[tuple[str, Any]]:
+    """(label, validated spec) of the chip, system, model and, when there is one, the serving stack."""
+    parts = [("chip", specs.hardware.chip), ("system", specs.hardware.system), ("model", specs.model)]
+    if specs.stack is not None:
+        from ..specs.schema import StackSpec
+
+        parts.append(("stack", StackSpec.model_validate(specs.stack)))
+    return parts
+
+
 def fitted_parameters(specs: Specs) -> pd.DataFrame:
-    """Every hardware number whose source says it was fitted, with the rows it was fitted to."""
+    """Every number of the specs (the stack's too) whose source says it was fitted, with the
+    rows it was fitted to."""
     rows = []
-    for label, spec in (("chip", specs.hardware.chip), ("system", specs.hardware.system), ("model", specs.model)):
+    for label, spec in spec_parts(specs):
         for path, value in _walk(spec, label):
             if value.source.lower().startswith(("fitted", "measured from row")):
                 rows.append({"parameter": path, "value": value.value, "source": value.source})

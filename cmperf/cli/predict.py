@@ -60,20 +60,20 @@ KV_HELP = "KV-cache dtype bf16|fp16|fp8|int8 (fp8 where the chip has FP8; defaul
 
 
 DECODE_SUMMARY = ["phase", "batch", "kv_len", "chunk_tokens", "dies", "ep", "tp", "mtp", "microbatches_used", "tpot_ms", "iteration_ms",
-                  "layer_us", "stream_a_us", "stream_b_us", "barrier_wait_us", "microbatch_gain",
+                  "host_ms", "layer_us", "stream_a_us", "stream_b_us", "barrier_wait_us", "microbatch_gain",
                   "tokens_per_iteration", "throughput_per_npu",
                   "tokens_per_s_per_user", "tokens_per_s_per_tflops", "memory_per_die_bytes", "weights_per_die_bytes",
                   "kv_cache_per_die_bytes", "buffers_per_die_bytes", "activations_per_die_bytes",
                   "runtime_reserve_per_die_bytes", "kv_cache_peak_per_die_bytes", "hbm_per_die_bytes", "max_batch_per_npu",
                   "fits"]
 PREFILL_SUMMARY = ["phase", "tokens_per_npu", "prompt_len", "cached_len", "dies", "ep", "attn_tp", "microbatches_used", "ttft_ms",
-                   "forward_ms", "pool_load_ms", "kv_transfer_ms", "throughput_per_npu", "prompt_throughput_per_npu",
+                   "forward_ms", "host_ms", "pool_load_ms", "kv_transfer_ms", "throughput_per_npu", "prompt_throughput_per_npu",
                    "tokens_per_s_per_tflops", "microbatch_gain",
                    "memory_per_die_bytes", "weights_per_die_bytes", "kv_cache_per_die_bytes", "buffers_per_die_bytes",
                    "activations_per_die_bytes", "runtime_reserve_per_die_bytes", "hbm_per_die_bytes", "max_tokens_per_npu",
                    "fits"]
 AFD_SUMMARY = ["phase", "batch", "kv_len", "attention_dies", "expert_dies", "mtp", "microbatches_used", "tpot_ms",
-               "iteration_ms", "layer_us", "attention_stage_us", "expert_stage_us", "transfer_us", "barrier_wait_us",
+               "iteration_ms", "host_ms", "layer_us", "attention_stage_us", "expert_stage_us", "transfer_us", "barrier_wait_us",
                "expert_rows", "npus", "throughput_per_npu", "throughput_per_attention_npu", "tokens_per_s_per_user",
                "tokens_per_s_per_tflops", "attention_memory_per_die_bytes", "attention_weights_per_die_bytes",
                "kv_cache_per_die_bytes", "attention_buffers_per_die_bytes", "attention_activations_per_die_bytes",

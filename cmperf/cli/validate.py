@@ -34,7 +34,8 @@ def validate_cmd(
     cross_validate: bool = typer.Option(False, "--cross-validate",
                                         help="re-fit without each group of evidence rows and predict it; a fold that leaves a parameter unidentified or at a search bound is reported, not scored (about a minute for the built-in files)"),
     serving: bool = typer.Option(False, "--serving", help="replay the released serving runs (cmperf/reference/*-serving.yaml) through "
-                                                          "cmperf simulate instead: held-out end-to-end errors (nothing is fitted to them)"),
+                                                          "cmperf simulate instead: each run at a fit of the stack's host constants to the "
+                                                          "other runs (leave-one-run-out; about a minute per file)"),
     fmt: str = FormatOpt, sets: Optional[List[str]] = SetOpt,
 ):
     """Replay published results: predicted vs paper, error, pass/fail; exit 1 if a row fails.
@@ -196,33 +197,65 @@ def _print_file(r) -> None:
 
 
 def _serving(files, fmt: str) -> None:
-    """Serving evidence replayed through the simulation (docs/calibration.md#serving-evidence):
-    a row outside its target is reported, not failed (nothing is fitted to these rows)."""
+    """Serving evidence replayed through the simulation (docs/calibration.md#serving-evidence).
+    A file with a ``fit:`` section (the stack's host constants) is reported leave-one-run-out:
+    every run's metrics at the fit to the OTHER runs, beside the in-sample error of the fit to
+    all, the fitted constants (all runs and the folds' range) and the metrics each moves. A row
+    outside its target is reported, not failed."""
     import pandas as pd
 
-    from ..calibration.serving import SERVING_FILES, replay
+    from ..calibration.serving import SERVING_FILES, fit_serving, load_serving, replay
     from ..report import check_format, print_csv, print_json, print_table, provenance
 
     check_format(fmt)
     from .progress import ProgressBar
 
     paths = files or [str(p) for p in SERVING_FILES]
+    tables, fits = [], []
     progress = ProgressBar("replaying serving runs")
-    try:  # each file's runs as a share of one bar
-        res = pd.concat([replay(p, progress=lambda k, n, i=i: progress(1000 * i + 1000 * k // n, 1000 * len(paths)))
-                         .assign(file=str(p))
-                         for i, p in enumerate(paths)], ignore_index=True)
-    finally:
-        progress.close()
+    for i, p in enumerate(paths):
+        progress(i, len(paths))
+        if load_serving(p).get("fit"):
+            f = fit_serving(p)
+            tables.append(f["rows"].assign(file=str(p)))
+            fits.append((p, f))
+        else:
+            tables.append(replay(p).assign(file=str(p), fold="nothing fitted"))
+    progress.close()
+    res = pd.concat(tables, ignore_index=True)
+    constants = pd.DataFrame([{"file": str(p), "parameter": q["path"], "all runs": f["values"]["all runs"][q["path"]],
+                               **{k: v[q["path"]] for k, v in f["values"].items() if k != "all runs"},
+                               "moves": "; ".join(f["moves"][q["path"]]), "meaning": q["meaning"]}
+                              for p, f in fits for q in f["params"]])
     prov = provenance("validate --serving", None, None, [])
     if fmt == "json":
-        print_json({"rows": res.to_dict(orient="records"), "provenance": prov})
+        print_json({"rows": res.to_dict(orient="records"), "fitted": constants.to_dict(orient="records"),
+                    "provenance": prov})
     elif fmt == "csv":
-        print_csv(res, prov)
+        print_csv({"rows": res, "fitted": constants} if len(constants) else res, prov)
     else:
         shown = res.assign(measured=res["measured"].map(lambda v: f"{v:,.4g}"), simulated=res["simulated"].map(lambda v: f"{v:,.4g}"),
                            error=res["error_pct"].map(lambda v: f"{v:+.1f} %"), target=res["target_pct"].map(lambda v: f"±{v:g} %"),
                            verdict=res["within"].map(lambda w: "within" if w else "OUTSIDE"))
-        print_table(shown[["id", "metric", "measured", "simulated", "error", "target", "verdict"]],
-                    "serving evidence replayed through cmperf simulate (held out: nothing fitted to it)")
-        typer.echo(f"{int(res['within'].sum())} of {len(res)} metrics within their targets")
+        cols = ["id", "metric", "measured", "simulated", "error", "target", "verdict"]
+        if "fold" in res:
+            shown["fold"] = res["fold"].map(lambda v: "without this run" if v.startswith("without") else v
+                                            if v.startswith("nothing") else "never fitted: the fit to all")
+            cols.append("fold")
+        if "in_sample_error_pct" in res:
+            shown["in sample"] = res["in_sample_error_pct"].map(lambda v: "" if v != v else f"{v:+.1f} %")
+            cols.insert(5, "in sample")
+        print_table(shown[cols], "serving evidence replayed through cmperf simulate: each run predicted by a fit "
+                                 "of the stack's host constants to the OTHER runs (leave-one-run-out); 'in sample': "
+                                 "the fit to all runs (never validation)")
+        for p, f in fits:
+            folds = [k for k in f["values"] if k != "all runs"]
+            rows = [{"parameter": q["path"], "all runs": f"{f['values']['all runs'][q['path']]:.4g}",
+                     "folds (min ... max)": f"{min(f['values'][k][q['path']] for k in folds):.4g} ... "
+                                            f"{max(f['values'][k][q['path']] for k in folds):.4g}",
+                     "fitted to": f"the {f['rows'].loc[~f['rows']['fold'].str.startswith('not'), 'id'].nunique()} "
+                                  f"fitted runs but the one predicted",
+                     "moves": ", ".join(f["moves"][q["path"]]) or "none"} for q in f["params"]]
+            print_table(rows, f"stack constants fitted to {p} (python -m cmperf.calibration --stack NAME --write stores them)")
+        typer.echo(f"{int(res['within'].sum())} of {len(res)} metrics within their targets"
+                   + (" (leave-one-run-out)" if fits else ""))

@@ -51,6 +51,7 @@ import numpy as np
 
 from ..cost import arch
 from ..cost.collectives import route_of
+from ..cost.host import decode_host
 from ..cost.ops import (Bytes, Placement, activation_op, attention_decode_kernels, dense_ffn_op, embedding_ops, head_ops,
                         moe_ops, mtp_proj_op, placement, residual_norm_ops, router_topk_op)
 from ..cost.roofline import OpTime
@@ -159,7 +160,7 @@ def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, LayerMix]:
     sched.serial("per_iteration", timed(ends, hw), 1,
                  "embedding + final norm + LM head + sampling over all tokens (attention TP 1: nothing gathered) "
                  "+ iteration overhead", hw.chip.latency.iteration_overhead_s)
-    return sched.total_s(), sched, main
+    return sched.with_host(decode_host(hw.stack, sched.launches(), k, g["attention_dies"])), sched, main
 
 
 def afd(hw, m, g) -> dict:
@@ -202,6 +203,7 @@ def afd(hw, m, g) -> dict:
         "throughput_per_attention_npu": per_attention_npu,
         "tokens_per_s_per_user": 1.0 / tpot,
         "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
+        "host_ms": np.broadcast_to(pick([r[1].host_s for r in runs]), np.shape(tpot)) * 1e3,
         "_schedules": tuple(r[1] for r in runs),
         "_choice": choice,
     }

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..cost import host
 from ..cost.collectives import barrier_wait_s
 from ..cost.fusion import fuse
 from ..cost.roofline import Op, OpTime, op_time
@@ -16,8 +17,20 @@ from .pipeline import Pipeline
 
 def timed(ops: list[Op], hw, cube_share=1.0, vector_share=1.0) -> list[OpTime]:
     """The ops of one stage timed on the stream's shares, adjacent kernels the serving stack
-    fuses (``hw.fusion``) merged first (cmperf/cost/fusion.py)."""
-    return [op_time(o, hw, cube_share, vector_share) for o in fuse(ops, getattr(hw, "fusion", ()))]
+    fuses (``hw.fusion``) merged first (cmperf/cost/fusion.py); each keeps its op's
+    ``launches`` (the host's launch count of a step, cmperf/cost/host.py)."""
+    out = []
+    for o in fuse(ops, getattr(hw, "fusion", ())):
+        t = op_time(o, hw, cube_share, vector_share)
+        t.launches = o.launches
+        out.append(t)
+    return out
+
+
+def launches_of(t: OpTime):
+    """Kernel launches of one call of a timed op (1 for a time not built by :func:`timed`:
+    a transfer's slower side)."""
+    return getattr(t, "launches", 1.0)
 
 
 def wait_after(ops: list[OpTime], group, hw) -> np.ndarray:
@@ -54,6 +67,7 @@ class Part:
     stream: str
     calls: object  # calls per step (scalar or array): layers x microbatches
     t: OpTime
+    launches: object = 1.0  # kernel launches per call (0: a host term, no kernel)
 
 
 @dataclass
@@ -70,11 +84,12 @@ class Section:
 class Schedule:
     parts: list[Part] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
+    host_s: object = 0.0  # the step's host time (launches + serial terms; :meth:`with_host`)
 
     def serial(self, section: str, ops: list[OpTime], count, rule: str, extra_s=0.0) -> None:
         """Record ops that run one after another on all cores (plus a fixed ``extra_s``)."""
         t = np.asarray(sum(o.time_s for o in ops) + extra_s, dtype=float)
-        self.parts += [Part(section, "serial", count, o) for o in ops]
+        self.parts += [Part(section, "serial", count, o, launches_of(o)) for o in ops]
         self.sections.append(Section(section, rule, t, count))
 
     def stack(self, section: str, pipe: Pipeline, layers, repeats=1, rule: str = "", share=1.0) -> None:
@@ -84,7 +99,7 @@ class Schedule:
         layer (hybrid attention): the run fills and drains once, each kind for its share."""
         layers = np.asarray(layers, dtype=float)
         for st in pipe.stages:
-            self.parts += [Part(section, st.lane, layers * repeats * pipe.n, o) for o in st.ops]
+            self.parts += [Part(section, st.lane, layers * repeats * pipe.n, o, launches_of(o)) for o in st.ops]
         run = pipe.total_s(layers)
         self.sections.append(Section(section, rule, pipe.period_s, layers * repeats))
         self.sections.append(Section(f"{section}_fill_drain", "first and last layer of a run beyond the steady state",
@@ -92,6 +107,44 @@ class Schedule:
 
     def total_s(self) -> np.ndarray:
         return sum(np.asarray(s.time_s) * s.count for s in self.sections)
+
+    def launches(self) -> np.ndarray:
+        """Kernel launches of one step: every recorded op's launches times its calls."""
+        return host.launches(self.parts)
+
+    def with_host(self, h: host.HostTime) -> np.ndarray:
+        """The step time (docs/model.md §11.1: max(device, overlapped host) + serial host),
+        the device's being what is recorded so far; each host term is recorded as a section
+        and a breakdown row (section ``host``, engine ``host``, its time as latency)."""
+        device = self.total_s()
+        self.host_s = h.host_s
+        ahead = np.asarray(h.overlapped_s, dtype=float)
+        if np.any(ahead > 0):  # the launches, on the host's own lane (like a second stream: they overlap)
+            self.parts.append(Part("host", "host (ahead of the device)", 1.0, host_time("host_launch", ahead), 0.0))
+        terms = {"launch": np.maximum(ahead - device, 0.0), **h.serial}
+        for name, t in terms.items():
+            t = np.asarray(t, dtype=float)
+            if not np.any(t > 0):
+                continue
+            if name != "launch":
+                self.parts.append(Part("host", "host (device waits)", 1.0, host_time(f"host_{name}", t), 0.0))
+            self.sections.append(Section(f"host_{name}", HOST_RULES[name], t, 1.0))
+        return h.step_s(device)
+
+
+HOST_RULES = {"launch": "host launches beyond the device's time: max(device, host launches) - device",
+              "scheduler": "host time between iterations the device waits for", "pass": "host time per pass",
+              "dp_sync": "the scheduler's CPU all-gather across DP ranks: (ranks - 1) hops",
+              "spec_seams": "eager seams between a speculative step's graphs: (graphs - 1) x (seam + the next graph's launch)",
+              "spec_metadata": "host-built metadata of a speculative step, once per step",
+              "dispatch_syncs": "device-to-host syncs of normal-mode dispatch: the device waits"}
+
+
+def host_time(name: str, time_s) -> OpTime:
+    """A host term as a breakdown row: time the device waits (its latency), no work."""
+    t = np.asarray(time_s, dtype=float)
+    z = np.zeros_like(t)
+    return OpTime(name, "host", z, z, z, z, t, z, z, z, z, z, z, z)
 
 
 def layer_section(base: str, kind: str) -> str:

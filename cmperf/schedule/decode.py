@@ -23,6 +23,7 @@ from ..cost.collectives import route_of
 from ..cost.ops import (activation_op, attention_decode_kernels, chunk_attention_ops, dense_ffn_op, embedding_ops, head_ops,
                         moe_ops, mtp_proj_op, placement, residual_norm_ops, router_topk_op, tp_allreduce_op)
 from ..cost.ops import Bytes
+from ..cost.host import decode_host
 from ..cost.roofline import core_split_fits, tier_for_group
 from .common import (LayerMix, Part, Schedule, Section, choose, layer_section, select, timed, tokens_per_s_per_tflops,
                      wait_after)
@@ -187,7 +188,12 @@ def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pip
                  "embedding + final norm + vocab-parallel LM head, logits gather and sampling over all tokens "
                  "(a chunk: the last token of each prompt it finishes) + iteration overhead",
                  hw.chip.latency.iteration_overhead_s)
-    return sched.total_s(), sched, main
+    return sched.with_host(decode_host(hw.stack, sched.launches(), draft_tokens(g), dp_ranks(g))), sched, main
+
+
+def dp_ranks(g) -> np.ndarray:
+    """DP-attention ranks of a decode instance: its dies over the attention TP degree."""
+    return np.asarray(g["dies"], dtype=float) / np.asarray(g["tp"], dtype=float)
 
 
 def _dense_model(hw, m, g, it, sched) -> dict:
@@ -202,6 +208,7 @@ def _dense_model(hw, m, g, it, sched) -> dict:
             "throughput_per_npu": throughput, "tokens_per_s_per_user": 1.0 / tpot,
             "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
             "microbatch_gain": np.zeros(np.shape(tpot)), "microbatch_layer_saving": np.zeros(np.shape(tpot)),
+            "host_ms": np.broadcast_to(sched.host_s, np.shape(tpot)) * 1e3,
             "_schedules": (sched, sched), "_choice": np.ones(np.shape(tpot))}
 
 
@@ -219,12 +226,30 @@ def emitted_tokens(g) -> np.ndarray:
     return 1.0 + geometric
 
 
+def acceptance_for(accept_length: float, k: int) -> float:
+    """The per-draft acceptance ``a`` at which ``k`` drafts give a mean accept length of
+    ``accept_length`` tokens per step: the root in [0, 1] of 1 + a + ... + a^k = accept_length
+    (the inverse of :func:`emitted_tokens`; a server's logged accept length -> the acceptance
+    a stack profile states). ``accept_length`` must lie in [1, k + 1]."""
+    from scipy.optimize import brentq
+
+    L, k = float(accept_length), int(k)
+    if k < 1 or not 1.0 <= L <= k + 1.0:
+        raise ValueError(f"an accept length of {L:g} tokens per step needs 1 <= it <= k + 1 = {k + 1} (k = {k} drafts)")
+    if L in (1.0, k + 1.0):
+        return 0.0 if L == 1.0 else 1.0
+    return float(brentq(lambda a: sum(a ** i for i in range(k + 1)) - L, 0.0, 1.0, xtol=1e-12))
+
+
 def decode(hw, m, g) -> dict:
     """Vectorised decode prediction for grid ``g`` (a mapping of column -> array).
 
     ``stream_a_us`` / ``stream_b_us`` are one microbatch's time on each stream of the
     two-microbatch schedule, the MoE stream's including the barrier waits inside dispatch
     and combine (paper §4.2.3: about 600 us each); empty when one microbatch is used.
+
+    ``host_ms`` is the step's host time (docs/model.md §11.1): its launches and serial terms,
+    which the step is never shorter than.
 
     A row with a co-located chunk (``chunk_tokens`` > 0) is a forward pass that is mostly
     prefill work when the chunk is large: its two microbatches may also run the way the
@@ -246,7 +271,9 @@ def decode(hw, m, g) -> dict:
         use = chunked & (it3 < it2)
         alt = {"period": p3.period_s, "wait": p3.wait_s, "a": p3.lane_s(other[0]), "b": p3.lane_s(other[1]) + p3.wait_s}
         two_mb = {k: np.where(use, alt[k], v) for k, v in two_mb.items()}
+        host2 = np.where(use, s3.host_s, s2.host_s)
         it2, s2 = np.where(use, it3, it2), either(s2, s3, use)
+        s2.host_s = host2
     choice = choose(g["microbatches"], it1, it2)
     it = select(choice, it1, it2)
     tpot = it / emitted_tokens(g)
@@ -266,6 +293,7 @@ def decode(hw, m, g) -> dict:
         "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
         "microbatch_gain": np.where(np.isfinite(it2), it1 / it2 - 1.0, 0.0),
         "microbatch_layer_saving": np.where(np.isfinite(it2), 1.0 - two_mb["period"] / p1.period_s, 0.0),
+        "host_ms": np.broadcast_to(select(choice, s1.host_s, s2.host_s), np.shape(tpot)) * 1e3,
         "_schedules": (s1, s2),
         "_choice": choice,
     }
@@ -277,6 +305,6 @@ def either(a: Schedule, b: Schedule, use_b) -> Schedule:
     use_b = np.asarray(use_b, dtype=bool)
     out = Schedule()
     for sched, on in ((a, ~use_b), (b, use_b)):
-        out.parts += [Part(p.section, p.stream, p.calls * on, p.t) for p in sched.parts]
+        out.parts += [Part(p.section, p.stream, p.calls * on, p.t, p.launches) for p in sched.parts]
         out.sections += [Section(x.name, x.rule, x.time_s, x.count * on) for x in sched.sections]
     return out

@@ -26,6 +26,7 @@ from ..cost.arch import kv_cache
 from ..cost.ops import (Bytes, activation_op, attention_prefill_ops, dense_ffn_op, embedding_ops, head_ops, moe_ops,
                         mtp_proj_op, placement, residual_add_op, residual_norm_ops, router_topk_op, tp_allreduce_op)
 from ..cost.collectives import route_of
+from ..cost.host import prefill_host
 from ..cost.pool import pool_read_s
 from ..cost.roofline import tier_bandwidth_Bps, tier_for_group
 from .common import Schedule, choose, layer_section, select, timed, tokens_per_s_per_tflops, wait_after
@@ -119,7 +120,8 @@ def forward(hw, m, g, n: int) -> tuple[np.ndarray, Schedule]:
     if np.any(np.asarray(g["cached_len"]) > 0):
         sched.serial("pool_load", [], 1, "the cached prefixes' KV read from the EMS pool before the pass",
                      pool_load_s(hw, m, g))
-    return sched.total_s(), sched
+    moe = (arch.moe_layers(m) + (np.asarray(g["mtp"], dtype=float) if m.mtp.modules else 0.0)) if m.moe is not None else 0.0
+    return sched.with_host(prefill_host(hw.stack, sched.launches(), moe, n, T)), sched
 
 
 def prompts_per_die(hw, g) -> np.ndarray:
@@ -180,6 +182,7 @@ def prefill(hw, m, g) -> dict:
         "prompt_throughput_per_npu": prompt_tokens / t,
         "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
         "microbatch_gain": f1 / f2 - 1.0,
+        "host_ms": np.broadcast_to(select(choice, s1.host_s, s2.host_s), np.shape(t)) * 1e3,
         "_schedules": (s1, s2),
         "_choice": choice,
     }

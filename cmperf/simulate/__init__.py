@@ -25,7 +25,7 @@ from ..plan.workload import Workload
 from .deployment import DeploymentSpec, InstanceGroup, default_deployment
 from .engine import CoLocatedInstance, DecodeInstance, PrefillInstance, Requests, Simulation, Stats, draw_steps, mtp_tokens_per_step
 from .metrics import metrics
-from .predictor import decode_predictor, geometric, prefill_predictor, resolved
+from .predictor import decode_predictor, geometric, points, prefill_predictor, resolved
 from .requests import Traffic, make_requests
 
 __all__ = ["simulate", "Traffic", "DeploymentSpec", "InstanceGroup", "SimResult", "default_deployment"]
@@ -43,9 +43,14 @@ class SimResult:
 
 def simulate(specs: Specs | None = None, workload: Workload | None = None, deployment: DeploymentSpec | None = None,
              traffic: Traffic | None = None, seed: int = 0, progress: Callable[[int, int], None] | None = None,
-             warmup: float = 0.0, working_set_tokens: float | None = None) -> SimResult:
+             warmup: float = 0.0, working_set_tokens: float | None = None, sweeps: dict[str, list] | None = None):
     """Simulate ``deployment`` (default: the system's, :func:`.deployment.default_deployment`)
-    serving ``workload``'s requests under ``traffic`` (module docstring)."""
+    serving ``workload``'s requests under ``traffic`` (module docstring).
+
+    ``sweeps`` (spec path -> the values of n points taken together; paths that change step
+    times only, such as a stack's host constants, ``stack.spec_seam_s``): the step-time grids
+    of every point come from one vectorised evaluation and the same requests (same seed) are
+    simulated at each; a list of n results then."""
     specs = specs or load_specs()
     if workload is None:
         from ..plan.planner import default_workload
@@ -53,18 +58,16 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
         workload = default_workload()
     traffic = traffic or Traffic()
     deployment = deployment or default_deployment(specs, workload)
-    rng = np.random.default_rng(seed)
     st = specs.stack_view()
     hw, _ = specs.views()
     dpp = int(hw.chip.dies_per_package)
 
     workload = served_workload(specs, workload, working_set_tokens)
-    prompt, output, cached = make_requests(workload, traffic, rng)
+    prompt, output, cached = make_requests(workload, traffic, np.random.default_rng(seed))
     max_ctx = float(np.max(prompt + output))
     dec_phase = deployment.decode_phase
     if deployment.colocated and deployment.prefill:
         raise ConfigError("a co-located deployment prefills in its own instances: give --colocated alone")
-    stats = Stats()
     cap_rank = float(st.max_running_per_rank) if st is not None and st.max_running_per_rank is not None else math.inf
     policy = st.dp_balance if st is not None else "round_robin"
     computed = np.maximum(prompt - cached, 1.0)
@@ -84,37 +87,54 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
             kw = {"chunks": tuple(geometric(64.0, budget_t / npus, 2.0)), "chunk_prompt": float(np.sum(computed ** 2) / np.sum(computed))}
             budgets = (budget_t, budget_r, chunked)
         pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
-                                ref_kv=float(workload.decode_kv_len), **kw)
-        made.append((g, pred, ranks, cap, budgets))
-    dec_inputs = [pred.inputs for _, pred, _, _, _ in made]
+                                ref_kv=float(workload.decode_kv_len), sweeps=sweeps, **kw)
+        made.append((g, pred if sweeps else [pred], ranks, cap, budgets))
+    dec_inputs = [preds[0].inputs for _, preds, _, _, _ in made]
     k = int(dec_inputs[0]["mtp_k"]) if dec_inputs[0].get("mtp") else 0
     a = float(dec_inputs[0]["mtp_acceptance"])
     mu, _ = mtp_tokens_per_step(k, a)
-    steps = draw_steps(output, k, a, rng)
-    arrivals = _arrivals(traffic, len(prompt), rng)
-    req = Requests(arrival_s=arrivals, prompt=prompt.astype(float), output=output.astype(float),
-                   cached=cached.astype(float), steps=steps, **_cache_bytes(specs, prompt, cached, dec_inputs[0]))
-    decode = []
-    for g, pred, ranks, cap, budgets in made:
-        for _ in range(g.count):
-            if budgets is None:
-                decode.append(DecodeInstance(len(decode), pred, ranks, mu, cap, policy, req, stats))
-            else:
-                decode.append(CoLocatedInstance(len(decode), pred, ranks, mu, cap, policy, req, stats, *budgets))
-    prefill, pre_inputs = [], []
+    pre_made, pre_inputs = [], []
     given = [g.inputs if "attn_tp" in g.inputs else resolved("prefill", g.inputs, specs) for g in deployment.prefill]
     readers = sum(g.count * inp["dies"] for g, inp in zip(deployment.prefill, given))  # every prefill die may read the pool
     for g, inp in zip(deployment.prefill, given):
         groups = max(int(inp["dies"]) // int(inp.get("attn_tp") or 1), 1)
         budget_t, budget_r = _budgets(st, groups, inp["dies"] / dpp)
         budget_t = min(budget_t, float(g.limits.get("pass_tokens", math.inf)))
-        pred = prefill_predictor(specs, {**inp, "pool_readers": int(readers)}, budget_t, prompt - cached, cached)
-        pre_inputs.append(pred.inputs)
-        for _ in range(g.count):
-            prefill.append(PrefillInstance(len(prefill), pred, budget_t, budget_r))
-    conc = float(traffic.max_concurrency) if traffic.max_concurrency else math.inf
-    sim = Simulation(req, prefill, decode, conc, stats)
-    sim.run(progress)
+        pred = prefill_predictor(specs, {**inp, "pool_readers": int(readers)}, budget_t, prompt - cached, cached, sweeps=sweeps)
+        preds = pred if sweeps else [pred]
+        pre_inputs.append(preds[0].inputs)
+        pre_made.append((g, preds, budget_t, budget_r))
+    results = []
+    for i in range(points(sweeps)):
+        rng = np.random.default_rng(seed)  # the same requests, lengths and steps at every point
+        prompt, output, cached = make_requests(workload, traffic, rng)
+        steps = draw_steps(output, k, a, rng)
+        arrivals = _arrivals(traffic, len(prompt), rng)
+        req = Requests(arrival_s=arrivals, prompt=prompt.astype(float), output=output.astype(float),
+                       cached=cached.astype(float), steps=steps, **_cache_bytes(specs, prompt, cached, dec_inputs[0]))
+        stats = Stats()
+        decode = []
+        for g, preds, ranks, cap, budgets in made:
+            for _ in range(g.count):
+                if budgets is None:
+                    decode.append(DecodeInstance(len(decode), preds[i], ranks, mu, cap, policy, req, stats))
+                else:
+                    decode.append(CoLocatedInstance(len(decode), preds[i], ranks, mu, cap, policy, req, stats, *budgets))
+        prefill = []
+        for g, preds, budget_t, budget_r in pre_made:
+            for _ in range(g.count):
+                prefill.append(PrefillInstance(len(prefill), preds[i], budget_t, budget_r))
+        conc = float(traffic.max_concurrency) if traffic.max_concurrency else math.inf
+        sim = Simulation(req, prefill, decode, conc, stats)
+        sim.run(progress)
+        results.append(_result(req, stats, workload, warmup, mu, prefill, decode, deployment, dpp, dec_inputs, pre_inputs,
+                               traffic, seed, specs))
+    return results if sweeps else results[0]
+
+
+def _result(req, stats, workload, warmup, mu, prefill, decode, deployment, dpp, dec_inputs, pre_inputs, traffic, seed,
+            specs) -> SimResult:
+    """A run's metrics (bench_serving's) and what it was run with."""
     res = metrics(req, stats, workload.slo.ttft_s * 1e3, workload.slo.tpot_s * 1e3, warmup)
     res["accept_length"] = float(mu)
     res["preemptions"] = int(sum(d.preemptions for d in decode))
@@ -125,7 +145,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     res["npus"] = npus
     res["output_throughput_per_npu"] = res["output_throughput_tps"] / npus
     settings = {"traffic": traffic.describe(), "seed": seed, "stack": specs.stack_name or "none",
-                "deployment": deployment.describe(dec_inputs, pre_inputs), "requests": len(prompt),
+                "deployment": deployment.describe(dec_inputs, pre_inputs), "requests": len(req.prompt),
                 "slo": {"ttft": workload.slo.ttft_s * 1e3, "tpot": workload.slo.tpot_s * 1e3}}
     return SimResult(metrics=res, requests=req, stats=stats, deployment=deployment, settings=settings,
                      instances={"decode": dec_inputs, "prefill": pre_inputs})

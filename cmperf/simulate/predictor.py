@@ -130,23 +130,39 @@ class PrefillPredictor:
         return comp + pool, self.send_s(kv_B / share)
 
 
-def _rows(phase: str, rows: list[dict], specs: Specs, what: str):
-    r = predict(phase, rows=rows, specs=specs, strict=False)
+def _rows(phase: str, rows: list[dict], specs: Specs, what: str, sweeps: Mapping[str, list] | None = None):
+    """``predict``'s columns for ``rows``; with ``sweeps`` (spec path -> the values of each of
+    n points, taken together), every row at every point, the points fastest."""
+    r = predict(phase, rows=rows, specs=specs, strict=False, sweeps=sweeps or None, zip_sweeps=bool(sweeps))
     if len(r.invalid_columns):
         reason = str(r.invalid_columns["reason"].iat[0])
         raise ConfigError(f"{what}: {reason}")
     return r.columns
 
 
+def points(sweeps: Mapping[str, list] | None) -> int:
+    """Points of a zipped sweep (1 without one)."""
+    return len(next(iter(sweeps.values()))) if sweeps else 1
+
+
+def _per_point(cols, column: str, shape: tuple, n: int) -> list[np.ndarray]:
+    """A column of a swept ``_rows`` call as one array of ``shape`` per point."""
+    v = cols[column].to_numpy(dtype=float).reshape(-1, n)
+    return [v[:, i].reshape(shape) for i in range(n)]
+
+
 def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float, max_kv: float, phase: str = "decode",
-                     chunks: tuple = (), ref_kv: float | None = None, chunk_prompt: float | None = None) -> DecodePredictor:
+                     chunks: tuple = (), ref_kv: float | None = None, chunk_prompt: float | None = None,
+                     sweeps: Mapping[str, list] | None = None):
     """The grid of one decode instance's iteration time (module docstring). ``instance``: the
     predict inputs of the instance (dies, ep, tp, layout, MTP, ...; what it leaves unset, predict
     derives, read back as ``DecodePredictor.inputs``), ``max_batch`` the largest batch per NPU it
     may run, ``max_kv`` the longest KV it may attend; ``chunks``: the chunk sizes (prompt tokens
     per NPU) of a co-located instance's grid, its prompts of ``chunk_prompt`` tokens
     (token-weighted mean; default the KV length). One ``predict`` call: the memory row at the
-    reference KV, the step grid and every chunk's grid."""
+    reference KV, the step grid and every chunk's grid. With ``sweeps`` (spec paths that change
+    step times only, e.g. a stack's host constants; n points taken together), a list of n
+    predictors from the same one vectorised evaluation."""
     npus_key = "attention_dies" if phase == "afd" else "dies"
     hw, _ = specs.views()
     dpp = float(hw.chip.dies_per_package)
@@ -162,19 +178,22 @@ def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float
              + [{**r, "chunk_tokens": c, **({"prompt_len": max(int(chunk_prompt), 1)} if chunk_prompt else {})}
                 for c in cs for r in rows])
     what = f"the {'co-located' if cs else phase} instance of {float(instance[npus_key]):g} {npus_key.replace('_', ' ')}"
-    cols = _rows(phase, every, specs, what)
-    it = cols["iteration_ms"].to_numpy(dtype=float) / 1e3
+    cols = _rows(phase, every, specs, what, sweeps)
     n = len(rows)
-    step = Grid2(list(bs), list(ls), it[1:1 + n].reshape(len(bs), len(ls)))
-    chunk = [(c, Grid2(list(bs), list(ls), it[1 + n * (j + 1):1 + n * (j + 2)].reshape(len(bs), len(ls))))
-             for j, c in enumerate(cs)] or None
-    first = cols.records()[0]
+    first = cols.records()[0]  # the memory row (at the first point: host constants move no memory)
     inputs = {k: first[k] for k in INPUTS[phase] if k in first and not (isinstance(first[k], float) and math.isnan(first[k]))}
     max_b = float(first["max_batch_per_npu"])
     ranks = _ranks(phase, inputs, dpp)
     kv_rank = max_b * npus / ranks * ref
-    return DecodePredictor(npus=npus, step_s=step, chunk_step_s=chunk, kv_tokens_per_rank=kv_rank, max_batch_per_npu=max_b,
-                           inputs=inputs)
+    out = []
+    for it in _per_point(cols, "iteration_ms", (len(every),), points(sweeps)):
+        it = it / 1e3
+        step = Grid2(list(bs), list(ls), it[1:1 + n].reshape(len(bs), len(ls)))
+        chunk = [(c, Grid2(list(bs), list(ls), it[1 + n * (j + 1):1 + n * (j + 2)].reshape(len(bs), len(ls))))
+                 for j, c in enumerate(cs)] or None
+        out.append(DecodePredictor(npus=npus, step_s=step, chunk_step_s=chunk, kv_tokens_per_rank=kv_rank,
+                                   max_batch_per_npu=max_b, inputs=inputs))
+    return out if sweeps else out[0]
 
 
 INPUTS = {  # the predict inputs that make up an instance (read back from a row)
@@ -201,12 +220,13 @@ def _ranks(phase: str, instance: Mapping[str, Any], dpp: float) -> int:
 
 
 def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: float, computed: np.ndarray,
-                      cached: np.ndarray | None = None) -> PrefillPredictor:
+                      cached: np.ndarray | None = None, sweeps: Mapping[str, list] | None = None):
     """The grids of one prefill instance's pass (module docstring): axes t (computed tokens per
     NPU), c (the batch's computed-weighted mean computed length) and C (its computed-weighted
     mean cached prefix, a few levels from 0 to the longest), each row ``predict``'s at
     prompt_len c + C, cached_len C, less the row's own pool read (a batch's is from its own
-    bytes: :meth:`PrefillPredictor.times`)."""
+    bytes: :meth:`PrefillPredictor.times`). With ``sweeps``, a list of one predictor per point
+    (as :func:`decode_predictor`)."""
     from ..cost.pool import pool_read_s
     from ..schedule.prefill import kv_send_s
 
@@ -231,15 +251,16 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
     rows = [{**base, "tokens_per_npu": float(max(t, min_tokens(c))), "prompt_len": int(round(c + C)),
              **({"cached_len": int(round(C))} if C >= 1 else {})}
             for C in levels for t in ts for c in cs]
-    cols = _rows("prefill", rows, specs, f"the prefill instance of {dies:g} dies (attention TP {tp:g})")
-    comp = (cols["forward_ms"].to_numpy(dtype=float) - cols["pool_load_ms"].to_numpy(dtype=float)) / 1e3
-    comp = comp.reshape(len(levels), len(ts), len(cs))
+    cols = _rows("prefill", rows, specs, f"the prefill instance of {dies:g} dies (attention TP {tp:g})", sweeps)
+    shape, n = (len(levels), len(ts), len(cs)), points(sweeps)
+    comps = [(f - p) / 1e3 for f, p in zip(_per_point(cols, "forward_ms", shape, n), _per_point(cols, "pool_load_ms", shape, n))]
     readers = float(instance.get("pool_readers", dies) or dies)
     first = cols.records()[0]
     inputs = {k: first[k] for k in INPUTS["prefill"] if k in first and not (isinstance(first[k], float) and math.isnan(first[k]))}
-    return PrefillPredictor(inputs=inputs,
-        npus=npus, dies=dies, groups=groups, tp=tp,
+    out = [PrefillPredictor(
+        inputs=inputs, npus=npus, dies=dies, groups=groups, tp=tp,
         compute_s=[(C, Grid2(list(ts), list(cs), comp[j])) for j, C in enumerate(levels)],
         min_tokens_per_npu=min_tokens,
         pool_read_s=lambda B, n: float(pool_read_s(hw, B, n, readers)) if hw.system.memory_pool is not None else 0.0,
-        send_s=lambda B: float(kv_send_s(hw, B)))
+        send_s=lambda B: float(kv_send_s(hw, B))) for comp in comps]
+    return out if sweeps else out[0]

@@ -782,6 +782,18 @@ class StackSpec(Strict):
     eager_launch_s: HostSeconds  # host time to launch one operator in eager mode
     scheduler_overhead_s: HostSeconds  # host time per decode iteration the device waits for (0 when overlapped)
     prefill_overhead_s: HostSeconds  # host time per prefill pass the device waits for
+    # host and seam time of a step (cmperf/cost/host.py, docs/model.md §11.1); absent: 0 / off
+    graph_launch_s: Optional[HostSeconds] = None  # host time to launch (replay) one captured graph
+    graph_node_s: Optional[HostSeconds] = None  # host time per node of a replayed graph
+    spec_seam_s: Optional[HostSeconds] = None  # one eager seam between a speculative step's graphs (device idle)
+    spec_step_s: Optional[HostSeconds] = None  # host-built metadata of a speculative step, once per step (device idle)
+    draft_extend_graph: Optional[SourcedBool] = None  # a speculative step ends with a draft-extend graph (SGLang spec v2)
+    spec_pipeline: Optional[SourcedBool] = None  # a speculative step's graphs issued back to back, no seams (CloudMatrix-Infer)
+    dp_sync: Optional[SourcedBool] = None  # the scheduler all-gathers its metadata across DP-attention ranks each step
+    dp_sync_hop_s: Optional[HostSeconds] = None  # one hop of that CPU all-gather (a ring: ranks - 1 hops)
+    host_sync_s: Optional[HostSeconds] = None  # device idle per device-to-host sync (read, host work, re-issue)
+    dispatch_host_syncs: Optional[SourcedInt] = None  # host syncs per normal-mode dispatch round (prefill)
+    dispatch_round_tokens: Optional[SourcedInt] = None  # tokens per die a normal-mode dispatch round takes (0: one round)
     two_batch_overlap: SourcedBool  # two microbatches in decode and prefill (the faster, 'auto'), else one
     mtp_draft_tokens: DraftTokens  # speculative tokens verified per request and step (0: no MTP)
     mtp_acceptance: Fraction  # acceptance of each draft token (accept length 1 + a + ... + a^k)

@@ -82,10 +82,12 @@ class SpecView:
 
 
 class HardwareView:
-    """Views of a system and its chip, as the cost model reads them (``hw.chip``, ``hw.system``)."""
+    """Views of a system and its chip, as the cost model reads them (``hw.chip``, ``hw.system``),
+    and of the serving stack that runs on them (``hw.stack``; None: the bare cost model, no
+    host time; cmperf/cost/host.py)."""
 
-    __slots__ = ("system", "chip", "fusion")
+    __slots__ = ("system", "chip", "stack", "fusion")
 
-    def __init__(self, system: SpecView, chip: SpecView, fusion=()):
+    def __init__(self, system: SpecView, chip: SpecView, stack: SpecView | None = None, fusion=()):
         # fusion: the serving stack's fused kernel groups (cmperf/cost/fusion.py); none: every kernel apart
-        self.system, self.chip, self.fusion = system, chip, tuple(tuple(g) for g in fusion)
+        self.system, self.chip, self.stack, self.fusion = system, chip, stack, tuple(tuple(g) for g in fusion)
