@@ -299,3 +299,20 @@ def test_a_trace_of_almost_wholly_cached_prompts_runs(cli, tmp_path):
     p = _write(tmp_path, "t.csv", "prompt_len,output_len,prefix_hit_tokens\n2048,10,2047\n4096,10,0\n")
     code, out, err = cli("simulate", "--trace", p, *SIM)
     assert code == 0, err
+
+
+def test_a_long_run_off_a_terminal_says_so_once(capsys):
+    """--num-prompts 10000000 off a terminal: no bar, but one line that it runs and for how long
+    (issue 23 item 4: it ran with nothing shown); a short run says nothing."""
+    from cmperf.cli.progress import ProgressBar
+
+    bar = ProgressBar("simulating requests")
+    bar.t0 -= 1.0  # one second for the first of 100: about 100 s in all
+    bar(1, 100)
+    bar(2, 100)
+    err = capsys.readouterr().err
+    assert err.count("cmperf: simulating requests: about") == 1 and "100 s for 100" in err
+    quick = ProgressBar("x")
+    quick.t0 -= 0.5
+    quick(50, 100)
+    assert capsys.readouterr().err == ""
