@@ -29,6 +29,22 @@ def pytest_unconfigure(config):
         os.environ["XDG_CACHE_HOME"] = old
 
 
+@pytest.fixture(autouse=True)
+def _ctrl_c_as_in_a_shell():
+    """Ctrl-C (SIGINT) handled as in a process a shell starts. A pytest-xdist worker (the
+    suite runs on every core: pyproject's addopts) ignores SIGINT, so that Ctrl-C stops the
+    controller alone; the command line keeps a signal it was started ignoring ignored (as it
+    should), and so would its children: the tests of what Ctrl-C does would see nothing."""
+    import signal
+
+    old = signal.getsignal(signal.SIGINT)
+    if old is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if old is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, old)
+
+
 @pytest.fixture
 def cli(capsys, monkeypatch):
     """Run the cmperf CLI in-process: returns (exit code, stdout, stderr)."""
