@@ -1,7 +1,7 @@
 """Command line: ``cmperf hw|model|predict|validate|search ...`` (README.md has the tour).
 
 One module per command: :mod:`.hw`, :mod:`.model`, :mod:`.predict`, :mod:`.validate`,
-:mod:`.search`, :mod:`.compare`, :mod:`.plan`; :mod:`.options` holds the options they share. This package
+:mod:`.search`, :mod:`.compare`, :mod:`.plan`, :mod:`.simulate`, :mod:`.study`; :mod:`.options` holds the options they share. This package
 builds the root ``app``, which imports a command's module only when that command runs (or
 ``--help`` lists them), and holds the entry point :func:`main`.
 
@@ -27,7 +27,7 @@ from ..errors import CmperfError
 COMMANDS = {"hw": (".hw", "hw_app"), "model": (".model", "model_app"), "predict": (".predict", "predict_app"),
             "search": (".search", "search_app"), "compare": (".compare", "compare_app"),
             "validate": (".validate", "validate_cmd"), "plan": (".plan", "plan_cmd"),
-            "simulate": (".simulate", "simulate_cmd")}
+            "simulate": (".simulate", "simulate_cmd"), "study": (".study", "study_cmd")}
 
 
 class _Commands(Mapping):
