@@ -23,6 +23,7 @@ from .errors import ConfigError, short, short_path
 FORMATS = ("table", "json", "csv")
 
 _PREFIX = [(1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+_SMALL = [(1e-3, "m"), (1e-6, "µ"), (1e-9, "n"), (1e-12, "p"), (1e-15, "f"), (1e-18, "a")]
 
 
 def human(value: Any, unit: str = "") -> str:
@@ -45,7 +46,24 @@ def human(value: Any, unit: str = "") -> str:
         return f"{v:.4g} {unit}"
     if v.is_integer() and abs(v) < 1e15:
         return f"{int(v):,} {unit}".strip()
+    if abs(v) >= 1e15 or (v != 0 and abs(v) < 1e-4):  # an SI prefix, never an exponent
+        for scale, p in _PREFIX + _SMALL:
+            if abs(v) >= scale:
+                return f"{v / scale:.4g} {p}{unit}".strip() if unit else f"{v / scale:.4g}{p}"
+    if abs(v) >= 1e4:
+        return f"{v:,.0f} {unit}".strip()
     return f"{v:.4g} {unit}".strip()
+
+
+TIE = 1e-9  # relative difference below which two rates are the same (float round-off of one plan)
+
+
+def versus(value: float, best: float) -> str:
+    """``value`` against ``best`` in words: 'tie' within TIE, else the relative difference."""
+    if not (math.isfinite(value) and math.isfinite(best)) or best == 0:
+        return "-"
+    d = value / best - 1
+    return "tie" if abs(d) <= TIE else f"{d:+.1%}"
 
 
 def _jsonable(x: Any) -> Any:
@@ -148,7 +166,10 @@ def print_table(df: Any, title: str | None = None, units: dict[str, str] | None 
     t = Table(title=title, title_justify="left", header_style="bold")
     for j, c in enumerate(names):
         numeric = all(isinstance(r[j], (int, float, np.number, np.bool_)) for r in rows if r[j] is not None)
-        t.add_column(c, justify="right" if numeric and rows else "left", overflow="fold")
+        words = str(c).split()
+        # at least the header's longest word: a narrow terminal wraps headers between words, never inside one
+        t.add_column(c, justify="right" if numeric and rows else "left", overflow="fold",
+                     min_width=max(map(len, words)) if words else None)
     for r in rows:
         t.add_row(*[v if isinstance(v, str) else human(v, units.get(c, "")) for c, v in zip(names, r)])
     console = Console()

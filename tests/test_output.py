@@ -62,3 +62,18 @@ def test_deployment_out_on_a_chip_is_one_line(cli, tmp_path):
 
     code, out, err = cli("hw", "show", "ascend-910c", "--deployment-out", str(tmp_path / "d.yaml"))
     one_line_error(code, err, "--deployment-out", "chip")
+
+
+def test_a_dtype_on_a_slow_path_of_the_chip_gets_a_note_with_the_fix(cli):
+    """GB300's INT8 peak (0.165 POPS, hardware/gb300.yaml) is below its FP8 (5 PFLOPS) and BF16
+    (2.5): DeepSeek-R1's INT8 GEMMs land on a slow path, said with the FP8 fix; DeepSeek-V3's FP8
+    on GB300 and R1's INT8 on the 910C (its fastest 8-bit path) get no note."""
+    from cmperf.advice import slow_dtype_notes
+    from cmperf.predict import load_specs
+
+    notes = slow_dtype_notes(load_specs("gb300-nvl72", "deepseek-r1"))
+    assert len(notes) == 1 and "int8" in notes[0] and "precision.matmul=fp8" in notes[0]
+    assert slow_dtype_notes(load_specs("gb300-nvl72", "deepseek-v3")) == []
+    assert slow_dtype_notes(load_specs("cloudmatrix384", "deepseek-r1")) == []
+    code, out, err = cli("predict", "decode", "--hardware", "gb300-nvl72", "--model", "deepseek-r1", "-f", "json")
+    assert code == 0 and "slow path" in err and "precision.matmul=fp8" in err

@@ -106,7 +106,7 @@ class _LazyGroup(TyperGroup):
 app = typer.Typer(
     cls=_LazyGroup,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell): typer's
     pretty_exceptions_enable=False,
     help="Analytical performance model of DeepSeek-R1 serving on Huawei CloudMatrix384 (Ascend 910C).\n\n"
          "Example: cmperf predict decode --batch 64 --set chip.die.hbm_bandwidth_Bps=3.2e12",

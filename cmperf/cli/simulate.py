@@ -74,7 +74,9 @@ def simulate_cmd(
     model = model or system_model(hardware)
     workload = _workload("max", prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, "mean")
     specs = load_specs(hardware, model, sets or [], stack)
-    for note in specs.notes:
+    from ..advice import slow_dtype_notes
+
+    for note in [*specs.notes, *slow_dtype_notes(specs)]:
         note_line(note)
     dep = from_file(deployment) if deployment else from_flags(prefill or [], decode or [], afd or [], colocated or [])
     if dep is None:
