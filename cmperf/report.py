@@ -163,17 +163,22 @@ def print_table(df: Any, title: str | None = None, units: dict[str, str] | None 
 
     units = units or {}
     names, rows = _rows(df)
+    console = Console()
+    width = console.width if console.is_terminal else 200
     t = Table(title=title, title_justify="left", header_style="bold")
+    # each column at least its header's longest word (a header wraps between words, never inside
+    # one) where the table still fits the width so; else rich shares the width as it can
+    cells = [[v if isinstance(v, str) else human(v, units.get(c, "")) for c, v in zip(names, r)] for r in rows]
+    longest = [max(map(len, str(c).split()), default=1) for c in names]
+    widest = [max([longest[j]] + [max(map(len, row[j].split()), default=0) for row in cells]) for j in range(len(names))]
+    whole_words = sum(w + 3 for w in widest) + 1 <= width
     for j, c in enumerate(names):
         numeric = all(isinstance(r[j], (int, float, np.number, np.bool_)) for r in rows if r[j] is not None)
-        words = str(c).split()
-        # at least the header's longest word: a narrow terminal wraps headers between words, never inside one
         t.add_column(c, justify="right" if numeric and rows else "left", overflow="fold",
-                     min_width=max(map(len, words)) if words else None)
-    for r in rows:
-        t.add_row(*[v if isinstance(v, str) else human(v, units.get(c, "")) for c, v in zip(names, r)])
-    console = Console()
-    Console(width=console.width if console.is_terminal else 200).print(t)
+                     min_width=longest[j] if whole_words else None)
+    for row in cells:
+        t.add_row(*row)
+    Console(width=width).print(t)
 
 
 def print_records(records: list[dict], fmt: str, title: str) -> None:
