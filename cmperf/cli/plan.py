@@ -140,6 +140,8 @@ def plan_cmd(
     for note in slow_dtype_notes(result.specs) if result.specs is not None else []:
         note_line(note)
     verified = _verify(result, verify_prompts) if verify else None
+    if export is not None and result.best is None:
+        sys.stderr.write(f"cmperf: --export {export}: nothing written: no deployment meets the SLOs\n")
     if export is not None and result.best is not None:
         from ..export import context, from_plan, write
 
