@@ -129,8 +129,24 @@ def csv_text(tables: Any, prov: Mapping[str, Any] | None = None) -> str:
     for i, (name, table) in enumerate(named.items()):
         if name is not None:
             lines.append(f"{chr(10) if i else ''}# table: {name}\n")
-        lines.append(_frame(table).to_csv(index=False))
+        lines.append(_whole_numbers(_frame(table)).to_csv(index=False))
     return "".join(lines)
+
+
+def _whole_numbers(df):
+    """``df`` with each float column whose values are all whole numbers written as integers
+    (a count reads ``64``, not ``64.0``; an empty cell stays empty)."""
+    out = None
+    for c in df.columns:
+        col = df[c]
+        if col.dtype.kind != "f":
+            continue
+        x = col.to_numpy(dtype=float)
+        ok = x[np.isfinite(x)]
+        if len(ok) and np.array_equal(ok, np.round(ok)) and np.all(np.abs(ok) < 2 ** 53) and not np.isinf(x).any():
+            out = df.copy() if out is None else out
+            out[c] = col.astype("Int64")
+    return df if out is None else out
 
 
 def read_provenance(path: Any) -> tuple[dict[str, Any], int]:

@@ -144,3 +144,15 @@ def test_search_merges_rows_with_the_same_result(cli):
 def test_shell_completion_is_offered(cli):
     code, out, err = cli("--help")
     assert "--install-completion" in out and "--show-completion" in out
+
+
+def test_csv_counts_are_integers(cli):
+    """plan's CSV: instance counts and dies read 1 and 96, not 1.0 and 96.0; rates keep their decimals."""
+    import csv
+    import io
+
+    code, out, err = cli("plan", "--npus", "64", "--shapes", "pd", "-f", "csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO("".join(l for l in out.splitlines(True) if not l.startswith("#")))))
+    assert rows[0]["prefill_instances"].isdigit() and rows[0]["decode_dies"].isdigit()
+    assert "." in rows[0]["goodput_rps"]
