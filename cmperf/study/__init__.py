@@ -230,11 +230,16 @@ def run(study: Study, executor: str = "local", workers: int | None = None, addre
         n = min(workers or os.cpu_count() or 1, len(qs))
         import multiprocessing as mp
 
-        with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork" if os.name == "posix" else "spawn")) as pool:
+        pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork" if os.name == "posix" else "spawn"))
+        try:
             futures = {pool.submit(answer, q): i for i, q in enumerate(qs)}
             for f in as_completed(futures):
                 rows[futures[f]] = f.result()
                 tick()
+        except BaseException:  # Ctrl-C, a signal: stop now, not after the questions still queued
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     else:
         rows = _dask(qs, address, tick)
     return pd.DataFrame(rows)
