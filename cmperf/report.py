@@ -23,6 +23,7 @@ from .errors import ConfigError, short, short_path
 FORMATS = ("table", "json", "csv")
 
 _PREFIX = [(1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+_SMALL = [(1e-3, "m"), (1e-6, "µ"), (1e-9, "n"), (1e-12, "p"), (1e-15, "f"), (1e-18, "a")]
 
 
 def human(value: Any, unit: str = "") -> str:
@@ -45,7 +46,24 @@ def human(value: Any, unit: str = "") -> str:
         return f"{v:.4g} {unit}"
     if v.is_integer() and abs(v) < 1e15:
         return f"{int(v):,} {unit}".strip()
+    if abs(v) >= 1e15 or (v != 0 and abs(v) < 1e-4):  # an SI prefix, never an exponent
+        for scale, p in _PREFIX + _SMALL:
+            if abs(v) >= scale:
+                return f"{v / scale:.4g} {p}{unit}".strip() if unit else f"{v / scale:.4g}{p}"
+    if abs(v) >= 1e4:
+        return f"{v:,.0f} {unit}".strip()
     return f"{v:.4g} {unit}".strip()
+
+
+TIE = 1e-9  # relative difference below which two rates are the same (float round-off of one plan)
+
+
+def versus(value: float, best: float) -> str:
+    """``value`` against ``best`` in words: 'tie' within TIE, else the relative difference."""
+    if not (math.isfinite(value) and math.isfinite(best)) or best == 0:
+        return "-"
+    d = value / best - 1
+    return "tie" if abs(d) <= TIE else f"{d:+.1%}"
 
 
 def _jsonable(x: Any) -> Any:
@@ -111,8 +129,24 @@ def csv_text(tables: Any, prov: Mapping[str, Any] | None = None) -> str:
     for i, (name, table) in enumerate(named.items()):
         if name is not None:
             lines.append(f"{chr(10) if i else ''}# table: {name}\n")
-        lines.append(_frame(table).to_csv(index=False))
+        lines.append(_whole_numbers(_frame(table)).to_csv(index=False))
     return "".join(lines)
+
+
+def _whole_numbers(df):
+    """``df`` with each float column whose values are all whole numbers written as integers
+    (a count reads ``64``, not ``64.0``; an empty cell stays empty)."""
+    out = None
+    for c in df.columns:
+        col = df[c]
+        if col.dtype.kind != "f":
+            continue
+        x = col.to_numpy(dtype=float)
+        ok = x[np.isfinite(x)]
+        if len(ok) and np.array_equal(ok, np.round(ok)) and np.all(np.abs(ok) < 2 ** 53) and not np.isinf(x).any():
+            out = df.copy() if out is None else out
+            out[c] = col.astype("Int64")
+    return df if out is None else out
 
 
 def read_provenance(path: Any) -> tuple[dict[str, Any], int]:
@@ -145,14 +179,22 @@ def print_table(df: Any, title: str | None = None, units: dict[str, str] | None 
 
     units = units or {}
     names, rows = _rows(df)
+    console = Console()
+    width = console.width if console.is_terminal else 200
     t = Table(title=title, title_justify="left", header_style="bold")
+    # each column at least its header's longest word (a header wraps between words, never inside
+    # one) where the table still fits the width so; else rich shares the width as it can
+    cells = [[v if isinstance(v, str) else human(v, units.get(c, "")) for c, v in zip(names, r)] for r in rows]
+    longest = [max(map(len, str(c).split()), default=1) for c in names]
+    widest = [max([longest[j]] + [max(map(len, row[j].split()), default=0) for row in cells]) for j in range(len(names))]
+    whole_words = sum(w + 3 for w in widest) + 1 <= width
     for j, c in enumerate(names):
         numeric = all(isinstance(r[j], (int, float, np.number, np.bool_)) for r in rows if r[j] is not None)
-        t.add_column(c, justify="right" if numeric and rows else "left", overflow="fold")
-    for r in rows:
-        t.add_row(*[v if isinstance(v, str) else human(v, units.get(c, "")) for c, v in zip(names, r)])
-    console = Console()
-    Console(width=console.width if console.is_terminal else 200).print(t)
+        t.add_column(c, justify="right" if numeric and rows else "left", overflow="fold",
+                     min_width=longest[j] if whole_words else None)
+    for row in cells:
+        t.add_row(*row)
+    Console(width=width).print(t)
 
 
 def print_records(records: list[dict], fmt: str, title: str) -> None:

@@ -165,3 +165,17 @@ def test_export_into_a_file_is_one_line(cli, tmp_path):
     f.write_text("x")
     code, out, err = cli("plan", "--npus", "64", "--shapes", "pd", "--export", str(f))
     one_line_error(code, err, "--export")
+
+
+def test_simulate_export_reads_back_to_the_same_run(cli, tmp_path):
+    """simulate --export writes the deployment it ran: simulating that file (same seed) gives
+    the same metrics."""
+    args = ("simulate", "--num-prompts", "200", "--request-rate", "50", "--format", "json")
+    code, out, err = cli(*args, "--export", str(tmp_path / "ex"))
+    assert code == 0, err
+    assert (tmp_path / "ex" / "sglang.sh").exists()
+    code, out2, err = cli(*args, "--deployment", str(tmp_path / "ex" / "deployment.yaml"))
+    assert code == 0, err
+    a, b = json.loads(out), json.loads(out2)
+    for k in ("mean_ttft_ms", "mean_tpot_ms", "request_throughput_rps", "npus"):
+        assert a[k] == b[k], k

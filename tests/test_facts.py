@@ -173,7 +173,7 @@ def test_hw_show_every_shipped_spec_in_every_format(cli, judged_once, path):
 def test_hw_list_names_every_shipped_spec(cli):
     code, out, err = cli("hw", "list", "--format", "json")
     assert code == 0 and "Traceback" not in err, err
-    listed = {(r["section"], r["quantity"]) for r in json.loads(out)}
+    listed = {(r["kind"], r["name"]) for r in json.loads(out)}
     assert listed == {(_yaml(p)["kind"], p.stem) for p in HARDWARE}
     for fmt in ("table", "csv"):
         code, out, err = cli("hw", "list", "--format", fmt)

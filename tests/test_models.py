@@ -594,7 +594,8 @@ def test_show_config_json_with_set(cli):
 def test_import_out_file_round_trips(cli, tmp_path):
     out = tmp_path / "llama.yaml"
     code, stdout, err = cli("model", "import", CONFIGS / "llama-3.1-70b.json", "--name", "my-llama", "--out", out)
-    assert code == 0 and stdout == "" and err == "", err
+    assert code == 0 and stdout == "", err
+    assert err.startswith(f"cmperf: wrote {out}: model 'my-llama' (80 layers") and err.count("\n") == 1, err  # says what it wrote
     m, _ = load_model(str(out))
     assert m.name == "my-llama"
     assert _dump(m) | {"name": "llama-3.1-70b"} == _dump(load_model("llama-3.1-70b")[0])
@@ -604,7 +605,7 @@ def test_import_out_file_round_trips(cli, tmp_path):
 def test_new_families_round_trip_through_yaml(cli, tmp_path, file):
     out = tmp_path / "m.yaml"
     code, _, err = cli("model", "import", CONFIGS / file, "--out", out)
-    assert code == 0 and err == "", err
+    assert code == 0 and err.startswith(f"cmperf: wrote {out}") and err.count("\n") == 1, err  # one line: what it wrote
     assert _dump(load_model(str(out))[0]) == _dump(load_model(str(CONFIGS / file))[0])
 
 

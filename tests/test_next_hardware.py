@@ -132,7 +132,7 @@ def test_each_new_file_shows_with_its_confidence(name):
 def test_announced_and_claimed_machines_are_low_confidence_in_hw_list(cli):
     code, out, err = cli("hw", "list", "--format", "json")
     assert code == 0, err
-    rows = {r["quantity"]: r for r in json.loads(out)}
+    rows = {r["name"]: r for r in json.loads(out)}
     for name in ("ascend-950dt", "ascend-960", "atlas-950-superpod", "atlas-960-superpod", "gb300", "gb300-nvl72",
                  "mi355x", "mi355x-cluster"):
         assert rows[name]["confidence"] == "low", name

@@ -62,3 +62,97 @@ def test_deployment_out_on_a_chip_is_one_line(cli, tmp_path):
 
     code, out, err = cli("hw", "show", "ascend-910c", "--deployment-out", str(tmp_path / "d.yaml"))
     one_line_error(code, err, "--deployment-out", "chip")
+
+
+def test_a_dtype_on_a_slow_path_of_the_chip_gets_a_note_with_the_fix(cli):
+    """GB300's INT8 peak (0.165 POPS, hardware/gb300.yaml) is below its FP8 (5 PFLOPS) and BF16
+    (2.5): DeepSeek-R1's INT8 GEMMs land on a slow path, said with the FP8 fix; DeepSeek-V3's FP8
+    on GB300 and R1's INT8 on the 910C (its fastest 8-bit path) get no note."""
+    from cmperf.advice import slow_dtype_notes
+    from cmperf.predict import load_specs
+
+    notes = slow_dtype_notes(load_specs("gb300-nvl72", "deepseek-r1"))
+    assert len(notes) == 1 and "int8" in notes[0] and "precision.matmul=fp8" in notes[0]
+    assert slow_dtype_notes(load_specs("gb300-nvl72", "deepseek-v3")) == []
+    assert slow_dtype_notes(load_specs("cloudmatrix384", "deepseek-r1")) == []
+    code, out, err = cli("predict", "decode", "--hardware", "gb300-nvl72", "--model", "deepseek-r1", "-f", "json")
+    assert code == 0 and "slow path" in err and "precision.matmul=fp8" in err
+
+
+def test_hw_list_json_rows_are_records_with_relative_files(cli):
+    code, out, err = cli("hw", "list", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert all(set(r) == {"name", "kind", "description", "confidence", "file"} for r in rows)
+    cm = next(r for r in rows if r["name"] == "cloudmatrix384")
+    assert cm["kind"] == "system" and cm["file"] == "hardware/cloudmatrix384.yaml"
+    code, out, err = cli("hw", "list")
+    assert "/work/" not in out and "hardware/cloudmatrix384.yaml" in out
+
+
+def test_numbers_read_as_numbers():
+    """Counts as integers, SI prefixes where an exponent would be, large values grouped."""
+    from cmperf.report import human, versus
+
+    assert human(64.0) == "64" and human(12345.6) == "12,346"
+    assert human(2.5e17) == "250P" and human(3.3e-5) == "33µ" and "e" not in human(1.6e-7)
+    assert human(1.6e12, "B/s") == "1.6 TB/s"
+    assert versus(494.3210719793061, 494.3210719793061 * (1 + 1e-12)) == "tie" and versus(486.1, 494.3) == "-1.7%"
+
+
+def test_a_wide_table_wraps_headers_between_words(monkeypatch, capsys):
+    """plan's 18 runner-up columns at 200 columns (issue 24: 'prefill_in / stances'): the
+    headers wrap, each word whole (a word cut by the wrap is not found in the output)."""
+    import re
+
+    import rich.console
+
+    from cmperf.cli.plan import RUNNER_HEADERS
+    from cmperf.report import print_table
+
+    monkeypatch.setattr(rich.console.Console, "is_terminal", property(lambda self: True))
+    monkeypatch.setenv("COLUMNS", "200")
+    values = [2, "pd", 19, 32, 4, 8192, 1, 160, 2, "-", 43.75, 384, 494.3, "tie", "prefill capacity (the TTFT SLO)",
+              2000, 27.6, 329.6]  # the default plan's second row
+    row = dict(zip(RUNNER_HEADERS.values(), values))
+    print_table([row, row])
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert max(map(len, out.splitlines())) <= 200
+    for word in {w for h in RUNNER_HEADERS.values() for w in h.split()}:
+        assert word in out, (word, out)
+
+
+def test_plan_says_ties_as_ties(cli):
+    """Under a 100 ms TPOT at 4K/256 the prefill side binds PD and AFD alike: the same goodput
+    (494.3 requests/s) with different decode instances; the runners-up say 'tie'."""
+    code, out, err = cli("plan", "--tpot-slo", "100", "--shapes", "pd,afd")
+    assert code == 0, err
+    assert "tie with the best at 494.3 requests/s" in out
+    assert "goodput against the best" in out.replace("\n", " ") or "against" in out
+
+
+def test_search_merges_rows_with_the_same_result(cli):
+    """A dense model runs one microbatch either way: microbatches 1 and 2 give one result,
+    shown once with the differing input named."""
+    code, out, err = cli("search", "decode", "--model", "llama-3.1-70b", "--top", "4")
+    assert code == 0, err
+    assert "1, 2" in out and "microbatches 1 or 2" in out
+    code, out, err = cli("search", "decode", "--model", "llama-3.1-70b", "--top", "4", "-f", "json")
+    assert len(json.loads(out)["top"]) == 4  # the machine format keeps every row
+
+
+def test_shell_completion_is_offered(cli):
+    code, out, err = cli("--help")
+    assert "--install-completion" in out and "--show-completion" in out
+
+
+def test_csv_counts_are_integers(cli):
+    """plan's CSV: instance counts and dies read 1 and 96, not 1.0 and 96.0; rates keep their decimals."""
+    import csv
+    import io
+
+    code, out, err = cli("plan", "--npus", "64", "--shapes", "pd", "-f", "csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO("".join(l for l in out.splitlines(True) if not l.startswith("#")))))
+    assert rows[0]["prefill_instances"].isdigit() and rows[0]["decode_dies"].isdigit()
+    assert "." in rows[0]["goodput_rps"]

@@ -479,10 +479,13 @@ def test_cli_reports_aggregated_against_disaggregated(cli, tmp_path):
         assert "# colocated_vs_pd_goodput: " in text and "# pd_goodput_rps: " in text
 
 
-def test_a_defaulted_kv_tier_is_named_by_its_field_not_a_flag_the_user_did_not_give():
-    """Past one SuperPoD the system's own UB tier cannot carry KV: the error names the spec
-    field (the user gave no --kv-tier), and names the flag when the user gave it."""
-    with pytest.raises(ConfigError, match=r"^the KV transfer tier 'ub' \(system.kv_transfer_tier"):
-        plan(hardware="atlas-950-superpod", npus=100_000)
+def test_a_defaulted_kv_tier_reaches_the_budget_and_a_given_one_is_kept():
+    """Past one SuperPoD the system's own UB tier cannot carry KV: with no --kv-tier the plan
+    takes the nearest tier that reaches every NPU of the budget (UBoE, issue 24); a --kv-tier
+    or --set the user gave is kept, and refused by its flag."""
+    p = plan(hardware="atlas-950-superpod", npus=100_000, shape_names=("pd",))
+    assert p.settings["kv_tier"] == "uboe" and p.best is not None
     with pytest.raises(ConfigError, match=r"^--kv-tier ub: "):
         plan(hardware="atlas-950-superpod", npus=100_000, kv_tier="ub")
+    with pytest.raises(ConfigError, match=r"^the KV transfer tier 'ub' \(system.kv_transfer_tier"):
+        plan(hardware="atlas-950-superpod", npus=100_000, sets=["system.kv_transfer_tier=ub"])

@@ -60,7 +60,7 @@ def test_the_new_systems_and_models_are_shipped():
 def test_hw_list_shows_every_system_and_chip_with_its_confidence(cli):
     code, out, err = cli("hw", "list", "--format", "json")
     assert code == 0, err
-    rows = {(r["section"], r["quantity"]): r for r in json.loads(out)}
+    rows = {(r["kind"], r["name"]): r for r in json.loads(out)}
     for kind, names in (("system", SYSTEMS), ("chip", CHIPS)):
         for name in names:
             assert rows[(kind, name)]["confidence"] == spec("hardware", name)["confidence"]

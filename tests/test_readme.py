@@ -44,6 +44,7 @@ def test_the_readme_has_commands():
 def test_every_readme_command_runs(cli, tmp_path, monkeypatch):
     (tmp_path / "tests").mkdir()
     os.symlink(REPO / "tests" / "data", tmp_path / "tests" / "data")
+    os.symlink(REPO / "examples", tmp_path / "examples")  # cmperf study examples/study.yaml
     monkeypatch.chdir(tmp_path)
     ran = 0
     for cmd in readme_commands():

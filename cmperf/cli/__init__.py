@@ -1,7 +1,7 @@
 """Command line: ``cmperf hw|model|predict|validate|search ...`` (README.md has the tour).
 
 One module per command: :mod:`.hw`, :mod:`.model`, :mod:`.predict`, :mod:`.validate`,
-:mod:`.search`, :mod:`.compare`, :mod:`.plan`; :mod:`.options` holds the options they share. This package
+:mod:`.search`, :mod:`.compare`, :mod:`.plan`, :mod:`.simulate`, :mod:`.study`; :mod:`.options` holds the options they share. This package
 builds the root ``app``, which imports a command's module only when that command runs (or
 ``--help`` lists them), and holds the entry point :func:`main`.
 
@@ -27,7 +27,7 @@ from ..errors import CmperfError
 COMMANDS = {"hw": (".hw", "hw_app"), "model": (".model", "model_app"), "predict": (".predict", "predict_app"),
             "search": (".search", "search_app"), "compare": (".compare", "compare_app"),
             "validate": (".validate", "validate_cmd"), "plan": (".plan", "plan_cmd"),
-            "simulate": (".simulate", "simulate_cmd")}
+            "simulate": (".simulate", "simulate_cmd"), "study": (".study", "study_cmd")}
 
 
 class _Commands(Mapping):
@@ -106,7 +106,7 @@ class _LazyGroup(TyperGroup):
 app = typer.Typer(
     cls=_LazyGroup,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell): typer's
     pretty_exceptions_enable=False,
     help="Analytical performance model of DeepSeek-R1 serving on Huawei CloudMatrix384 (Ascend 910C).\n\n"
          "Example: cmperf predict decode --batch 64 --set chip.die.hbm_bandwidth_Bps=3.2e12",

@@ -15,16 +15,24 @@ hw_app = typer.Typer(no_args_is_help=True, help="Hardware specs (chips, systems)
 @hw_app.command("list")
 def hw_list(fmt: str = FormatOpt):
     """List built-in chips and systems. Example: cmperf hw list"""
-    from ..report import check_format, print_records
+    from ..report import check_format
     from ..specs.loader import list_builtin, validate as _v, read_yaml
 
+    from ..report import print_csv, print_json, print_table
+
+    check_format(fmt)
     records = []
     for kind in ("system", "chip"):
         for name, path in list_builtin(kind):
             spec = _v(kind, read_yaml(path), path)
-            records.append({"section": kind, "quantity": name, "value": spec.description, "unit": "",
-                            "confidence": spec.confidence, "note": str(path)})
-    print_records(records, check_format(fmt), "hardware specs")
+            records.append({"name": name, "kind": kind, "description": spec.description, "confidence": spec.confidence,
+                            "file": f"{path.parent.name}/{path.name}"})  # as in the repository (the wheel carries the same tree)
+    if fmt == "json":
+        print_json(records)
+    elif fmt == "csv":
+        print_csv(records)
+    else:
+        print_table(records, "hardware specs (--hardware NAME or hw show NAME; files relative to the repository)")
 
 
 @hw_app.command("show")

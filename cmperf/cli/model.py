@@ -23,7 +23,7 @@ def model_list(fmt: str = FormatOpt):
     for n, p in list_builtin("model"):
         spec = _v("model", read_yaml(p), p)
         records.append({"section": "model", "quantity": n, "value": spec.description, "unit": "",
-                        "confidence": spec.confidence, "note": str(p)})
+                        "confidence": spec.confidence, "note": f"{p.parent.name}/{p.name}"})
     print_records(records, check_format(fmt), "model specs")
 
 
@@ -84,7 +84,14 @@ def model_import(config: str = typer.Argument(..., metavar="CONFIG.json", help="
     text = to_yaml(raw, header)
     for item in unmapped:
         warn(f"{path}: unmapped config field {item}")
-    if out is not None:
-        write_atomic(out, lambda tmp: Path(tmp).write_text(text), "--out")
-    else:
+    if out is None:
         typer.echo(text, nl=False)
+        return
+    write_atomic(out, lambda tmp: Path(tmp).write_text(text), "--out")
+    import sys
+
+    moe = raw.get("moe")
+    what = (f"{raw['num_layers']} layers, hidden {raw['hidden_size']:,}, {raw['attention']['type']} attention"
+            + (f", {moe['routed_experts']} routed experts (top {moe['experts_per_token']})" if moe else ", dense")
+            + (f"; {len(unmapped)} config field(s) unmapped (warned above)" if unmapped else ""))
+    sys.stderr.write(f"cmperf: wrote {out}: model '{raw['name']}' ({what}); use it with --model {out}\n")

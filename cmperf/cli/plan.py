@@ -136,9 +136,16 @@ def plan_cmd(
                               f"cmperf plan: the best deployment per value, {hardware}, {model}", plot)
         _render_sweep(result, fmt, out, prov)
         return
+    from ..advice import slow_dtype_notes
+    from ..report import note_line
+
+    for note in slow_dtype_notes(result.specs) if result.specs is not None else []:
+        note_line(note)
     from ..simulate.sustain import verify_plan
 
     verified = verify_plan(result, verify_prompts) if verify else None
+    if export is not None and result.best is None:
+        sys.stderr.write(f"cmperf: --export {export}: nothing written: no deployment meets the SLOs\n")
     if export is not None and result.best is not None:
         from ..export import context, from_plan, write
 
@@ -273,7 +280,7 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
                 rows.append((label, v if isinstance(v, str) else f"{_shown(v)} {unit}".strip()))
             print_table(pd.DataFrame(rows, columns=["quantity", "value"]), "best deployment")
             if len(runners):
-                print_table(runners[[c for c in SHOWN if c in runners.columns]].round(2), "runners-up (best of each shape and size)")
+                _print_runners(runners, float(best["goodput_rps"]))
             if ratio:
                 print_table(pd.DataFrame(_ratio_rows(ratio), columns=["", "co-located (aggregated)", "PD (disaggregated)",
                                                                       "co-located / PD"]),
@@ -319,6 +326,39 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
     if result.message:
         sys.stderr.write(f"cmperf: {result.message}\n")
         raise typer.Exit(1)
+
+
+# the runners-up table's columns in words, units after a comma
+RUNNER_HEADERS = {"rank": "rank", "shape": "shape", "prefill_instances": "prefill instances",
+                  "prefill_dies": "dies per prefill instance", "prefill_tp": "prefill attention TP",
+                  "prefill_tokens_per_npu": "prompt tokens per NPU per pass", "decode_instances": "decode instances",
+                  "decode_dies": "dies per decode instance", "decode_tp": "decode TP",
+                  "attention_dies": "attention dies (AFD)", "decode_batch_per_npu": "decode batch per NPU",
+                  "npus": "NPUs", "goodput_rps": "goodput, requests/s", "vs_best": "goodput against the best",
+                  "binding": "what limits it", "ttft_ms": "TTFT, ms", "tpot_ms": "TPOT, ms",
+                  "output_tokens_per_s_per_npu": "output tokens/s per NPU"}
+COUNTS = ("rank", "prefill_instances", "prefill_dies", "prefill_tp", "decode_instances", "decode_dies", "decode_tp",
+          "attention_dies", "npus", "prefill_tokens_per_npu")
+
+
+def _print_runners(runners, best_rps: float) -> None:
+    """The runners-up in words, each goodput against the best's, a tie said as a tie."""
+    from ..report import print_table, versus
+
+    shown = runners[[c for c in SHOWN if c in runners.columns]].copy()
+    for c in COUNTS:
+        if c in shown:
+            shown[c] = shown[c].round().astype(int)
+    if "attention_dies" in shown:  # AFD's own column
+        shown["attention_dies"] = [int(a) if sh == "afd" else "-" for a, sh in zip(shown["attention_dies"], shown["shape"])]
+    shown.insert(list(shown.columns).index("goodput_rps") + 1, "vs_best", [versus(v, best_rps) for v in shown["goodput_rps"]])
+    print_table(shown.round(2).rename(columns=RUNNER_HEADERS), "runners-up (best of each shape and size)")
+    tied = [f"#{int(r.rank)} {r.shape}" for r in shown.itertuples() if r.vs_best == "tie"]
+    if tied:
+        typer.echo(f"{', '.join(tied)} tie{'s' if len(tied) == 1 else ''} with the best at {_shown(best_rps)} requests/s: "
+                   f"the same goodput, a different deployment (both bound by {runners['binding'].iat[0]})"
+                   if len(set(runners.loc[shown['vs_best'] == 'tie', 'binding'])) == 1 else
+                   f"{', '.join(tied)} tie with the best at {_shown(best_rps)} requests/s")
 
 
 def _ratio_rows(r: dict) -> list[tuple]:

@@ -110,7 +110,9 @@ def _run_predict(phase: str, values: dict, hardware: str, model: Optional[str], 
         check_parent_dir(out, "--out")
     model = model or system_model(hardware)
     specs = load_specs(hardware, model, sets, stack)
-    for note in specs.notes:
+    from ..advice import slow_dtype_notes
+
+    for note in [*specs.notes, *slow_dtype_notes(specs)]:
         note_line(note)
     given = {k: v for k, v in values.items() if v is not None}
     result = predict(phase, given, specs)

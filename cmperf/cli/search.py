@@ -249,13 +249,15 @@ def _render(result, fmt: str, inert: list[str], why: str, prov: dict) -> None:
     units = {c: unit_of(c) for c in result.table.columns}
     if len(top):
         cap = f"{lat} <= {s['slo_ms']:g}" if math.isfinite(s["slo_ms"]) else "no SLO"
-        print_table(_for_table(top, ["rank", *cols]), f"top {len(top)} by throughput per NPU ({cap})", units)
+        merged = _merge_same(top, cols)
+        note = "; rows with the same result merged, the inputs that differ named" if len(merged) < len(top) else ""
+        print_table(_in_words(merged), f"top {len(top)} by throughput per NPU ({cap}{note})", _in_words_units(units))
     shown = pareto
     if len(pareto) > 20:  # evenly spaced along the frontier; all of it is in --format json / --out
         shown = pareto.iloc[sorted(set(pd.Series(range(20)) * (len(pareto) - 1) // 19))]
     title = f"Pareto frontier: throughput per NPU vs {lat} ({len(shown)} of {len(pareto)} points" + \
             ("; all in --format json / --out)" if len(shown) < len(pareto) else ")")
-    print_table(_for_table(shown, [*cols, "meets_slo"]), title, units)
+    print_table(_in_words(_for_table(shown, [*cols, "meets_slo"])), title, _in_words_units(units))
 
 
 def _slo(given: Optional[float], flag: str) -> float:
@@ -300,6 +302,58 @@ def _for_table(df, cols):
             half = (df[f"{c}_hi"] - df[f"{c}_lo"]) / 2
             out[c] = [f"{v:,.{DIGITS.get(c, 2)}f} ± {h:,.{DIGITS.get(c, 2)}f}" for v, h in zip(df[c], half)]
     return out
+
+
+NOT_INPUTS = {"rank", "on_pareto", "meets_slo"}
+# a search table's columns in words (JSON, CSV and --out keep the field names)
+HEADERS = {"batch": "batch per NPU", "tokens_per_npu": "prompt tokens per NPU", "prompt_len": "prompt tokens",
+           "output_len": "output tokens", "kv_len": "KV tokens", "dies": "dies", "ep": "EP", "tp": "TP",
+           "attn_tp": "attention TP", "microbatches_used": "microbatches", "mtp": "MTP", "mtp_k": "MTP draft tokens",
+           "mtp_acceptance": "MTP acceptance", "expert_imbalance": "expert imbalance", "redundant_experts": "redundant experts",
+           "shared_copies": "shared-expert copies", "tpot_ms": "TPOT, ms", "ttft_ms": "TTFT, ms",
+           "tokens_per_s_per_user": "tokens/s per user", "throughput_per_npu": "tokens/s per NPU",
+           "tokens_per_s_per_tflops": "tokens/s per TFLOPS", "memory_per_die_bytes": "memory per die",
+           "meets_slo": "meets the SLO"}
+
+
+def _in_words(table):
+    """Records (or a DataFrame) with the columns of HEADERS renamed."""
+    rows = table.to_dict(orient="records") if hasattr(table, "to_dict") else table
+    return [{HEADERS.get(k, k): v for k, v in r.items()} for r in rows]
+
+
+def _in_words_units(units: dict) -> dict:
+    return {HEADERS.get(k, k): v for k, v in units.items()}
+
+
+def _merge_same(top, cols):
+    """The top table with rows whose shown values are all equal merged into one: its ranks
+    listed ('1, 2') and the inputs that differ among them named ('microbatches 1 or 2': a
+    dense model runs one microbatch either way)."""
+    shown = _for_table(top, ["rank", *cols])
+    key = shown[cols].astype(str).agg("|".join, axis=1)
+    rows, differs = [], []
+    for k in dict.fromkeys(key):
+        idx = [i for i, kk in enumerate(key) if kk == k]
+        row = shown.iloc[idx[0]].to_dict()
+        if len(idx) > 1:
+            group = top.iloc[idx]
+            row["rank"] = ", ".join(str(int(r)) for r in group["rank"])
+            diff = [c for c in group.columns if c not in NOT_INPUTS and c not in cols and not c.endswith(("_lo", "_hi"))
+                    and group[c].astype(str).nunique() > 1]
+            differs.append("; ".join(f"{c} {' or '.join(dict.fromkeys(_plain(v) for v in group[c]))}" for c in diff) or "-")
+        else:
+            row["rank"] = str(int(row["rank"]))
+            differs.append("")
+        rows.append(row)
+    out = rows
+    if any(differs):
+        out = [{**r, "same result for": d} for r, d in zip(rows, differs)]
+    return out
+
+
+def _plain(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def _records(df) -> list[dict]:

@@ -79,7 +79,9 @@ def simulate_cmd(
         raise ConfigError(f"--working-set-tokens {working_set:g}: expected a positive number of tokens, at most 1e18")
     workload = _workload("max", prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, "mean")
     specs = load_specs(hardware, model, sets or [], stack)
-    for note in specs.notes:
+    from ..advice import slow_dtype_notes
+
+    for note in [*specs.notes, *slow_dtype_notes(specs)]:
         note_line(note)
     dep = given(deployment, prefill, decode, afd, colocated)
     if dep is None:

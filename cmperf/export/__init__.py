@@ -74,6 +74,20 @@ class Chosen:
             return f"{i.count} x {i.role} {i.dies} dies" + (f" (TP {i.tp})" if i.tp > 1 else "")
         return " + ".join(one(i) for i in self.instances)
 
+    def deployment_spec(self):
+        """The :class:`cmperf.simulate.deployment.DeploymentSpec` that simulates it."""
+        from ..simulate.deployment import DeploymentSpec, InstanceGroup
+
+        groups = {"prefill": [], "decode": []}
+        for i in self.instances:
+            if i.role == "afd":
+                inputs = {"attention_dies": i.attention_dies, "expert_dies": i.expert_dies}
+            else:
+                inputs = {"dies": i.dies, ("attn_tp" if i.role == "prefill" else "tp"): i.tp}
+            groups["prefill" if i.role == "prefill" else "decode"].append(InstanceGroup(i.count, inputs))
+        return DeploymentSpec(prefill=groups["prefill"], decode=groups["decode"],
+                              decode_phase="afd" if self.shape == "afd" else "decode", colocated=self.shape == "colocated")
+
     def deployment_file(self) -> dict:
         """The YAML ``--deployment`` reads (cmperf/simulate/deployment.py: from_file)."""
         out: dict[str, list] = {}

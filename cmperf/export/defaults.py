@@ -37,7 +37,9 @@ def model_defaults(hardware: str, model: str, sets: Iterable[str] = ()) -> list[
             continue
         c = {k: _plain(r.columns[k].iat[0]) for k in INPUTS if k in r.columns}
         dies = int(c["dies"])
-        notes = list(specs.notes) if phase == "decode" else []
+        from ..advice import slow_dtype_notes
+
+        notes = [*specs.notes, *slow_dtype_notes(specs)] if phase == "decode" else []
         if dies > total:
             notes.append(f"the instance needs {dies:,} dies; the system has {total:,}")
         elif phase == "decode" and dies == total:

@@ -170,11 +170,16 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
         if name is not None and name not in tiers:
             raise ConfigError(f"{flag} {name}: system {hw.system.name} has tiers {', '.join(tiers)}")
     domain = hw.system.tiers[tier].domain_chips
+    reach = [t for t in tiers if hw.system.tiers[t].domain_chips is None or hw.system.tiers[t].domain_chips >= npus]
+    set_tier = any(str(x).split("=", 1)[0].strip() == "system.kv_transfer_tier" for x in sets)
+    if kv_tier is None and not set_tier and domain is not None and domain < npus and reach:
+        # the system's tier does not reach the budget (UB inside one SuperPoD of --npus 100000):
+        # the nearest tier that connects every prefill instance to every decode instance does
+        tier, domain = reach[0], hw.system.tiers[reach[0]].domain_chips
     if several and domain is not None:
         raise ConfigError(f"{tier_named}: {npus} NPUs span several {system_npus}-NPU systems and tier '{tier}' "
                           f"stops at {domain} NPUs; prefill and decode may sit apart: use a tier without a domain (e.g. "
                           f"{tiers[-1]})")
-    reach = [t for t in tiers if hw.system.tiers[t].domain_chips is None or hw.system.tiers[t].domain_chips >= npus]
     if domain is not None and domain < npus:  # any prefill instance may send to any decode instance of the budget
         raise ConfigError(f"{tier_named}: tier '{tier}' connects {int(domain)} NPU(s) per domain, fewer than the "
                           f"{npus} NPUs whose prefill and decode instances it would connect (tiers that reach them all: "
