@@ -247,3 +247,30 @@ def test_a_traces_arrival_times_are_replayed(cli, tmp_path):
 
     send = np.sort(pd.read_csv(out, comment="#")["send_s"].to_numpy())
     assert send == pytest.approx([0, 0.5, 0.7, 2.0, 8 / 3, 8 / 3 + 0.5, 8 / 3 + 0.7, 8 / 3 + 2.0])
+
+
+def test_a_rate_sweep_serves_more_at_more_latency(cli):
+    """--request-rate R1,R2,R3: one row per rate, the same requests; throughput and the p99
+    TTFT never fall as the rate rises."""
+    import json
+
+    code, out, err = cli("simulate", "--hardware", "h100-cluster", "--model", "llama-3.1-70b", "--prefill", "1x4",
+                         "--decode", "1x4", "--prompt-len", "1024", "--output-len", "64", "--num-prompts", "400",
+                         "--request-rate", "1,4,16", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [r["rate_rps"] for r in rows] == [1, 4, 16]
+    thr, p99 = [r["output_throughput_tps"] for r in rows], [r["p99_ttft_ms"] for r in rows]
+    assert thr == sorted(thr) and p99 == sorted(p99)
+
+
+def test_verify_prints_the_planned_and_the_sustained_rate_within_ten_percent():
+    """plan --verify's search on 16 H100s (Llama-3.1-70B, 1,024 / 64 tokens): the planned rate
+    meets the SLOs in simulation and is within 10 % of the largest rate it sustains."""
+    from cmperf.plan.planner import plan
+    from cmperf.simulate.sustain import verify_plan
+
+    w = Workload(prompt=fixed(1024), output=fixed(64), prefix_hit=0.0, slo=SLO(ttft_s=2.0, tpot_s=0.05))
+    v = verify_plan(plan(w, hardware="h100-cluster", model="llama-3.1-70b", npus=16, shape_names=("pd",)), 2000)
+    assert v["meets_slos_at_planned"] and v["refined_by_simulation"] is None
+    assert 0.9 <= v["planned_rate_rps"] / v["sustained_rate_rps"] <= 1.1, v
