@@ -274,3 +274,21 @@ def test_verify_prints_the_planned_and_the_sustained_rate_within_ten_percent():
     v = verify_plan(plan(w, hardware="h100-cluster", model="llama-3.1-70b", npus=16, shape_names=("pd",)), 2000)
     assert v["meets_slos_at_planned"] and v["refined_by_simulation"] is None
     assert 0.9 <= v["planned_rate_rps"] / v["sustained_rate_rps"] <= 1.1, v
+
+
+@pytest.mark.parametrize("shape,needle", [("2x32:foo=3", "unknown option 'foo'"), ("2x32:tp=0", "'tp' expects a whole number >= 1"),
+                                          ("2x32:mtp=2", "'mtp' expects 0"), ("2x32:pass_tokens=0", "'pass_tokens'")])
+def test_a_bad_shape_option_is_one_line_naming_it(cli, shape, needle):
+    code, _, err = cli("simulate", "--prefill", shape, "--decode", "1x64", "--num-prompts", "5")
+    assert code == 2 and needle in err and err.count("\n") == 1, err
+
+
+def test_shape_options_reach_the_instance():
+    """:redundant=0 drops the routed copies, :pass_tokens= and :running= are the group's limits."""
+    from cmperf.simulate.deployment import parse_group
+
+    g = parse_group("7x16:redundant=0:pass_tokens=28680:running=8", "--prefill")
+    assert g.count == 7 and g.inputs == {"dies": 16, "redundant_experts": 0}
+    assert g.limits == {"pass_tokens": 28680, "running": 8}
+    d = parse_group("1x32:tp=2:running=32", "--decode")
+    assert d.inputs == {"dies": 32, "tp": 2} and d.limits == {"running": 32}
