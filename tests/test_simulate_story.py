@@ -198,3 +198,97 @@ def test_kv_preemption_and_recompute_by_hand():
     assert req.finish_s[0] == pytest.approx(0.030 + 1000 * 0.010)
     # then request 1 recomputes 1,251 tokens alone (22.5 ms) and runs its 749 steps left
     assert req.finish_s[1] == pytest.approx(req.finish_s[0] + 0.010 + 1e-5 * 1251 + 749 * 0.010, rel=1e-3)
+
+
+# --------------------------------------------------------------------------- lengths beyond log-normal, traces' arrivals
+def test_a_length_cdf_file_has_its_moments_by_hand(tmp_path):
+    """tokens,cdf 100:0, 1,000:0.5, 9,000:1 (uniform pieces): mean 0.5 x 550 + 0.5 x 5,000 =
+    2,775; p90 = 1,000 + 0.4 / 0.5 x 8,000 = 7,400. tokens,share 100:1, 300:3: mean 250; and
+    the simulation draws them (sample means within 2 %)."""
+    from cmperf.plan.workload import parse_lengths
+    from cmperf.simulate.requests import sample_lengths
+
+    f = tmp_path / "p.csv"
+    f.write_text("tokens,cdf\n100,0\n1000,0.5\n9000,1\n")
+    h = tmp_path / "h.csv"
+    h.write_text("tokens,share\n100,1\n300,3\n")
+    L, H = parse_lengths(f"cdf:{f}", "--prompt-len"), parse_lengths(f"cdf:{h}", "--output-len")
+    assert L.mean == pytest.approx(2775.0) and L.p90 == pytest.approx(7400.0)
+    m2 = 0.5 * (100 ** 2 + 100 * 1000 + 1000 ** 2) / 3 + 0.5 * (1000 ** 2 + 1000 * 9000 + 9000 ** 2) / 3
+    assert L.scv == pytest.approx(m2 / 2775.0 ** 2 - 1)
+    assert H.mean == pytest.approx(250.0) and H.p90 == 300.0
+    rng = np.random.default_rng(2)
+    assert sample_lengths(L, 100_000, rng).mean() == pytest.approx(2775.0, rel=0.02)
+    assert set(np.unique(sample_lengths(H, 1000, rng))) == {100.0, 300.0}
+
+
+@pytest.mark.parametrize("body,needle", [("tokens,cdf\n100,0.2\n50,1\n", "increase"), ("tokens,cdf\n100,0.2\n200,0.9\n", "end at 1"),
+                                         ("tok,cdf\n1,1\n", "header"), ("tokens,share\n100,x\n", "line 2")])
+def test_a_bad_length_file_is_one_line(tmp_path, body, needle):
+    from cmperf.errors import ConfigError
+    from cmperf.plan.workload import parse_lengths
+
+    f = tmp_path / "bad.csv"
+    f.write_text(body)
+    with pytest.raises(ConfigError, match=needle):
+        parse_lengths(f"cdf:{f}", "--prompt-len")
+
+
+def test_a_traces_arrival_times_are_replayed(cli, tmp_path):
+    """arrival_s 0, 0.5, 0.7, 2.0 (span 2.0 + a mean gap 2/3): the requests are sent then, and
+    the trace repeats after 2.667 s when more are asked."""
+    f = tmp_path / "t.csv"
+    f.write_text("prompt_len,output_len,arrival_s\n1000,100,0.0\n2000,50,0.5\n1500,80,0.7\n3000,20,2.0\n")
+    out = tmp_path / "o.csv"
+    code, _, err = cli("simulate", "--trace", str(f), "--num-prompts", "8", "--prefill", "1x32:tp=4", "--decode", "1x32",
+                       "--out", str(out), "--format", "json")
+    assert code == 0, err
+    import pandas as pd
+
+    send = np.sort(pd.read_csv(out, comment="#")["send_s"].to_numpy())
+    assert send == pytest.approx([0, 0.5, 0.7, 2.0, 8 / 3, 8 / 3 + 0.5, 8 / 3 + 0.7, 8 / 3 + 2.0])
+
+
+def test_a_rate_sweep_serves_more_at_more_latency(cli):
+    """--request-rate R1,R2,R3: one row per rate, the same requests; throughput and the p99
+    TTFT never fall as the rate rises."""
+    import json
+
+    code, out, err = cli("simulate", "--hardware", "h100-cluster", "--model", "llama-3.1-70b", "--prefill", "1x4",
+                         "--decode", "1x4", "--prompt-len", "1024", "--output-len", "64", "--num-prompts", "400",
+                         "--request-rate", "1,4,16", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    assert [r["rate_rps"] for r in rows] == [1, 4, 16]
+    thr, p99 = [r["output_throughput_tps"] for r in rows], [r["p99_ttft_ms"] for r in rows]
+    assert thr == sorted(thr) and p99 == sorted(p99)
+
+
+def test_verify_prints_the_planned_and_the_sustained_rate_within_ten_percent():
+    """plan --verify's search on 16 H100s (Llama-3.1-70B, 1,024 / 64 tokens): the planned rate
+    meets the SLOs in simulation and is within 10 % of the largest rate it sustains."""
+    from cmperf.plan.planner import plan
+    from cmperf.simulate.sustain import verify_plan
+
+    w = Workload(prompt=fixed(1024), output=fixed(64), prefix_hit=0.0, slo=SLO(ttft_s=2.0, tpot_s=0.05))
+    v = verify_plan(plan(w, hardware="h100-cluster", model="llama-3.1-70b", npus=16, shape_names=("pd",)), 2000)
+    assert v["meets_slos_at_planned"] and v["refined_by_simulation"] is None
+    assert 0.9 <= v["planned_rate_rps"] / v["sustained_rate_rps"] <= 1.1, v
+
+
+@pytest.mark.parametrize("shape,needle", [("2x32:foo=3", "unknown option 'foo'"), ("2x32:tp=0", "'tp' expects a whole number >= 1"),
+                                          ("2x32:mtp=2", "'mtp' expects 0"), ("2x32:pass_tokens=0", "'pass_tokens'")])
+def test_a_bad_shape_option_is_one_line_naming_it(cli, shape, needle):
+    code, _, err = cli("simulate", "--prefill", shape, "--decode", "1x64", "--num-prompts", "5")
+    assert code == 2 and needle in err and err.count("\n") == 1, err
+
+
+def test_shape_options_reach_the_instance():
+    """:redundant=0 drops the routed copies, :pass_tokens= and :running= are the group's limits."""
+    from cmperf.simulate.deployment import parse_group
+
+    g = parse_group("7x16:redundant=0:pass_tokens=28680:running=8", "--prefill")
+    assert g.count == 7 and g.inputs == {"dies": 16, "redundant_experts": 0}
+    assert g.limits == {"pass_tokens": 28680, "running": 8}
+    d = parse_group("1x32:tp=2:running=32", "--decode")
+    assert d.inputs == {"dies": 32, "tp": 2} and d.limits == {"running": 32}

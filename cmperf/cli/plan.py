@@ -219,15 +219,15 @@ def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_sl
         if not concentration > 0:
             raise ConfigError(f"--prefix-hit {short(text, 40)}: expected H or H:K, K > 0 the spread of the "
                               f"per-request share (Beta(K H, K (1 - H)); inf: every request H)")
-    cached = None
+    cached = arrivals = None
     if trace is not None:
-        prompt, output, cached = read_trace(trace)
+        prompt, output, cached, arrivals = read_trace(trace, with_arrivals=True)
         if cached is not None and prefix_hit:
             raise ConfigError("--prefix-hit: the trace gives prefix_hit_tokens per request; give one or the other")
     else:
         prompt, output = parse_lengths(prompt_len, "--prompt-len"), parse_lengths(output_len, "--output-len")
     w = Workload(prompt=prompt, output=output, prefix_hit=prefix_hit, slo=SLO(ttft_slo / 1e3, tpot_slo / 1e3, ttft_stat),
-                 arrival_rate_per_s=arrival, cached_samples=cached, hit_concentration=concentration)
+                 arrival_rate_per_s=arrival, cached_samples=cached, hit_concentration=concentration, arrival_samples=arrivals)
     if not w.decode_kv_len <= MAX_TOKENS:  # E[P] + E[O] (1 + scv) / 2: the lengths' own bounds do not bound it
         given = f"--trace {trace}" if trace is not None else f"--prompt-len {prompt_len} --output-len {output_len}"
         raise ConfigError(f"{short(given, 120)}: a decode step attends {w.decode_kv_len:,.0f} tokens on average "

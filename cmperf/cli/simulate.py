@@ -35,13 +35,13 @@ def simulate_cmd(
     afd: Optional[List[str]] = typer.Option(None, "--afd", help="AFD decode instances COUNTxATTENTION+EXPERT dies, e.g. 1x224+96"),
     colocated: Optional[List[str]] = typer.Option(None, "--colocated", help="co-located instances COUNTxDIES[:tp=T] that prefill and decode (aggregated serving)"),
     deployment: Optional[str] = typer.Option(None, "--deployment", help="a deployment YAML (prefill:, decode: or afd: lists of {count, dies, ...})"),
-    request_rate: str = typer.Option("plan", "--request-rate", help="requests/s (Poisson), inf (all at once), or plan: the rate the planner's closed form finds for this deployment; a comma list sweeps the rates (one row each; --plot: throughput against p99 TTFT and TPOT)"),
+    request_rate: str = typer.Option("plan", "--request-rate", help="requests/s (Poisson), inf (all at once), trace (a --trace's arrival_s; the default when it has them), or plan: the rate the planner's closed form finds for this deployment; a comma list sweeps the rates (one row each; --plot: throughput against p99 TTFT and TPOT)"),
     burstiness: float = typer.Option(1.0, "--burstiness", help="coefficient of variation of the arrival gaps (1: Poisson; >1: bursty, gamma)"),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="requests in flight at most (a closed loop, as bench_serving)"),
     num_prompts: int = typer.Option(2000, "--num-prompts", help="requests to simulate"),
-    prompt_len: str = typer.Option("4096", "--prompt-len", help="prompt tokens: N, MEAN:P90 (log-normal) or exp:MEAN"),
-    output_len: str = typer.Option("256", "--output-len", help="output tokens: N, MEAN:P90 (log-normal) or exp:MEAN"),
-    trace: Optional[str] = typer.Option(None, "--trace", help="CSV of prompt_len,output_len[,prefix_hit_tokens] per request"),
+    prompt_len: str = typer.Option("4096", "--prompt-len", help="prompt tokens: N, MEAN:P90 (log-normal), exp:MEAN or cdf:FILE (tokens,cdf or tokens,share)"),
+    output_len: str = typer.Option("256", "--output-len", help="output tokens: N, MEAN:P90 (log-normal), exp:MEAN or cdf:FILE"),
+    trace: Optional[str] = typer.Option(None, "--trace", help="CSV of prompt_len,output_len[,prefix_hit_tokens][,arrival_s] per request"),
     prefix_hit: str = typer.Option("0", "--prefix-hit", help="mean share of prompt tokens found in the KV pool, 0-1; H:K draws each request's share from Beta(K H, K (1 - H)) (default K 2; inf: all H)"),
     working_set: Optional[float] = typer.Option(None, "--working-set-tokens", help="distinct prefix tokens in use (the pool holds a share of them)"),
     ttft_slo: float = typer.Option(2000.0, "--ttft-slo", help="TTFT SLO in ms, for the goodput (and the plan rate)"),
@@ -100,6 +100,13 @@ def simulate_cmd(
     if "," in request_rate:
         return _sweep(specs, workload, dep, request_rate, burstiness, max_concurrency, num_prompts, seed, warmup,
                       working_set, fmt, plot, out, hardware, model, sets)
+    if request_rate == "trace" or (request_rate == "plan" and workload.arrival_samples is not None and max_concurrency is None):
+        if workload.arrival_samples is None:
+            raise ConfigError("--request-rate trace: give a --trace whose header ends in arrival_s")
+        traffic = Traffic(burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts,
+                          arrivals_s=tuple(workload.arrival_samples))
+        note_line("arrivals: the trace's own times (arrival_s)")
+        return _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets)
     rate = _rate(request_rate)
     if rate == "plan" and max_concurrency is not None:
         rate = math.inf  # a closed loop: bench_serving's --request-rate inf with --max-concurrency
@@ -114,6 +121,14 @@ def simulate_cmd(
         note_line(f"request rate {rate:.4g}/s: the planner's closed form for this deployment within the SLOs "
                   f"(binding: {ev['binding']})")
     traffic = Traffic(rate_rps=rate, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)
+    _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets)
+
+
+def _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets):
+    """One simulation, rendered (table, JSON or CSV; --out rows, --plot figure)."""
+    from ..report import print_json, print_table, provenance, write_csv
+    from ..simulate import simulate
+
     bars = []
 
     def progress(done: int, total: int) -> None:  # the bar's clock starts with the run, not the step-time grids

@@ -209,12 +209,16 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     prompt_len = max(round(workload.prompt.mean), 1)
     cached_len = min(round(workload.prompt.mean - computed.mean), prompt_len - 1)
     cached = {"cached_len": cached_len} if cached_len > 0 else {}
-    pre_rows = shapes.prefill_rows(hw, m, limit_dies, prompt_len - cached_len, prompt_len, cached)
+    # a pass's causal attention over prompts of computed lengths c_i is sum c_i (C + (c_i + 1) / 2):
+    # per token that of one token-weighted length E[c^2] / E[c] = E[c] (1 + scv), not of the mean
+    # (docs/model.md §9.2); its prompts per pass stay tokens / E[c]
+    pass_len = cached_len + max(round(computed.mean * (1.0 + computed.scv)), 1)
+    pre_rows = shapes.prefill_rows(hw, m, limit_dies, pass_len - cached_len, pass_len, cached)
     layouts = shapes.decode_layouts(hw, m, limit_dies)
     fixed = None
     if deployment is not None:  # the given instances only
         pg, dg = deployment.prefill[0], deployment.decode[0]
-        per_pass = [{"tokens_per_npu": k * (prompt_len - cached_len), "prompt_len": prompt_len, **cached}
+        per_pass = [{"tokens_per_npu": k * (pass_len - cached_len), "prompt_len": pass_len, **cached}
                     for k in shapes.PREFILL_PROMPTS_PER_NPU]
         pre_rows = [{**r, **pg.inputs, "ep": pg.inputs.get("ep", pg.inputs["dies"])} for r in per_pass]
         layouts = [dict(dg.inputs)] if deployment.decode_phase == "decode" else []

@@ -1,7 +1,8 @@
 """The workload a deployment serves (docs/model.md §9.1): how requests arrive, how long their
 prompts and outputs are, how much of each prompt is already cached, and the SLOs.
 
-A length is a distribution summarised by what the planner's formulas need:
+A length is a distribution summarised by what the planner's formulas need (the simulation
+draws from the distribution itself):
 
     mean            E[L]
     scv             Var[L] / E[L]^2   (squared coefficient of variation; 0 for a fixed length)
@@ -9,8 +10,10 @@ A length is a distribution summarised by what the planner's formulas need:
     second moment   E[L^2] = E[L]^2 (1 + scv)
 
 It is given as a fixed value (``4096``), as a mean and p90 (``4096:8192``, a log-normal
-with that mean and p90), as a named shape (``exp:4096``, exponential: scv 1), or as the
-samples of a CSV trace (``prompt_len,output_len[,prefix_hit_tokens]`` per row).
+with that mean and p90), as a named shape (``exp:4096``, exponential: scv 1), as a file of
+its CDF or histogram (``cdf:FILE``), or as the samples of a CSV trace
+(``prompt_len,output_len[,prefix_hit_tokens][,arrival_s]`` per row; arrival times, seconds,
+replayed by the simulation).
 
 Two quantities follow from the lengths:
 
@@ -48,6 +51,7 @@ class Lengths:
     p90: float
     text: str  # how the user gave it, for reports
     samples: np.ndarray | None = None
+    table: tuple | None = None  # (tokens, cumulative share, "cdf" | "hist") of a distribution file
 
     @property
     def second_moment(self) -> float:
@@ -73,7 +77,7 @@ def lognormal(mean: float, p90: float, text: str, flag: str) -> Lengths:
     disc = Z90 ** 2 - 2.0 * c
     if disc < 0:
         raise ConfigError(f"{flag} {text}: a p90 more than {math.exp(Z90 ** 2 / 2):.2f}x the mean has no log-normal shape; "
-                          f"give a CSV trace instead")
+                          f"give the distribution as cdf:FILE (tokens,cdf or tokens,share) or a CSV trace")
     s = Z90 - math.sqrt(disc)
     return Lengths(mean=mean, scv=math.expm1(s * s), p90=p90, text=text)
 
@@ -82,9 +86,67 @@ def exponential(mean: float, text: str) -> Lengths:
     return Lengths(mean=mean, scv=1.0, p90=mean * math.log(10.0), text=text)
 
 
+MAX_TABLE_ROWS = 100_000
+
+
+def from_table(path: str, flag: str) -> Lengths:
+    """A length distribution from a CSV file (``cdf:FILE``): a header ``tokens,cdf`` (an
+    empirical CDF: increasing token counts and cumulative shares ending at 1; linear between
+    points, the first point's share at its count) or ``tokens,share`` (a histogram: each count
+    with its share, normalised). Mean, scv and p90 are the distribution's own: for a CDF the
+    pieces are uniform, E[L] = sum dF (a + b) / 2, E[L^2] = sum dF (a^2 + a b + b^2) / 3."""
+    p = Path(path)
+    where = f"{flag} cdf:{path}"
+    if not p.is_file():
+        raise ConfigError(f"{where}: no such file (expected a CSV of tokens,cdf or tokens,share)")
+    try:
+        with open(p, encoding="utf-8-sig", newline="") as f:
+            rows = list(csv.reader(f))
+    except (UnicodeDecodeError, csv.Error, OSError):
+        raise ConfigError(f"{where}: cannot read it as UTF-8 CSV text") from None
+    if not rows or [h.strip() for h in rows[0]] not in (["tokens", "cdf"], ["tokens", "share"]):
+        raise ConfigError(f"{where}: header must be tokens,cdf or tokens,share")
+    kind = "cdf" if rows[0][1].strip() == "cdf" else "hist"
+    body = rows[1:]
+    if not 1 <= len(body) <= MAX_TABLE_ROWS:
+        raise ConfigError(f"{where}: expected 1 to {MAX_TABLE_ROWS:,} rows after the header (found {len(body):,})")
+    vals = np.empty((len(body), 2))
+    for i, r in enumerate(body):
+        try:
+            if len(r) != 2 or not all(c.strip().isascii() for c in r):
+                raise ValueError
+            vals[i] = [float(r[0]), float(r[1])]
+        except ValueError:
+            raise ConfigError(f"{where}: line {i + 2}: expected two numbers") from None
+    x, y = vals[:, 0], vals[:, 1]
+    if not (np.isfinite(vals).all() and (x >= 1).all() and (x <= MAX_TOKENS).all() and (y >= 0).all()):
+        raise ConfigError(f"{where}: token counts must be 1 to {MAX_TOKENS:g} and shares >= 0, all finite")
+    if np.any(np.diff(x) <= 0):
+        raise ConfigError(f"{where}: token counts must increase row by row")
+    if kind == "cdf":
+        if np.any(np.diff(y) < 0) or abs(y[-1] - 1.0) > 1e-6:
+            raise ConfigError(f"{where}: the cdf must not decrease and must end at 1 (ends at {y[-1]:g})")
+        dF = np.diff(y)
+        m1 = y[0] * x[0] + np.sum(dF * (x[:-1] + x[1:]) / 2)
+        m2 = y[0] * x[0] ** 2 + np.sum(dF * (x[:-1] ** 2 + x[:-1] * x[1:] + x[1:] ** 2) / 3)
+        p90 = float(np.interp(0.9, y, x)) if y[0] < 0.9 else float(x[0])
+        F = y
+    else:
+        if not y.sum() > 0:
+            raise ConfigError(f"{where}: the shares sum to 0")
+        w = y / y.sum()
+        m1, m2 = float(np.sum(w * x)), float(np.sum(w * x * x))
+        F = np.cumsum(w)
+        p90 = float(x[np.searchsorted(F, 0.9 - 1e-12)])
+    return Lengths(mean=float(m1), scv=float(max(m2 / m1 ** 2 - 1.0, 0.0)), p90=p90, text=f"cdf:{p.name}",
+                   table=(x, F, kind))
+
+
 def parse_lengths(text: str, flag: str) -> Lengths:
-    """``4096`` | ``MEAN:P90`` | ``exp:MEAN`` (module docstring)."""
+    """``4096`` | ``MEAN:P90`` | ``exp:MEAN`` | ``cdf:FILE`` (module docstring, :func:`from_table`)."""
     t = str(text).strip()
+    if t.startswith("cdf:"):
+        return from_table(t[4:], flag)
     shown = t if len(t) <= 40 else t[:37] + "..."
 
     def number(s: str) -> float:
@@ -120,6 +182,7 @@ class Workload:
     arrival_rate_per_s: float | None = None  # None: find the largest rate that meets the SLOs
     block_tokens: float = 1.0  # cached prefixes count in whole KV blocks (the planner sets the system's: 128-512, paper §4.4)
     cached_samples: np.ndarray | None = None  # per-request cached tokens, from a trace
+    arrival_samples: np.ndarray | None = None  # per-request arrival times (s), from a trace
     hit_concentration: float = 2.0  # a request's hit share ~ Beta(k h, k (1 - h)), k this (inf: every request h); ASSUMPTION
 
     @property
@@ -149,8 +212,9 @@ class Workload:
         return self.prompt.mean + self.output.second_moment / (2.0 * self.output.mean)
 
 
-def read_trace(path: str) -> tuple[Lengths, Lengths, np.ndarray | None]:
-    """A CSV of ``prompt_len,output_len[,prefix_hit_tokens]`` rows (a header line naming the
+def read_trace(path: str, with_arrivals: bool = False) -> tuple:
+    """A CSV of ``prompt_len,output_len[,prefix_hit_tokens][,arrival_s]`` rows (with
+    ``with_arrivals``, the arrival times too: seconds, finite, >= 0, or None) (a header line naming the
     columns is required; a UTF-8 byte-order mark before it is read as none). Read row by row:
     at most MAX_TRACE_ROWS rows are ever held (the count is checked as they come, before
     memory), every cell checked: whole, finite, prompt and output from 1 to MAX_TOKENS,
@@ -175,8 +239,8 @@ def read_trace(path: str) -> tuple[Lengths, Lengths, np.ndarray | None]:
             if first is None:
                 raise ConfigError(f"{where}: empty file (expected a header prompt_len,output_len[,prefix_hit_tokens])")
             header = [h.strip() for h in first]
-            if header[:2] != need or len(header) > 3 or (len(header) == 3 and header[2] != "prefix_hit_tokens"):
-                raise ConfigError(f"{where}: header must be prompt_len,output_len[,prefix_hit_tokens] "
+            if header[:2] != need or header[2:] not in ([], ["prefix_hit_tokens"], ["arrival_s"], ["prefix_hit_tokens", "arrival_s"]):
+                raise ConfigError(f"{where}: header must be prompt_len,output_len[,prefix_hit_tokens][,arrival_s] "
                                   f"(found {','.join(header)[:80]!r})")
             columns = [array("d") for _ in header]
             for line, r in enumerate(rows, start=2):
@@ -196,13 +260,17 @@ def read_trace(path: str) -> tuple[Lengths, Lengths, np.ndarray | None]:
     if len(bad):
         raise ConfigError(f"{where}: line {bad[0] + 2}, prompt_len + output_len = {data[bad[0], 0] + data[bad[0], 1]:,.0f} "
                           f"tokens of context; at most {MAX_TOKENS:,.0f}")
-    if data.shape[1] == 3:
-        bad = np.flatnonzero(data[:, 2] >= data[:, 0])
+    col = {h: j for j, h in enumerate(header)}
+    if "prefix_hit_tokens" in col:
+        bad = np.flatnonzero(data[:, col["prefix_hit_tokens"]] >= data[:, 0])
         if len(bad):
             raise ConfigError(f"{where}: line {bad[0] + 2}, prefix_hit_tokens must be below prompt_len")
     name = Path(path).name
-    cached = data[:, 2] if data.shape[1] == 3 else None
-    return from_samples(data[:, 0], name), from_samples(data[:, 1], name), cached
+    cached = data[:, col["prefix_hit_tokens"]] if "prefix_hit_tokens" in col else None
+    out = (from_samples(data[:, 0], name), from_samples(data[:, 1], name), cached)
+    if with_arrivals:
+        return (*out, data[:, col["arrival_s"]] if "arrival_s" in col else None)
+    return out
 
 
 def _count_rows(p: Path, where: str) -> None:
@@ -220,7 +288,16 @@ def _count_rows(p: Path, where: str) -> None:
 
 
 def _trace_cell(cell: str, column: str, where: str, line: int) -> float:
-    """One cell of a trace: a whole number of tokens, >= 1 (>= 0 for prefix_hit_tokens), at most MAX_TOKENS."""
+    """One cell of a trace: a whole number of tokens, >= 1 (>= 0 for prefix_hit_tokens), at most
+    MAX_TOKENS; an arrival time: seconds, finite, >= 0."""
+    if column == "arrival_s":
+        try:
+            x = float(cell) if cell.strip().isascii() and "_" not in cell else math.nan
+        except ValueError:
+            x = math.nan
+        if not (math.isfinite(x) and 0 <= x <= 1e9):
+            raise ConfigError(f"{where}: line {line}, arrival_s: expected seconds from 0 to 1e9 (found {cell.strip()[:40]!r})")
+        return x
     low = 0 if column == "prefix_hit_tokens" else 1
     try:
         x = float(cell) if cell.strip().isascii() and "_" not in cell else math.nan

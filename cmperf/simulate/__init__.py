@@ -205,8 +205,15 @@ def _ranks(phase: str, inp: dict) -> int:
 
 
 def _arrivals(traffic: Traffic, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Arrival times: all at 0 (rate inf: as fast as the client may send), Poisson, or gamma
-    (burstier than Poisson when its coefficient of variation exceeds 1)."""
+    """Arrival times: a trace's (from its first; repeated after its span plus a mean gap when
+    more requests are asked), all at 0 (rate inf: as fast as the client may send), Poisson, or
+    gamma (burstier than Poisson when its coefficient of variation exceeds 1)."""
+    if traffic.arrivals_s is not None:
+        a = np.sort(np.asarray(traffic.arrivals_s, dtype=float))
+        a = a - a[0]
+        span = a[-1] + (a[-1] / max(len(a) - 1, 1) if len(a) > 1 else 1.0)
+        reps = -(-n // len(a))
+        return (a[None, :] + span * np.arange(reps)[:, None]).ravel()[:n]
     if traffic.rate_rps is None or math.isinf(traffic.rate_rps):
         return np.zeros(n)
     mean = 1.0 / traffic.rate_rps

@@ -1,11 +1,13 @@
 """The deployment a simulation runs (docs/model.md §12.3): groups of identical instances.
 
-Given as ``--prefill 6x32 --decode 1x320`` (count x dies, optionally ``:tp=4`` for the
-attention TP of a prefill instance or the TP of a decode instance), as ``--afd 1x224+96``
-(attention + expert dies) for an attention-FFN disaggregated decode, or as a YAML file::
+Given as ``--prefill 6x32 --decode 1x320`` (count x dies, then options ``:KEY=VALUE``:
+``tp`` the attention TP of a prefill instance or the TP of a decode instance, ``ep``,
+``redundant`` routed expert copies, ``shared`` shared-expert copies, ``mtp``, and the engine's
+limits ``pass_tokens`` and ``running``: :data:`LIMITS`), as ``--afd 1x224+96`` (attention +
+expert dies) for an attention-FFN disaggregated decode, or as a YAML file::
 
-    prefill: [{count: 6, dies: 32, attn_tp: 4}]
-    decode: [{count: 1, dies: 320}]
+    prefill: [{count: 6, dies: 32, attn_tp: 4, pass_tokens: 28680}]
+    decode: [{count: 1, dies: 320, running: 832}]
 
 Every input an instance leaves unset follows the system and the model (cmperf/deployment.py).
 Without one: the system's published deployment (``deployment.prefill.instances`` /
@@ -86,8 +88,11 @@ def parse_group(text: str, flag: str) -> InstanceGroup:
             v = float(value)
         except ValueError:
             v = float("nan")
-        if not (v >= 0 and v == int(v) and v <= 1e9) or (key in LIMITS and v < 1) or (key == "tp" and v < 1):
-            raise ConfigError(f"{where}: option '{key}' expects a whole number{' >= 1' if key in LIMITS or key == 'tp' else ''} (got {value})")
+        least = 1 if key in LIMITS or key in ("tp", "ep") else 0
+        if not (v >= least and v == int(v) and v <= 1e9):
+            raise ConfigError(f"{where}: option '{key}' expects a whole number >= {least} (got {value})")
+        if key == "mtp" and v > 1:
+            raise ConfigError(f"{where}: option 'mtp' expects 0 (off) or 1 (on) (got {value})")
         (limits if key in LIMITS else opts)[key] = int(v)
     tp = opts.pop("tp", None)
     if count < 1 or dies < 1 or (experts is not None and experts < 1):

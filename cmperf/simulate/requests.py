@@ -46,6 +46,7 @@ class Traffic:
     burstiness: float = 1.0  # coefficient of variation of the gaps (1: Poisson)
     max_concurrency: int | None = None  # requests in flight at most (bench_serving --max-concurrency)
     num_prompts: int = 1000
+    arrivals_s: tuple | None = None  # a trace's arrival times (replayed, repeated after its span when more requests are asked)
 
     def __post_init__(self):
         if self.rate_rps is not None and not (self.rate_rps >= MIN_RATE_RPS):
@@ -61,6 +62,8 @@ class Traffic:
             pass  # every request at t = 0: bench_serving's --request-rate inf without a concurrency limit
 
     def describe(self) -> str:
+        if self.arrivals_s is not None:
+            return f"{self.num_prompts} requests at the trace's arrival times"
         rate = "inf" if self.rate_rps is None or math.isinf(self.rate_rps) else f"{self.rate_rps:g} requests/s"
         shape = "" if self.burstiness == 1.0 else f" (burstiness {self.burstiness:g})"
         conc = f", at most {self.max_concurrency} in flight" if self.max_concurrency else ""
@@ -71,6 +74,11 @@ def sample_lengths(x: Lengths, n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` whole token counts >= 1 from a workload length (module docstring)."""
     if x.samples is not None:
         return np.resize(np.asarray(x.samples, dtype=float), n)
+    if x.table is not None:  # a CDF (linear between points) or a histogram (discrete), by inverse transform
+        tokens, F, kind = x.table
+        u = rng.random(n)
+        v = np.interp(u, F, tokens) if kind == "cdf" else tokens[np.minimum(np.searchsorted(F, u), len(tokens) - 1)]
+        return np.maximum(np.rint(v), 1.0)
     if x.scv == 0:
         return np.full(n, max(round(x.mean), 1), dtype=float)
     if x.text.startswith("exp:"):
