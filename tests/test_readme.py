@@ -95,7 +95,7 @@ def quoted(cli) -> dict[str, str]:
         "50 % hits: 715.9": f"50 % hits: {hits['0.5']:.1f}",
         "90 %: 1,419.0": f"90 %: {hits['0.9']:,.1f}",
         "VPC plane (680.8 and\n1,274.1)": f"VPC plane ({vpc['0.5']:.1f} and\n{vpc['0.9']:,.1f})",
-        "serves 73.9 requests/s": f"serves {h100['goodput_rps']:.1f} requests/s",
+        "serves 74.1 requests/s": f"serves {h100['goodput_rps']:.1f} requests/s",
         "co-located instances serve\n1.44×": f"co-located instances serve\n{node['colocated_vs_pd_goodput']:.2f}×",
     }
 
@@ -133,7 +133,7 @@ def next_quoted(cli) -> dict[str, str]:
     phrases = {
         "GB200's EP48: 650 requests per GPU (768 capped by HBM)":
             f"GB200's EP{gb3['ep']:g}: {gb3['batch']:g} requests per GPU (768 capped by HBM)",
-        "CloudMatrix384's EP320 on 320 NPUs, 96 per NPU: TPOT 65.83 ms":
+        "CloudMatrix384's EP320 on 320 NPUs, 96 per NPU: TPOT 65.72 ms":
             f"CloudMatrix384's EP{a950['ep']:g} on {a950['dies']:g} NPUs, {a950['batch']:g} per NPU: TPOT {a950['tpot_ms']:.2f} ms",
         "DeepSeek-V3.2 holds 6 requests per NPU (KV cache 31.3 GB per die) at TPOT 20.70 ms":
             f"DeepSeek-V3.2 holds {v32['batch']:g} requests per NPU (KV cache {v32['kv_cache_per_die_bytes'] / 1e9:.1f} GB "
@@ -160,13 +160,13 @@ def next_quoted(cli) -> dict[str, str]:
             f"at its Table 4 set-up's {short['cloudmatrix384']['kv_len']:,.0f}-token cache, the others at prompt + "
             f"output/2 = {short['h200-cluster']['kv_len']:,.0f}",
         "the best deployment is AFD, 849 prefill instances of 8 dies (TP 4) and 15 AFD decode instances of 64 "
-        "attention + 16 expert dies (7,992 NPUs), serving 7,105 requests/s, bound by the prefill TTFT":
+        "attention + 16 expert dies (7,992 NPUs), serving 7,121 requests/s, bound by the prefill TTFT":
             f"the best deployment is {b['shape'].upper()}, {b['prefill_instances']:g} prefill instances of "
             f"{b['prefill_dies']:g} dies (TP {b['prefill_tp']:g}) and {b['decode_instances']:g} AFD decode instances of "
             f"{b['attention_dies']:g} attention + {b['expert_dies']:g} expert dies ({b['npus']:,.0f} NPUs), serving "
             f"{b['goodput_rps']:,.0f} requests/s, bound by the "
             + ("prefill TTFT" if b["binding"] == "prefill capacity (the TTFT SLO)" else b["binding"]),
-        "The best PD split serves 7,047 requests/s, the best co-located one 0.73 of PD's":
+        "The best PD split serves 7,057 requests/s, the best co-located one 0.73 of PD's":
             f"The best PD split serves {ratio['pd_goodput_rps']:,.0f} requests/s, the best co-located one "
             f"{ratio['colocated_vs_pd_goodput']:.2f} of PD's",
     }
