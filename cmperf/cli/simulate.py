@@ -106,7 +106,7 @@ def simulate_cmd(
         traffic = Traffic(burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts,
                           arrivals_s=tuple(workload.arrival_samples))
         note_line("arrivals: the trace's own times (arrival_s)")
-        return _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets)
+        return _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets, export)
     rate = _rate(request_rate)
     if rate == "plan" and max_concurrency is not None:
         rate = math.inf  # a closed loop: bench_serving's --request-rate inf with --max-concurrency
@@ -121,10 +121,10 @@ def simulate_cmd(
         note_line(f"request rate {rate:.4g}/s: the planner's closed form for this deployment within the SLOs "
                   f"(binding: {ev['binding']})")
     traffic = Traffic(rate_rps=rate, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)
-    _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets)
+    _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets, export)
 
 
-def _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets):
+def _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets, export=None):
     """One simulation, rendered (table, JSON or CSV; --out rows, --plot figure)."""
     from ..report import print_json, print_table, provenance, write_csv
     from ..simulate import simulate
