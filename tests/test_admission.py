@@ -143,8 +143,7 @@ def test_long_outputs_never_over_fill_a_decode_rank(specs, monkeypatch):
     r = res.requests
     assert np.isfinite(r.finish_s).all()
     assert res.metrics["decode_peak_kv_share"] <= 1.0
-    assert res.metrics["decode_peak_kv_share"] > 0.9  # it did fill up
-    assert _at_once(r.first_token_s, r.finish_s) <= fits
+    assert 0.9 * fits <= _at_once(r.first_token_s, r.finish_s) <= fits  # and it did fill up
     assert res.metrics["preemptions"] == 0
 
 
