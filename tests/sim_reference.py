@@ -31,6 +31,7 @@ def reference_run(prompt, output, arrival, prefill_pred, n_prefill, budget_token
     waiting: deque = deque()
     rank_n = np.zeros(ranks)
     rank_kv = np.zeros(ranks)
+    rank_res = np.zeros(ranks)  # the whole contexts (prompt + output) its requests reserve
     rr = 0
     now = 0.0
     pending_passes: list = []  # (end time, instance, batch, transfer time)
@@ -71,7 +72,7 @@ def reference_run(prompt, output, arrival, prefill_pred, n_prefill, budget_token
             waiting.append(arrivals_at_decode.pop(0)[1])
         while waiting:
             r = waiting[0]
-            ok = [j for j in range(ranks) if rank_n[j] < cap_rank and (rank_kv[j] + prompt[r] + output[r] <= decode_pred.kv_tokens_per_rank or rank_n[j] == 0)]
+            ok = [j for j in range(ranks) if rank_n[j] < cap_rank and (rank_res[j] + prompt[r] + output[r] <= decode_pred.kv_tokens_per_rank or rank_n[j] == 0)]
             if not ok:
                 break
             j = next((x % ranks for x in range(rr, rr + ranks) if x % ranks in ok))
@@ -86,6 +87,7 @@ def reference_run(prompt, output, arrival, prefill_pred, n_prefill, budget_token
             running[r] = [j, 0, float(prompt[r])]
             rank_n[j] += 1
             rank_kv[j] += prompt[r]
+            rank_res[j] += prompt[r] + output[r]
         # 4. one decode step, or jump to the next event when decode is idle
         if running:
             hot = float(rank_kv.max()) / (len(running) / ranks)
@@ -107,6 +109,7 @@ def reference_run(prompt, output, arrival, prefill_pred, n_prefill, budget_token
                     in_flight -= 1
                     rank_n[j] -= 1
                     rank_kv[j] -= prompt[r] + emitted
+                    rank_res[j] -= prompt[r] + output[r]
                     del running[r]
                 else:
                     running[r] = [j, emitted, kv + x]

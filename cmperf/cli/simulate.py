@@ -25,6 +25,7 @@ SHOWN = [("completed", "successful requests", ""), ("duration_s", "benchmark dur
          ("mean_queue_ms", "  TTFT: waiting for prefill", "ms"), ("mean_prefill_ms", "  TTFT: prefill pass", "ms"),
          ("mean_kv_transfer_ms", "  TTFT: KV transfer", "ms"), ("mean_decode_wait_ms", "  TTFT: waiting for a decode slot", "ms"),
          ("preemptions", "requests preempted (KV full; recomputed)", ""),
+         ("decode_peak_kv_share", "peak KV of a decode rank / what it holds", ""),
          ("prefill_utilisation", "prefill instances busy", ""), ("decode_utilisation", "decode instances busy", ""),
          ("dp_rank_wait_share", "decode step time spent waiting for the slowest DP rank", "")]
 

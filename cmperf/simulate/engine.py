@@ -104,6 +104,7 @@ class DecodeInstance:
         self.policy, self.req, self.stats = policy, req, stats
         self.n_r = np.zeros(ranks)
         self.A_r = np.zeros(ranks)  # sum over the rank's requests of (prompt - mu x admission step)
+        self.W_r = np.zeros(ranks)  # sum over the rank's requests of the whole context each reserves (_reserve)
         self.n = 0
         self.t, self.s = 0.0, 0.0
         self.finishing: list = []  # (finish step, request)
@@ -119,6 +120,8 @@ class DecodeInstance:
         self.extra: dict = {}  # request -> tokens it generated before a preemption (recomputed with its prompt)
         self.steps_left: dict = {}  # request -> decode steps still to run after a preemption
         self.preemptions = 0
+        self.reserved: dict = {}  # request -> the KV tokens it reserves on its rank (_reserve)
+        self.peak_kv = 0.0  # the most KV tokens any rank held (at a boundary, before its completions)
         self.reserve_output = True  # admission reserves a request's whole context (else its prompt: preemption)
 
     # -- load -----------------------------------------------------------------
@@ -192,6 +195,7 @@ class DecodeInstance:
             self.stats.intervals.append((T0, d, k, self.n, T_mean))
             self.busy += dt
             self.s += k
+            self.peak_kv = max(self.peak_kv, float(np.max(self._load()[1])))
         self.t = now
         self._complete(now, done)
         while self.pending and self.pending[0][0] <= now + 1e-12:
@@ -210,9 +214,16 @@ class DecodeInstance:
             r = self.rank_of.pop(rid)
             self.n_r[r] -= 1
             self.A_r[r] -= req.prompt[rid] + self.extra.pop(rid, 0.0) - self.mu * self.admit_step.pop(rid)
+            self._release(rid, r)
             self.n -= 1
             req.finish_s[rid] = now
             done.append(rid)
+
+    def _release(self, rid: int, r: int) -> None:
+        """Request ``rid``, leaving rank ``r`` (already counted out of n_r), frees its reservation
+        (an emptied rank holds none: no rounding left over)."""
+        w = self.reserved.pop(rid)
+        self.W_r[r] = self.W_r[r] - w if self.n_r[r] > 0 else 0.0
 
     def _join(self, rid: int, r: int, now: float, done: list) -> None:
         """Request ``rid`` joins the batch on rank ``r`` (its first token reaches the client now)."""
@@ -226,6 +237,8 @@ class DecodeInstance:
             return
         self.n_r[r] += 1
         self.A_r[r] += req.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.s
+        self.reserved[rid] = self._reserve(rid, steps)
+        self.W_r[r] += self.reserved[rid]
         self.n += 1
         self.rank_of[rid] = r
         self.admit_step[rid] = self.s
@@ -246,12 +259,28 @@ class DecodeInstance:
         """(requests, KV tokens) of each rank now."""
         return self.n_r, self.A_r + self.n_r * self.mu * self.s
 
+    def _reserve(self, rid: int, steps: float) -> float:
+        """The KV tokens request ``rid`` holds at its end, reserved on its rank while it runs:
+        its whole context, prompt + output (+ the tokens it generated before a preemption), or
+        the KV its ``steps`` reach at mu tokens a step when more (a drawn step count above the
+        mean): no request outgrows its reservation."""
+        base = self.req.prompt[rid] + self.extra.get(rid, 0.0)
+        return base + max(self.req.output[rid], self.mu * steps)
+
     def _rank_for(self, rid: int) -> int | None:
         """The rank a new request goes to (round robin or least KV), among ranks with room for
-        its whole context; None when none has; an empty rank takes any request."""
-        need = self.req.prompt[rid] + self.extra.get(rid, 0.0) + (self.req.output[rid] if self.reserve_output else self.mu)
+        it; None when none has; an empty rank takes any request. Room: with ``reserve_output``
+        (a PD decode instance, SGLang's disaggregated decode) the whole contexts the rank's
+        requests reserve plus the new one's, W_r + reserve <= the rank's KV tokens, so the
+        running requests' growth is held for them and the rank never over-fills; otherwise (a
+        co-located instance, vLLM's on-demand blocks) the rank's KV now plus the new prompt's
+        and one step's, the rank preempting when it outgrows (CoLocatedInstance._preempt)."""
         n_r, kv = self._load()
-        ok = (n_r < self.cap_n) & ((kv + need <= self.cap_kv) | (n_r == 0))
+        if self.reserve_output:
+            used, need = self.W_r, self._reserve(rid, self.steps_left.get(rid, self.req.steps[rid]))
+        else:
+            used, need = kv, self.req.prompt[rid] + self.extra.get(rid, 0.0) + self.mu
+        ok = (n_r < self.cap_n) & ((used + need <= self.cap_kv) | (n_r == 0))
         if not ok.any():
             return None
         if self.policy == "least_kv":
@@ -268,8 +297,8 @@ class CoLocatedInstance(DecodeInstance):
     """A decode instance that also prefills its own requests (aggregated serving), Sarathi-style:
     every iteration is one forward pass carrying the decode batch and a chunk of prompt tokens
     (docs/model.md §12.3). The chunk is filled first from the prompts already in flight (their
-    next pieces, FCFS), then from the waiting prompts, each reserved a rank with room for its
-    whole context; with the stack's chunked prefill on (``chunked``) a prompt is split over
+    next pieces, FCFS), then from the waiting prompts, each given a rank with room for its
+    prompt (a rank that outgrows its KV preempts: _preempt); with the stack's chunked prefill on (``chunked``) a prompt is split over
     iterations at the budget, otherwise whole prompts go in (the first one even when alone it
     exceeds the budget). The iteration's time is the one cost model's mixed pass
     T_c(b, L_hot, c) at the decode batch b per NPU, the hot rank's KV and c chunk tokens per NPU;
@@ -330,6 +359,7 @@ class CoLocatedInstance(DecodeInstance):
             self.rank_of.pop(rid)
             self.n_r[r] -= 1
             self.A_r[r] -= req.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.admit_step.pop(rid)
+            self._release(rid, r)
             self.n -= 1
             self.extra[rid] = self.extra.get(rid, 0.0) + self.mu * done_steps
             self.steps_left[rid] = left
