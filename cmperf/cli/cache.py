@@ -20,16 +20,11 @@ def code_fingerprint() -> str:
     """The size and mtime of every Python module and data file of the cmperf package."""
     global _code
     if _code is None:
+        from ..specs.cache import files_fingerprint
+
         root = Path(__file__).resolve().parent.parent
-        parts = []
-        for p in sorted(root.rglob("*")):
-            if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts:
-                try:
-                    st = p.stat()
-                    parts.append(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}")
-                except OSError:
-                    parts.append(f"{p}:?")
-        _code = "|".join(parts)
+        files = [p for p in root.rglob("*") if p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts]
+        _code = "|".join(files_fingerprint(root, files))
     return _code
 
 

@@ -55,6 +55,19 @@ def cache_dir() -> Path | None:
     return Path(base) / "cmperf"
 
 
+def files_fingerprint(root: Path, paths) -> list[str]:
+    """``name:size:mtime`` of each of ``paths`` (relative to ``root``): what changes when a file
+    is edited or replaced (``?`` for one that cannot be read)."""
+    out = []
+    for p in sorted(paths):
+        try:
+            st = p.stat()
+            out.append(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            out.append(f"{p}:?")
+    return out
+
+
 def _code() -> str:
     """cmperf's and Python's versions and the size and mtime of every module of cmperf/specs/."""
     global _fingerprint
@@ -62,18 +75,11 @@ def _code() -> str:
         from .. import __version__
 
         here = Path(__file__).resolve().parent
-        parts = [__version__, sys.version.split()[0]]
         try:
-            names = sorted(p.name for p in here.iterdir() if p.suffix == ".py")
+            modules = [p for p in here.iterdir() if p.suffix == ".py"]
         except OSError:
-            names = []
-        for name in names:
-            try:
-                st = (here / name).stat()
-                parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
-            except OSError:
-                parts.append(f"{name}:?")
-        _fingerprint = "|".join(parts)
+            modules = []
+        _fingerprint = "|".join([__version__, sys.version.split()[0], *files_fingerprint(here, modules)])
     return _fingerprint
 
 
