@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,3 +66,14 @@ def test_the_default_specs_are_read_again_when_a_file_changes(monkeypatch):
     stamps = P._file_stamps
     monkeypatch.setattr(P, "_file_stamps", lambda paths: (*stamps(paths), "edited"))
     assert P.default_specs() is not first
+
+
+def test_simulate_checks_its_seed_and_warmup_where_they_enter():
+    """The Python API gets the CLI's one-line errors, not numpy's (issue 23 item 4)."""
+    from cmperf import simulate
+    from cmperf.errors import ConfigError
+    from cmperf.simulate import Traffic
+
+    for kw in ({"seed": -1}, {"seed": 2 ** 63}, {"warmup": 1.0}, {"warmup": float("nan")}):
+        with pytest.raises(ConfigError, match="simulate: (seed|warmup)"):
+            simulate(traffic=Traffic(num_prompts=10), **kw)

@@ -26,7 +26,7 @@ from .deployment import DeploymentSpec, InstanceGroup, default_deployment
 from .engine import CoLocatedInstance, DecodeInstance, PrefillInstance, Requests, Simulation, Stats, draw_steps, mtp_tokens_per_step
 from .metrics import metrics
 from .predictor import decode_predictor, geometric, points, prefill_predictor, resolved
-from .requests import Traffic, make_requests
+from .requests import Traffic, check_seed, check_warmup, make_requests
 
 __all__ = ["simulate", "Traffic", "DeploymentSpec", "InstanceGroup", "SimResult", "default_deployment"]
 
@@ -51,12 +51,14 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     times only, such as a stack's host constants, ``stack.spec_seam_s``): the step-time grids
     of every point come from one vectorised evaluation and the same requests (same seed) are
     simulated at each; a list of n results then."""
+    traffic = traffic or Traffic()
+    check_seed(seed, "simulate: seed")  # where every caller's seed enters (the CLI names --seed first)
+    check_warmup(warmup, traffic.num_prompts, "simulate: warmup")
     specs = specs or load_specs()
     if workload is None:
         from ..plan.planner import default_workload
 
         workload = default_workload()
-    traffic = traffic or Traffic()
     deployment = deployment or default_deployment(specs, workload)
     st = specs.stack_view()
     hw, _ = specs.views()

@@ -11,6 +11,7 @@ client sending a request only when fewer than that many are in flight (a closed 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,7 @@ MAX_SEED = 2**63 - 1
 
 def check_seed(seed: int, flag: str = "--seed") -> int:
     """A random seed numpy takes: a whole number from 0 to 2^63 - 1."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= MAX_SEED:
         raise ConfigError(f"{flag} {seed}: expected a whole number from 0 to 2^63 - 1")
     return seed
 
