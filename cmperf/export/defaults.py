@@ -27,7 +27,7 @@ def model_defaults(hardware: str, model: str, sets: Iterable[str] = ()) -> list[
     hw, m = specs.views()
     moe = m.moe is not None
     dpp = int(hw.chip.dies_per_package)
-    total = int(hw.system.nodes) * int(hw.system.node.chips) * dpp
+    total = hw.system_dies
     rows = []
     for phase in ("decode", "prefill"):
         try:

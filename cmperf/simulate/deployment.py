@@ -241,7 +241,7 @@ def check(dep: DeploymentSpec, specs, budget_npus: int | None = None, budget_fla
 
     hw, _ = specs.views()
     dpp = int(hw.chip.dies_per_package)
-    system_npus = int(hw.system.nodes) * int(hw.system.node.chips)
+    system_npus = hw.system_npus
     name = hw.system.name
     warnings = []
     kinds = [("prefill", g) for g in dep.prefill] + [(dep.decode_phase if not dep.colocated else "decode", g) for g in dep.decode]
@@ -290,7 +290,7 @@ def default_deployment(specs, workload) -> DeploymentSpec:
         _, m = specs.views()
         pre = instance("prefill", hw, m, {})
         dec = instance("decode", hw, m, {})
-        system_dies = int(hw.system.nodes) * int(hw.system.node.chips) * int(hw.chip.dies_per_package)
+        system_dies = hw.system_dies
         if counts[0] * pre["dies"] + counts[1] * dec["dies"] <= system_dies:
             return DeploymentSpec(prefill=[InstanceGroup(counts[0], {k: pre[k] for k in ("dies", "attn_tp") if k in pre})],
                                   decode=[InstanceGroup(counts[1], {k: dec[k] for k in ("dies", "tp") if k in dec})])

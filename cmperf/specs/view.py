@@ -91,3 +91,13 @@ class HardwareView:
     def __init__(self, system: SpecView, chip: SpecView, stack: SpecView | None = None, fusion=()):
         # fusion: the serving stack's fused kernel groups (cmperf/cost/fusion.py); none: every kernel apart
         self.system, self.chip, self.stack, self.fusion = system, chip, stack, tuple(tuple(g) for g in fusion)
+
+    @property
+    def system_npus(self) -> int:
+        """NPUs (packages) of the whole system: nodes x chips per node."""
+        return int(self.system.nodes) * int(self.system.node.chips)
+
+    @property
+    def system_dies(self) -> int:
+        """Dies of the whole system: its NPUs x dies per package."""
+        return self.system_npus * int(self.chip.dies_per_package)
