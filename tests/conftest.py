@@ -10,18 +10,29 @@ _CACHE = {}
 def pytest_configure(config):
     """The spec cache (cmperf/specs/cache.py) in a folder of the test session's own, not the
     user's ~/.cache (set before collection: some test modules load specs when imported): every
-    run starts empty, fills it, and later loads read from it."""
+    run starts empty, fills it, and later loads read from it. The pytest-xdist workers share
+    the folder of the session that started them (inherited through the environment; entries are
+    written whole, cmperf/specs/cache.py), so that an answer one worker derived is read by the
+    others; the starting session removes it."""
     import tempfile
 
-    _CACHE["old"] = os.environ.get("XDG_CACHE_HOME")
-    _CACHE["dir"] = tempfile.mkdtemp(prefix="cmperf-test-cache-")
+    shared = os.environ.get("CMPERF_TEST_CACHE_DIR")
+    if shared and os.environ.get("PYTEST_XDIST_WORKER") and os.path.isdir(shared):
+        _CACHE["old"], _CACHE["dir"], _CACHE["owned"] = os.environ.get("XDG_CACHE_HOME"), shared, False
+    else:
+        _CACHE["old"] = os.environ.get("XDG_CACHE_HOME")
+        _CACHE["dir"], _CACHE["owned"] = tempfile.mkdtemp(prefix="cmperf-test-cache-"), True
+        os.environ["CMPERF_TEST_CACHE_DIR"] = _CACHE["dir"]
     os.environ["XDG_CACHE_HOME"] = _CACHE["dir"]
 
 
 def pytest_unconfigure(config):
     import shutil
 
-    shutil.rmtree(_CACHE.pop("dir", ""), ignore_errors=True)
+    folder = _CACHE.pop("dir", "")
+    if _CACHE.pop("owned", False):
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("CMPERF_TEST_CACHE_DIR", None)
     old = _CACHE.pop("old", None)
     if old is None:
         os.environ.pop("XDG_CACHE_HOME", None)

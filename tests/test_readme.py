@@ -41,20 +41,70 @@ def test_the_readme_has_commands():
     assert len(cmds) > 40 and "cmperf predict decode" in cmds and "cmperf plan" in cmds
 
 
-def test_every_readme_command_runs(cli, tmp_path, monkeypatch):
+FILE_SUFFIXES = (".csv", ".json", ".yaml", ".yml", ".png", ".svg", ".pdf", ".html", ".parquet", ".txt")
+WRITE_FLAGS = ("--out", "--export", "--deployment-out", "--plot", "--html")
+CHUNKS = 8  # groups of commands the suite's workers share (pytest-xdist)
+
+
+def _scratch_names(cmd: str) -> set[str]:
+    """The files and folders of the scratch folder a command names (its first path part): every
+    value of a flag that writes, and every file-like argument that is not in the repository."""
+    args = shlex.split(cmd)[1:]
+    names = set()
+    for i, a in enumerate(args):
+        written = i > 0 and args[i - 1] in WRITE_FLAGS
+        if written or (a.endswith(FILE_SUFFIXES) and not (REPO / a).exists()):
+            names.add(Path(a).parts[0])
+    return names
+
+
+def command_chunks() -> list[list[str]]:
+    """The README's commands (each distinct one once) in CHUNKS groups: commands that name the
+    same scratch file (one writes it, a later one reads it) stay in one group, in the README's
+    order; the groups are dealt to the chunks by size, so that the workers of the suite share
+    them."""
+    cmds = list(dict.fromkeys(c for c in readme_commands() if c not in SLOW))
+    group = list(range(len(cmds)))  # union-find over commands sharing a scratch name
+
+    def root(i):
+        while group[i] != i:
+            i = group[i]
+        return i
+
+    first: dict[str, int] = {}
+    for i, c in enumerate(cmds):
+        for n in _scratch_names(c):
+            group[root(i)] = root(first.setdefault(n, i))
+    members: dict[int, list[int]] = {}
+    for i in range(len(cmds)):
+        members.setdefault(root(i), []).append(i)
+    chunks: list[list[int]] = [[] for _ in range(CHUNKS)]
+    for g in sorted(members.values(), key=len, reverse=True):
+        min(chunks, key=len).extend(g)
+    return [[cmds[i] for i in sorted(c)] for c in chunks if c]
+
+
+def test_the_chunks_hold_every_command_once():
+    chunks = command_chunks()
+    flat = [c for chunk in chunks for c in chunk]
+    assert sorted(flat) == sorted(set(c for c in readme_commands() if c not in SLOW))
+    together = [chunk for chunk in chunks if "cmperf search report decode.csv --slo 30 --plot decode30.png" in chunk]
+    assert together and any(c.startswith("cmperf search decode") and "--out decode.csv" in c for c in together[0])
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_every_readme_command_runs(chunk, cli, tmp_path, monkeypatch):
+    chunks = command_chunks()
+    if chunk >= len(chunks):
+        pytest.skip("fewer groups of commands than chunks")
     (tmp_path / "tests").mkdir()
     os.symlink(REPO / "tests" / "data", tmp_path / "tests" / "data")
     os.symlink(REPO / "examples", tmp_path / "examples")  # cmperf study examples/study.yaml
     monkeypatch.chdir(tmp_path)
-    ran = 0
-    for cmd in readme_commands():
-        if cmd in SLOW:
-            continue
+    for cmd in chunks[chunk]:
         code, out, err = cli(*shlex.split(cmd)[1:])
         assert "Traceback" not in err, (cmd, err)
         assert code == 0, (cmd, err)
-        ran += 1
-    assert ran >= 40
 
 
 # --------------------------------------------------------------------------- quoted numbers

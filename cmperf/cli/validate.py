@@ -5,6 +5,7 @@ A single command, not a group: :mod:`cmperf.cli` registers :func:`validate_cmd` 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -196,6 +197,33 @@ def _print_file(r) -> None:
         print_table(p, "fitted parameters across the folds that identify them")
 
 
+def _fit_serving_cached(path) -> dict:
+    """:func:`fit_serving` of one serving file, kept in the answer cache (cli/cache.py): the
+    leave-one-run-out fit re-simulates every run at ~100 points (~20 s on one core), and its
+    answer depends only on the file, the specs it names and cmperf's code, which the key holds."""
+    import json
+
+    import pandas as pd
+
+    from ..calibration.serving import fit_serving, load_serving
+    from ..predict import load_specs
+    from .cache import cached
+
+    ref = load_serving(path)
+    specs = load_specs(ref["hardware"], ref["model"], [], ref["stack"])
+    key = {"file": Path(path).read_text(encoding="utf-8"), "system": specs.hardware.system.model_dump(mode="json"),
+           "chip": specs.hardware.chip.model_dump(mode="json"), "model": specs.model.model_dump(mode="json"),
+           "stack": specs.stack}
+
+    def compute() -> dict:  # as JSON gives it back (NaN as null, numpy numbers as floats), so that it is cached
+        f = fit_serving(path)
+        rest = json.loads(json.dumps({k: v for k, v in f.items() if k != "rows"}, default=float))
+        return {**rest, "rows": json.loads(f["rows"].to_json(orient="records"))}
+
+    f = cached("servingfit", key, compute)
+    return {**f, "rows": pd.DataFrame(f["rows"])}
+
+
 def _serving(files, fmt: str) -> None:
     """Serving evidence replayed through the simulation (docs/calibration.md#serving-evidence).
     A file with a ``fit:`` section (the stack's host constants) is reported leave-one-run-out:
@@ -204,7 +232,7 @@ def _serving(files, fmt: str) -> None:
     outside its target is reported, not failed."""
     import pandas as pd
 
-    from ..calibration.serving import SERVING_FILES, fit_serving, load_serving, replay
+    from ..calibration.serving import SERVING_FILES, load_serving, replay
     from ..report import check_format, print_csv, print_json, print_table, provenance
 
     check_format(fmt)
@@ -216,7 +244,7 @@ def _serving(files, fmt: str) -> None:
     for i, p in enumerate(paths):
         progress(i, len(paths))
         if load_serving(p).get("fit"):
-            f = fit_serving(p)
+            f = _fit_serving_cached(p)
             tables.append(f["rows"].assign(file=str(p)))
             fits.append((p, f))
         else:
