@@ -69,9 +69,30 @@ def cm_plan():
 def test_every_documented_flag_has_a_source():
     for name, launcher in documented().items():
         assert launcher["program"]["source"], name
-        for flag, spec in {**launcher["flags"], **launcher.get("router", {}).get("flags", {})}.items():
+        assert isinstance(launcher["afd"]["value"], bool) and len(launcher["afd"]["source"]) > 8, name
+        keys = {**launcher["flags"], **launcher.get("router", {}).get("flags", {}), **launcher.get("engine", {})}
+        for flag, spec in keys.items():
             assert len(spec.get("source", "")) > 8, (name, flag)
             assert spec["type"] in ("int", "str", "bool", "list", "json"), (name, flag)
+
+
+def flat(d: dict, prefix: str = "") -> dict:
+    """A nested engine YAML as its dotted keys (launchers.yaml: trtllm.engine)."""
+    out = {}
+    for k, v in d.items():
+        out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def check_engine(text: str):
+    """An engine YAML holds only documented TensorRT-LLM keys, each of its documented type."""
+    keys = documented()["trtllm"]["engine"]
+    kinds = {"bool": bool, "int": int, "str": str, "list": list}
+    engine = flat(yaml.safe_load(text))
+    for k, v in engine.items():
+        assert k in keys, k
+        assert isinstance(v, kinds[keys[k]["type"]]), (k, v)
+    return engine
 
 
 def test_deployment_file_reads_back_to_the_same_numbers(cm_plan, tmp_path):
@@ -95,10 +116,14 @@ def test_afd_deployment_reads_back(cm_plan, tmp_path):
     assert dep.decode_phase == "afd"
     ev = evaluate(cm_plan.specs, cm_plan.workload, dep)
     assert ev["goodput_rps"] == pytest.approx(afd["goodput_rps"], rel=1e-9)
-    # no stack documents a flag for attention-FFN disaggregation: no launcher, and a note says so
+    # no stack documents a flag for attention-FFN disaggregation: no launcher (not a PD one in
+    # its place), and the note names each stack and where it was looked for
     names = {Path(f).name for f in files}
-    assert "sglang.sh" not in names and "vllm.sh" not in names
-    assert "attention-FFN" in (tmp_path / "notes.txt").read_text()
+    assert names == {"deployment.yaml", "notes.txt", "export.json"}
+    notes = (tmp_path / "notes.txt").read_text()
+    assert "attention-FFN" in notes
+    for stack in ("sglang", "vllm", "mindie"):  # an Ascend system's launchers
+        assert f"  {stack}: " + documented()[stack]["afd"]["source"] in notes
 
 
 def test_sglang_and_vllm_commands_on_cloudmatrix(cm_plan):
@@ -145,6 +170,38 @@ def test_gpu_system_writes_dynamo_workers_and_one_rank_per_gpu():
         args = sg.parse_args(placeholders(workers[f"{role}_worker"]["sglang_args"]))
         assert args.tp_size == int(p.best[f"{role}_dies"])  # one rank per GPU (dies_per_package 1)
         assert "--disaggregation-transfer-backend" not in workers[f"{role}_worker"]["sglang_args"]
+    # TensorRT-LLM under Dynamo: one rank per GPU, attention DP over all of them (attention TP
+    # 1), EP over all; the decode cap per attention-DP rank covers the plan's batch per GPU
+    pre, dec = commands(files["dynamo-trtllm.sh"], "python3 -m dynamo.trtllm")
+    for args, role in ((pre, "prefill"), (dec, "decode")):
+        assert args.disaggregation_mode == role and args.tensor_parallel_size == int(p.best[f"{role}_dies"])
+        assert args.expert_parallel_size == args.tensor_parallel_size
+        assert args.enable_attention_dp == (int(p.best[f"{role}_tp"]) == 1)
+        assert args.max_num_tokens % args.kv_block_size == 0 if args.kv_block_size else args.max_num_tokens % 32 == 0
+        engine = check_engine(files[args.extra_engine_args])
+        assert engine["cache_transceiver_config.backend"] == "DEFAULT"
+        assert engine["disable_overlap_scheduler"] == (role == "prefill")  # AIC's rule
+    assert p.best["decode_batch_per_npu"] <= dec.max_batch_size < p.best["decode_batch_per_npu"] + 1
+    assert max(yaml.safe_load(files["trtllm-decode.yaml"])["cuda_graph_config"]["batch_sizes"]) == dec.max_batch_size
+    assert pre.max_num_tokens >= p.best["prefill_tokens_per_npu"] and pre.max_batch_size is None
+
+
+def test_trtllm_cannot_express_a_partial_attention_tp():
+    """Dynamo's TensorRT-LLM attention DP is all ranks or none: an instance of 8 GPUs at
+    attention TP 4 gets no TensorRT-LLM launcher, and the note says why; the other stacks'
+    launchers are still written."""
+    from cmperf.export import Chosen, Instance
+    from cmperf.plan.workload import SLO
+    from cmperf.predict import load_specs
+
+    ctx = context(load_specs("gb200-nvl72", None, []), SLO(2.0, 0.05, "mean"))
+    chosen = Chosen("pd", [Instance("prefill", 2, 8, 4, tokens_per_npu=8192.0),
+                           Instance("decode", 1, 8, 1, batch_per_npu=64.0)])
+    files = launch_files(chosen, ctx)
+    assert "dynamo-trtllm.sh" not in files and not any(f.startswith("trtllm-") for f in files)
+    assert "attention TP 4 of 8 GPUs" in files["notes.txt"]
+    pre, dec = commands(files["sglang.sh"], "python -m sglang.launch_server")
+    assert pre.dp_size == 2 and dec.dp_size == 8
 
 
 def test_plan_export_cli(cli, tmp_path):

@@ -60,7 +60,7 @@ def plan_cmd(
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write every deployment evaluated (ranked) to this CSV file"),
     plot: Optional[str] = typer.Option(None, "--plot", help="write an image (png, pdf, svg, ...: by its suffix): TTFT/TPOT against the rate per shape, the P:D split, the TTFT breakdown (with --sweep or lists: goodput per value)"),
-    export: Optional[str] = typer.Option(None, "--export", help="write the best deployment to this directory: deployment.yaml (read back by --deployment) and the launch commands of the stacks that run it (SGLang, vLLM, MindIE, Dynamo; docs/export.md)"),
+    export: Optional[str] = typer.Option(None, "--export", help="write the best deployment to this directory: deployment.yaml (read back by --deployment) and the launch commands of the stacks that run it (SGLang, vLLM, MindIE, Dynamo with SGLang or TensorRT-LLM; docs/export.md)"),
 ):
     """Plan a deployment: the P:D split, instance sizes, batch, requests/s within the SLOs and
     where the time goes (default: the paper's setting, 384 NPUs, 4K prompts, 256 outputs,
