@@ -236,3 +236,68 @@ def test_simulate_export_reads_back_to_the_same_run(cli, tmp_path):
     a, b = json.loads(out), json.loads(out2)
     for k in ("mean_ttft_ms", "mean_tpot_ms", "request_throughput_rps", "npus"):
         assert a[k] == b[k], k
+
+
+def check_launchers(files: dict):
+    """Every written launcher parses against its stack's documented list alone."""
+    doc = documented()
+    for name, text in files.items():
+        if name.endswith(".sh"):
+            progs = {"sglang.sh": ["sglang"], "vllm.sh": ["vllm"], "dynamo-trtllm.sh": ["trtllm"]}[name]
+            for launcher in progs:
+                assert commands(text, doc[launcher]["program"]["value"]), name
+        elif name == "dynamo-sglang.yaml":
+            sg = parser(doc["sglang"]["flags"])
+            for worker in yaml.safe_load(text).values():
+                sg.parse_args(placeholders(worker["sglang_args"]))
+        elif name.startswith("trtllm-"):
+            check_engine(text)
+        elif name == "mindie-config.json":
+            assert set(json.loads(text)) <= set(doc["mindie"]["flags"])
+
+
+def export_and_read_back(p, w, d: Path) -> str:
+    """Write the best deployment of plan ``p`` into ``d``, parse every launcher, and check
+    deployment.yaml evaluates to the plan's numbers; returns the shape."""
+    from cmperf.plan.planner import evaluate
+    from cmperf.simulate.deployment import from_file
+
+    written = write(str(d), from_plan(p.best), context(p.specs, w.slo))
+    files = {Path(f).name: Path(f).read_text() for f in written}
+    assert {"deployment.yaml", "notes.txt", "export.json"} <= set(files), d.name
+    check_launchers(files)
+    ev = evaluate(p.specs, p.workload, from_file(str(d / "deployment.yaml")))
+    for k in ("goodput_rps", "ttft_ms", "tpot_ms", "npus"):
+        assert ev[k] == pytest.approx(p.best[k], rel=1e-9), (d.name, k)
+    return p.best["shape"]
+
+
+def test_every_system_exports_and_reads_back(tmp_path):
+    """plan --export on every shipped system with its defaults (its model and stack, the
+    default workload; 16 NPUs of PD keep it cheap — benchmarks/export_matrix.py walks every
+    whole system at its default shapes): the files are written, each launcher parses against
+    its documented list, deployment.yaml evaluates to the plan's numbers."""
+    from cmperf.plan import default_workload
+    from cmperf.plan.planner import plan
+    from cmperf.specs.loader import list_builtin
+
+    w = default_workload()
+    planned = 0
+    for system, _ in list_builtin("system"):
+        p = plan(w, hardware=system, npus=16, shape_names=("pd",))
+        if p.best is None:
+            assert p.message, system  # says why nothing fits
+            continue
+        planned += export_and_read_back(p, w, tmp_path / system) == "pd"
+    assert planned >= 8
+
+
+def test_colocated_export_reads_back(tmp_path):
+    """A co-located plan's deployment.yaml (``colocated:`` instances) is one plan --deployment
+    evaluates (it refused any deployment without one prefill and one decode group)."""
+    from cmperf.plan import default_workload
+    from cmperf.plan.planner import plan
+
+    w = default_workload()
+    p = plan(w, hardware="h800-cluster", npus=16, shape_names=("colocated",))
+    assert export_and_read_back(p, w, tmp_path) == "colocated"
