@@ -124,6 +124,9 @@ def test_afd_deployment_reads_back(cm_plan, tmp_path):
     assert "attention-FFN" in notes
     for stack in ("sglang", "vllm", "mindie"):  # an Ascend system's launchers
         assert f"  {stack}: " + documented()[stack]["afd"]["source"] in notes
+    from cmperf.export import written_message
+
+    assert "no launch command" in written_message(str(tmp_path), files)  # the CLI's line says so
 
 
 def test_sglang_and_vllm_commands_on_cloudmatrix(cm_plan):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -147,10 +146,10 @@ def plan_cmd(
     if export is not None and result.best is None:
         sys.stderr.write(f"cmperf: --export {export}: nothing written: no deployment meets the SLOs\n")
     if export is not None and result.best is not None:
-        from ..export import context, from_plan, write
+        from ..export import context, from_plan, write, written_message
 
         written = write(export, from_plan(result.best), context(result.specs, result.workload.slo), prov)
-        sys.stderr.write(f"cmperf: wrote {len(written)} files to {export}: {', '.join(Path(w).name for w in written)}\n")
+        sys.stderr.write(written_message(export, written))
     _render(result, fmt, top, out, plot, prov, verified)
 
 

@@ -475,6 +475,16 @@ def write(directory: str, chosen: Chosen, ctx: Context | None, provenance: dict 
     return written
 
 
+def written_message(directory: str, written: list[str]) -> str:
+    """The line the CLI prints after an export: the files, and when no launcher is among them
+    (an AFD deployment), that notes.txt says why."""
+    names = [Path(w).name for w in written]
+    line = f"cmperf: wrote {len(names)} files to {directory}: {', '.join(names)}"
+    if not set(names) - {"deployment.yaml", "notes.txt", "export.json"}:
+        line += f"; no launch command: no exported stack can run this deployment ({directory}/notes.txt says why)"
+    return line + "\n"
+
+
 def _plain(v):
     if isinstance(v, dict):
         return {str(k): _plain(x) for k, x in v.items()}
