@@ -304,3 +304,7 @@ def test_colocated_export_reads_back(tmp_path):
     w = default_workload()
     p = plan(w, hardware="h800-cluster", npus=16, shape_names=("colocated",))
     assert export_and_read_back(p, w, tmp_path) == "colocated"
+    (args,) = commands((tmp_path / "dynamo-trtllm.sh").read_text(), "python3 -m dynamo.trtllm")
+    assert args.disaggregation_mode is None  # aggregated: Dynamo's default
+    engine = check_engine((tmp_path / args.extra_engine_args).read_text())
+    assert engine["enable_chunked_prefill"] is True

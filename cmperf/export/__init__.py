@@ -330,6 +330,8 @@ def trtllm_args(i: Instance, ctx: Context, pd: bool) -> tuple[list[str], dict]:
         a += ["--kv-block-size", str(block)]
     if ctx.nodes(i.dies) > 1:
         a += ["--gpus-per-node", str(ctx.chips_per_node)]
+    if i.role == "colocated" and i.tokens_per_npu > 0:
+        engine["enable_chunked_prefill"] = True  # each iteration carries a chunk of prompt tokens
     if pd:
         a += ["--disaggregation-mode", i.role]
         engine["cache_transceiver_config"] = {"backend": "DEFAULT"}
