@@ -185,6 +185,7 @@ def test_gpu_system_writes_dynamo_workers_and_one_rank_per_gpu():
         assert engine["cache_transceiver_config.backend"] == "DEFAULT"
         assert engine["disable_overlap_scheduler"] == (role == "prefill")  # AIC's rule
     assert p.best["decode_batch_per_npu"] <= dec.max_batch_size < p.best["decode_batch_per_npu"] + 1
+    assert p.specs.stack_name == "sglang" and dec.kv_block_size is None  # SGLang's 1-token page is not TensorRT-LLM's
     assert max(yaml.safe_load(files["trtllm-decode.yaml"])["cuda_graph_config"]["batch_sizes"]) == dec.max_batch_size
     assert pre.max_num_tokens >= p.best["prefill_tokens_per_npu"] and pre.max_batch_size is None
 

@@ -307,8 +307,9 @@ def trtllm_args(i: Instance, ctx: Context, pd: bool) -> tuple[list[str], dict]:
     npus = i.dies / ctx.dies_per_package
     k = int(ctx.stack_value("mtp_draft_tokens", 1) or 1) if ctx.mtp_on else 0
     # the KV block: the plan's stack's when it is this one, else Dynamo's default (launchers.yaml)
-    default_block = int(documented()["trtllm"]["flags"]["--kv-block-size"]["default"])
-    block = int(ctx.stack_value("kv_block_tokens", 0) or 0) if ctx.stack_name == "trtllm-dynamo" else 0
+    doc = documented()["trtllm"]
+    default_block = int(doc["flags"]["--kv-block-size"]["default"])
+    block = int(ctx.stack_value("kv_block_tokens", 0) or 0) if ctx.stack_name == doc["stack"]["value"] else 0
     a = ["--model", "$MODEL_PATH", "--tensor-parallel-size", str(ranks)]
     if dp > 1:
         a.append("--enable-attention-dp")
