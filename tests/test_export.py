@@ -69,9 +69,30 @@ def cm_plan():
 def test_every_documented_flag_has_a_source():
     for name, launcher in documented().items():
         assert launcher["program"]["source"], name
-        for flag, spec in {**launcher["flags"], **launcher.get("router", {}).get("flags", {})}.items():
+        assert isinstance(launcher["afd"]["value"], bool) and len(launcher["afd"]["source"]) > 8, name
+        keys = {**launcher["flags"], **launcher.get("router", {}).get("flags", {}), **launcher.get("engine", {})}
+        for flag, spec in keys.items():
             assert len(spec.get("source", "")) > 8, (name, flag)
             assert spec["type"] in ("int", "str", "bool", "list", "json"), (name, flag)
+
+
+def flat(d: dict, prefix: str = "") -> dict:
+    """A nested engine YAML as its dotted keys (launchers.yaml: trtllm.engine)."""
+    out = {}
+    for k, v in d.items():
+        out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def check_engine(text: str):
+    """An engine YAML holds only documented TensorRT-LLM keys, each of its documented type."""
+    keys = documented()["trtllm"]["engine"]
+    kinds = {"bool": bool, "int": int, "str": str, "list": list}
+    engine = flat(yaml.safe_load(text))
+    for k, v in engine.items():
+        assert k in keys, k
+        assert isinstance(v, kinds[keys[k]["type"]]), (k, v)
+    return engine
 
 
 def test_deployment_file_reads_back_to_the_same_numbers(cm_plan, tmp_path):
@@ -95,10 +116,17 @@ def test_afd_deployment_reads_back(cm_plan, tmp_path):
     assert dep.decode_phase == "afd"
     ev = evaluate(cm_plan.specs, cm_plan.workload, dep)
     assert ev["goodput_rps"] == pytest.approx(afd["goodput_rps"], rel=1e-9)
-    # no stack documents a flag for attention-FFN disaggregation: no launcher, and a note says so
+    # no stack documents a flag for attention-FFN disaggregation: no launcher (not a PD one in
+    # its place), and the note names each stack and where it was looked for
     names = {Path(f).name for f in files}
-    assert "sglang.sh" not in names and "vllm.sh" not in names
-    assert "attention-FFN" in (tmp_path / "notes.txt").read_text()
+    assert names == {"deployment.yaml", "notes.txt", "export.json"}
+    notes = (tmp_path / "notes.txt").read_text()
+    assert "attention-FFN" in notes
+    for stack in ("sglang", "vllm", "mindie"):  # an Ascend system's launchers
+        assert f"  {stack}: " + documented()[stack]["afd"]["source"] in notes
+    from cmperf.export import written_message
+
+    assert "no launch command" in written_message(str(tmp_path), files)  # the CLI's line says so
 
 
 def test_sglang_and_vllm_commands_on_cloudmatrix(cm_plan):
@@ -145,6 +173,39 @@ def test_gpu_system_writes_dynamo_workers_and_one_rank_per_gpu():
         args = sg.parse_args(placeholders(workers[f"{role}_worker"]["sglang_args"]))
         assert args.tp_size == int(p.best[f"{role}_dies"])  # one rank per GPU (dies_per_package 1)
         assert "--disaggregation-transfer-backend" not in workers[f"{role}_worker"]["sglang_args"]
+    # TensorRT-LLM under Dynamo: one rank per GPU, attention DP over all of them (attention TP
+    # 1), EP over all; the decode cap per attention-DP rank covers the plan's batch per GPU
+    pre, dec = commands(files["dynamo-trtllm.sh"], "python3 -m dynamo.trtllm")
+    for args, role in ((pre, "prefill"), (dec, "decode")):
+        assert args.disaggregation_mode == role and args.tensor_parallel_size == int(p.best[f"{role}_dies"])
+        assert args.expert_parallel_size == args.tensor_parallel_size
+        assert args.enable_attention_dp == (int(p.best[f"{role}_tp"]) == 1)
+        assert args.max_num_tokens % args.kv_block_size == 0 if args.kv_block_size else args.max_num_tokens % 32 == 0
+        engine = check_engine(files[args.extra_engine_args])
+        assert engine["cache_transceiver_config.backend"] == "DEFAULT"
+        assert engine["disable_overlap_scheduler"] == (role == "prefill")  # AIC's rule
+    assert p.best["decode_batch_per_npu"] <= dec.max_batch_size < p.best["decode_batch_per_npu"] + 1
+    assert p.specs.stack_name == "sglang" and dec.kv_block_size is None  # SGLang's 1-token page is not TensorRT-LLM's
+    assert max(yaml.safe_load(files["trtllm-decode.yaml"])["cuda_graph_config"]["batch_sizes"]) == dec.max_batch_size
+    assert pre.max_num_tokens >= p.best["prefill_tokens_per_npu"] and pre.max_batch_size is None
+
+
+def test_trtllm_cannot_express_a_partial_attention_tp():
+    """Dynamo's TensorRT-LLM attention DP is all ranks or none: an instance of 8 GPUs at
+    attention TP 4 gets no TensorRT-LLM launcher, and the note says why; the other stacks'
+    launchers are still written."""
+    from cmperf.export import Chosen, Instance
+    from cmperf.plan.workload import SLO
+    from cmperf.predict import load_specs
+
+    ctx = context(load_specs("gb200-nvl72", None, []), SLO(2.0, 0.05, "mean"))
+    chosen = Chosen("pd", [Instance("prefill", 2, 8, 4, tokens_per_npu=8192.0),
+                           Instance("decode", 1, 8, 1, batch_per_npu=64.0)])
+    files = launch_files(chosen, ctx)
+    assert "dynamo-trtllm.sh" not in files and not any(f.startswith("trtllm-") for f in files)
+    assert "attention TP 4 of 8 GPUs" in files["notes.txt"]
+    pre, dec = commands(files["sglang.sh"], "python -m sglang.launch_server")
+    assert pre.dp_size == 2 and dec.dp_size == 8
 
 
 def test_plan_export_cli(cli, tmp_path):
@@ -179,3 +240,72 @@ def test_simulate_export_reads_back_to_the_same_run(cli, tmp_path):
     a, b = json.loads(out), json.loads(out2)
     for k in ("mean_ttft_ms", "mean_tpot_ms", "request_throughput_rps", "npus"):
         assert a[k] == b[k], k
+
+
+def check_launchers(files: dict):
+    """Every written launcher parses against its stack's documented list alone."""
+    doc = documented()
+    for name, text in files.items():
+        if name.endswith(".sh"):
+            progs = {"sglang.sh": ["sglang"], "vllm.sh": ["vllm"], "dynamo-trtllm.sh": ["trtllm"]}[name]
+            for launcher in progs:
+                assert commands(text, doc[launcher]["program"]["value"]), name
+        elif name == "dynamo-sglang.yaml":
+            sg = parser(doc["sglang"]["flags"])
+            for worker in yaml.safe_load(text).values():
+                sg.parse_args(placeholders(worker["sglang_args"]))
+        elif name.startswith("trtllm-"):
+            check_engine(text)
+        elif name == "mindie-config.json":
+            assert set(json.loads(text)) <= set(doc["mindie"]["flags"])
+
+
+def export_and_read_back(p, w, d: Path) -> str:
+    """Write the best deployment of plan ``p`` into ``d``, parse every launcher, and check
+    deployment.yaml evaluates to the plan's numbers; returns the shape."""
+    from cmperf.plan.planner import evaluate
+    from cmperf.simulate.deployment import from_file
+
+    written = write(str(d), from_plan(p.best), context(p.specs, w.slo))
+    files = {Path(f).name: Path(f).read_text() for f in written}
+    assert {"deployment.yaml", "notes.txt", "export.json"} <= set(files), d.name
+    check_launchers(files)
+    ev = evaluate(p.specs, p.workload, from_file(str(d / "deployment.yaml")))
+    for k in ("goodput_rps", "ttft_ms", "tpot_ms", "npus"):
+        assert ev[k] == pytest.approx(p.best[k], rel=1e-9), (d.name, k)
+    return p.best["shape"]
+
+
+def test_every_system_exports_and_reads_back(tmp_path):
+    """plan --export on every shipped system with its defaults (its model and stack, the
+    default workload; 16 NPUs of PD keep it cheap — benchmarks/export_matrix.py walks every
+    whole system at its default shapes): the files are written, each launcher parses against
+    its documented list, deployment.yaml evaluates to the plan's numbers."""
+    from cmperf.plan import default_workload
+    from cmperf.plan.planner import plan
+    from cmperf.specs.loader import list_builtin
+
+    w = default_workload()
+    planned = 0
+    for system, _ in list_builtin("system"):
+        p = plan(w, hardware=system, npus=16, shape_names=("pd",))
+        if p.best is None:
+            assert p.message, system  # says why nothing fits
+            continue
+        planned += export_and_read_back(p, w, tmp_path / system) == "pd"
+    assert planned >= 8
+
+
+def test_colocated_export_reads_back(tmp_path):
+    """A co-located plan's deployment.yaml (``colocated:`` instances) is one plan --deployment
+    evaluates (it refused any deployment without one prefill and one decode group)."""
+    from cmperf.plan import default_workload
+    from cmperf.plan.planner import plan
+
+    w = default_workload()
+    p = plan(w, hardware="h800-cluster", npus=16, shape_names=("colocated",))
+    assert export_and_read_back(p, w, tmp_path) == "colocated"
+    (args,) = commands((tmp_path / "dynamo-trtllm.sh").read_text(), "python3 -m dynamo.trtllm")
+    assert args.disaggregation_mode is None  # aggregated: Dynamo's default
+    engine = check_engine((tmp_path / args.extra_engine_args).read_text())
+    assert engine["enable_chunked_prefill"] is True

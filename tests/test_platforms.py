@@ -519,16 +519,19 @@ def test_tensor_parallelism_splits_kv_heads_but_not_the_mla_latent():
 
 def test_tp8_holds_an_eighth_of_the_layer_weights(cli):
     """Llama-3.1-70B in BF16: per layer q, o 8192 x 8192, k, v 8192 x 1024, SwiGLU 3 x 8192 x
-    28672, two 8192 norms; embedding and head 128256 x 8192 each, replicated. TP8 splits the
-    layers' matrices eight ways."""
+    28672, two 8192 norms, on every die; embedding and head 128256 x 8192 each, vocab-parallel
+    in decode as the cost model runs them (VocabParallelEmbedding, ParallelLMHead). TP8 splits
+    the layers' matrices, the embedding and the head eight ways: 17.64 GB per die (21.3 GB
+    when the embedding and head were counted whole on every die)."""
     h, L, V = 8192, 80, 128256
     matrices = 2 * h * h + 2 * h * 1024 + 3 * h * 28672
-    rest = L * 2 * h + 2 * V * h  # norms, embedding, head on every die
+    norms, vocab = L * 2 * h, 2 * V * h  # norms on every die; embedding + head split over TP
     tp1 = _decode(cli, "h100-cluster", "llama-3.1-70b", "--dies", 8, "--tp", 1)["weights_per_die_bytes"]
     tp8 = _decode(cli, "h100-cluster", "llama-3.1-70b", "--dies", 8, "--tp", 8)["weights_per_die_bytes"]
-    assert tp1 == pytest.approx(2 * (L * matrices + rest), rel=1e-6)  # 141.1 GB: does not fit an 80 GB H100
-    assert tp8 == pytest.approx(2 * (L * matrices / 8 + rest), rel=1e-6)  # 21.3 GB
-    assert 1 / 8 < tp8 / tp1 < 1 / 8 + 2 * rest / (L * matrices)
+    assert tp1 == pytest.approx(2 * (L * matrices + norms + vocab), rel=1e-6)  # 141.1 GB: does not fit an 80 GB H100
+    assert tp8 == pytest.approx(2 * (L * matrices / 8 + norms + vocab / 8), rel=1e-6)  # 17.64 GB
+    assert tp8 == pytest.approx(17.6407e9, rel=1e-5)
+    assert 1 / 8 < tp8 / tp1 < 1 / 8 + 2 * norms / (L * matrices)
 
 
 def test_a_dense_model_has_no_expert_parallel_ops(cli):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -60,7 +59,7 @@ def plan_cmd(
     fmt: str = FormatOpt,
     out: Optional[str] = typer.Option(None, "--out", help="also write every deployment evaluated (ranked) to this CSV file"),
     plot: Optional[str] = typer.Option(None, "--plot", help="write an image (png, pdf, svg, ...: by its suffix): TTFT/TPOT against the rate per shape, the P:D split, the TTFT breakdown (with --sweep or lists: goodput per value)"),
-    export: Optional[str] = typer.Option(None, "--export", help="write the best deployment to this directory: deployment.yaml (read back by --deployment) and the launch commands of the stacks that run it (SGLang, vLLM, MindIE, Dynamo; docs/export.md)"),
+    export: Optional[str] = typer.Option(None, "--export", help="write the best deployment to this directory: deployment.yaml (read back by --deployment) and the launch commands of the stacks that run it (SGLang, vLLM, MindIE, Dynamo with SGLang or TensorRT-LLM; docs/export.md)"),
 ):
     """Plan a deployment: the P:D split, instance sizes, batch, requests/s within the SLOs and
     where the time goes (default: the paper's setting, 384 NPUs, 4K prompts, 256 outputs,
@@ -147,10 +146,10 @@ def plan_cmd(
     if export is not None and result.best is None:
         sys.stderr.write(f"cmperf: --export {export}: nothing written: no deployment meets the SLOs\n")
     if export is not None and result.best is not None:
-        from ..export import context, from_plan, write
+        from ..export import context, from_plan, write, written_message
 
         written = write(export, from_plan(result.best), context(result.specs, result.workload.slo), prov)
-        sys.stderr.write(f"cmperf: wrote {len(written)} files to {export}: {', '.join(Path(w).name for w in written)}\n")
+        sys.stderr.write(written_message(export, written))
     _render(result, fmt, top, out, plot, prov, verified)
 
 

@@ -150,13 +150,13 @@ def _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, ou
     if export is not None:
         import sys
 
-        from ..export import context, from_deployment, write
+        from ..export import context, from_deployment, write, written_message
 
         keys = ("request_throughput_rps", "goodput_rps", "mean_ttft_ms", "mean_tpot_ms", "npus")
         chosen = from_deployment(res.deployment, res.instances["decode"], res.instances["prefill"],
                                  {"split": res.settings["deployment"], **{k: res.metrics[k] for k in keys if k in res.metrics}})
         written = write(export, chosen, context(specs, workload.slo), prov)
-        sys.stderr.write(f"cmperf: wrote {len(written)} files to {export}\n")
+        sys.stderr.write(written_message(export, written))
     if plot:
         from ..plots import simulate_figure
 

@@ -963,6 +963,27 @@ def embedding_ops(m, T, tp, tier: str) -> list[Op]:
     return [embedding_op(m, T)] + split
 
 
+def vocab_tp(g, phase: str) -> tuple:
+    """How a phase splits the vocabulary over a die's TP group (docs/model.md §7): (embedding
+    TP, head TP). The one statement of it: the schedules time the embedding and the head with
+    it, and memory holds their weights with it. Decode: both vocab-parallel over the TP group
+    (VocabParallelEmbedding, ParallelLMHead); prefill: the embedding on each die's own tokens
+    (sequence-parallel: the whole table on every die), the head vocab-parallel over the
+    attention TP group; AFD's attention dies run decode at TP 1."""
+    if phase == "prefill":
+        return 1.0, g["attn_tp"]
+    return g["tp"], g["tp"]
+
+
+def vocab_weight_bytes(m, emb_tp, head_tp) -> np.ndarray:
+    """Embedding and LM-head weights one die holds under :func:`vocab_tp`'s split: the
+    embedding table's 1/``emb_tp`` and the head's 1/``head_tp`` (:func:`head_op`'s weights).
+    Tied weights are one table: the die holds the larger of the two shares."""
+    emb = arch.embedding_params(m) * Bytes.of(m).emb / np.asarray(emb_tp, dtype=float)
+    head = np.asarray(head_op(m, 0.0, tp=head_tp).weight_bytes, dtype=float)
+    return np.maximum(emb, head) if m.tie_word_embeddings else emb + head
+
+
 def head_op(m, T, name: str = "lm_head", tp=1.0) -> Op:
     """LM head over ``T`` tokens on 1/``tp`` of the vocabulary (vocab-parallel over the
     attention TP group, as vLLM's and SGLang's ParallelLMHead): V h / tp weights read,

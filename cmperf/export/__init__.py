@@ -16,6 +16,9 @@ SGLASC; one rank per GPU elsewhere, DYN-H100):
     prefill tokens     tokens per NPU x NPUs per DP group (--max-prefill-tokens, --max-num-batched-tokens)
 
 The batch is the plan's at its planned rate: the cap that keeps TPOT within its SLO.
+TensorRT-LLM under Dynamo (--tensor-parallel-size R, --enable-attention-dp at attention TP 1,
+--max-batch-size per attention-DP rank) and what no stack expresses (AFD; a partial attention
+TP on TensorRT-LLM): docs/export.md.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ from ..errors import ConfigError
 
 LAUNCHERS = Path(__file__).with_name("launchers.yaml")
 # which launchers a vendor's chips run (the stacks' own platform pages: SGLASC / VASC for Ascend)
-BY_VENDOR = {"huawei": ("sglang", "vllm", "mindie"), "nvidia": ("sglang", "vllm", "dynamo"), "amd": ("sglang", "vllm")}
-FILES = {"sglang": "sglang.sh", "vllm": "vllm.sh", "mindie": "mindie-config.json", "dynamo": "dynamo-sglang.yaml"}
+BY_VENDOR = {"huawei": ("sglang", "vllm", "mindie"), "nvidia": ("sglang", "vllm", "dynamo", "trtllm"),
+             "amd": ("sglang", "vllm")}
+FILES = {"sglang": "sglang.sh", "vllm": "vllm.sh", "mindie": "mindie-config.json", "dynamo": "dynamo-sglang.yaml",
+         "trtllm": "dynamo-trtllm.sh"}
 
 
 @lru_cache(maxsize=1)
@@ -283,6 +288,62 @@ def vllm_args(i: Instance, ctx: Context, pd: bool) -> list[str]:
     return a
 
 
+class Inexpressible(Exception):
+    """A stack's documented flags cannot express an instance (the message says why)."""
+
+
+def trtllm_args(i: Instance, ctx: Context, pd: bool) -> tuple[list[str], dict]:
+    """The ``python3 -m dynamo.trtllm`` flags of one instance and its engine YAML (the
+    TensorRT-LLM keys --extra-engine-args names; launchers.yaml: trtllm). Dynamo's attention
+    DP is all ranks or none (attention_dp_size = tensor_parallel_size or 1): an attention TP
+    between 1 and the instance's ranks raises :class:`Inexpressible`."""
+    ranks = ctx.ranks(i.dies)
+    attn_tp = max(1, min(ctx.ranks(i.tp), ranks))
+    if 1 < attn_tp < ranks:
+        raise Inexpressible(f"the {i.role} instance's attention TP {attn_tp} of {ranks} GPUs: Dynamo's TensorRT-LLM "
+                            "attention DP is all ranks or none (--enable-attention-dp: attention_dp_size = "
+                            "tensor_parallel_size)")
+    dp = ranks // attn_tp  # attention-DP ranks: every GPU (attention TP 1) or one
+    npus = i.dies / ctx.dies_per_package
+    k = int(ctx.stack_value("mtp_draft_tokens", 1) or 1) if ctx.mtp_on else 0
+    # the KV block: the plan's stack's when it is this one, else Dynamo's default (launchers.yaml)
+    doc = documented()["trtllm"]
+    default_block = int(doc["flags"]["--kv-block-size"]["default"])
+    block = int(ctx.stack_value("kv_block_tokens", 0) or 0) if ctx.stack_name == doc["stack"]["value"] else 0
+    a = ["--model", "$MODEL_PATH", "--tensor-parallel-size", str(ranks)]
+    if dp > 1:
+        a.append("--enable-attention-dp")
+    if ctx.moe:
+        a += ["--expert-parallel-size", str(ranks)]
+    engine: dict[str, Any] = {}
+    per_rank = 0
+    if i.role != "prefill" and i.batch_per_npu > 0:
+        per_rank = max(1, math.ceil(i.batch_per_npu * npus / dp - 1e-9))  # the cap of each attention-DP rank
+        a += ["--max-batch-size", str(per_rank)]
+        if ctx.stack_value("decode_graph", "graph") == "graph":
+            engine["cuda_graph_config"] = {"enable_padding": True, "batch_sizes": _cuda_graph_bs(per_rank)}
+    tokens = i.tokens_per_npu * npus / dp + per_rank * (1 + k)  # a pass's prompt tokens + a step's decode tokens
+    if tokens > 0:
+        step = block or default_block
+        tokens = math.ceil(tokens / step - 1e-9) * step  # a multiple of the KV block (AIC-WHL trtllm.rule)
+        a += ["--max-num-tokens", str(int(tokens))]
+    if block:
+        a += ["--kv-block-size", str(block)]
+    if ctx.nodes(i.dies) > 1:
+        a += ["--gpus-per-node", str(ctx.chips_per_node)]
+    if i.role == "colocated" and i.tokens_per_npu > 0:
+        engine["enable_chunked_prefill"] = True  # each iteration carries a chunk of prompt tokens
+    if pd:
+        a += ["--disaggregation-mode", i.role]
+        engine["cache_transceiver_config"] = {"backend": "DEFAULT"}
+        engine["disable_overlap_scheduler"] = i.role == "prefill"
+    if k:
+        engine["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": k}
+    if engine:
+        a += ["--extra-engine-args", f"trtllm-{i.role}.yaml"]
+    return a, engine
+
+
 def mindie_fields(chosen: Chosen, ctx: Context) -> dict:
     """The MindIE config.json fields the reference names (launchers.yaml: mindie)."""
     out: dict[str, Any] = {"cacheBlockSize": int(min(128, ctx.stack_value("kv_block_tokens", 128) or 128))}
@@ -312,13 +373,17 @@ def launch_files(chosen: Chosen, ctx: Context) -> dict[str, str]:
              "NODE_RANK / DP_START_RANK (this node's).",
              "Each flag comes from its stack's documentation (cmperf/export/launchers.yaml gives the source of each)."]
     files: dict[str, str] = {}
+    names = BY_VENDOR.get(ctx.vendor, ("sglang", "vllm"))
     if chosen.shape == "afd":
-        notes.append("No launcher written: attention-FFN disaggregation has no flag in any stack's documented list.")
+        notes.append("No launcher written: no stack cmperf exports to runs an attention-FFN disaggregated (AFD) decode "
+                     "instance, so none can launch this deployment (a PD launcher in its place would run another one). "
+                     "Plan it with --shapes pd (or colocated) to get launch commands. Where each stack was searched:")
+        notes += [f"  {n}: {doc[n]['afd']['source']}" for n in names]
         files["notes.txt"] = "\n".join(notes) + "\n"
         return files
     pd = chosen.shape == "pd"
     header = [f"{chosen.numbers.get('split', '')}", "one command per instance (run each instance's on each of its nodes)"]
-    for name in BY_VENDOR.get(ctx.vendor, ("sglang", "vllm")):
+    for name in names:
         if name == "sglang":
             prog = doc["sglang"]["program"]["value"]
             lines = []
@@ -349,9 +414,38 @@ def launch_files(chosen: Chosen, ctx: Context) -> dict[str, str]:
                        for i in chosen.instances}
             files[FILES[name]] = "# Dynamo's SGLang workers (DYN-H100, DYN-GB200): each worker's SGLang flags\n" + \
                 yaml.safe_dump(workers, sort_keys=False)
-    notes.append("Not written: TensorRT-LLM (no flag of it is quoted in the reference).")
+        elif name == "trtllm":
+            files.update(_trtllm_files(chosen, ctx, pd, header, notes))
     files["notes.txt"] = "\n".join(notes) + "\n"
     return files
+
+
+def _trtllm_files(chosen: Chosen, ctx: Context, pd: bool, header: list[str], notes: list[str]) -> dict[str, str]:
+    """``dynamo-trtllm.sh`` and each instance kind's engine YAML, or none of them (and a note)
+    where an instance is one Dynamo's TensorRT-LLM flags cannot express."""
+    import yaml
+
+    prog = documented()["trtllm"]["program"]["value"]
+    try:
+        built = [(i, *trtllm_args(i, ctx, pd)) for i in chosen.instances]
+    except Inexpressible as e:
+        notes.append(f"Not written: dynamo-trtllm.sh: {e}.")
+        return {}
+    out, lines = {}, []
+    for i, args, engine in built:
+        nodes = ctx.nodes(i.dies)
+        lines += [f"# {i.count} x {i.role} instance of {i.dies} GPUs" +
+                  (f" over {nodes} nodes: one process per GPU under the cluster's MPI launcher (srun / mpirun)"
+                   if nodes > 1 else ""), _command(prog, args)]
+        if engine:
+            out[f"trtllm-{i.role}.yaml"] = (f"# TensorRT-LLM engine arguments of the {i.role} worker "
+                                            "(--extra-engine-args; launchers.yaml: trtllm.engine)\n" +
+                                            yaml.safe_dump(engine, sort_keys=False))
+    out[FILES["trtllm"]] = _script(lines, header + ["TensorRT-LLM under NVIDIA Dynamo: run each worker beside "
+                                                    "python3 -m dynamo.frontend (Dynamo's recipes)"])
+    notes.append("dynamo-trtllm.sh: max-batch-size is per attention-DP rank (each GPU with attention DP); the "
+                 "engine keys are TensorRT-LLM's, as NVIDIA's aiconfigurator writes them.")
+    return out
 
 
 def write(directory: str, chosen: Chosen, ctx: Context | None, provenance: dict | None = None) -> list[str]:
@@ -382,6 +476,16 @@ def write(directory: str, chosen: Chosen, ctx: Context | None, provenance: dict 
         write_atomic(path, lambda tmp, text=text: Path(tmp).write_text(text), "--export")
         written.append(str(path))
     return written
+
+
+def written_message(directory: str, written: list[str]) -> str:
+    """The line the CLI prints after an export: the files, and when no launcher is among them
+    (an AFD deployment), that notes.txt says why."""
+    names = [Path(w).name for w in written]
+    line = f"cmperf: wrote {len(names)} files to {directory}: {', '.join(names)}"
+    if not set(names) - {"deployment.yaml", "notes.txt", "export.json"}:
+        line += f"; no launch command: no exported stack can run this deployment ({directory}/notes.txt says why)"
+    return line + "\n"
 
 
 def _plain(v):

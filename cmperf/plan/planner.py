@@ -123,8 +123,10 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     loading ``hardware``/``model``/``sets``/``stack``."""
     workload = workload or default_workload()
     if deployment is not None:
-        shape_names = ("afd",) if deployment.decode_phase == "afd" else ("pd",)
-        if len(deployment.prefill) != 1 or len(deployment.decode) != 1:
+        shape_names = ("afd",) if deployment.decode_phase == "afd" else ("colocated",) if deployment.colocated else ("pd",)
+        if deployment.colocated and len(deployment.decode) != 1:
+            raise ConfigError("plan evaluates a deployment of one co-located instance kind (give one --colocated)")
+        if not deployment.colocated and (len(deployment.prefill) != 1 or len(deployment.decode) != 1):
             raise ConfigError("plan evaluates a deployment of one prefill and one decode instance kind (give one "
                               "--prefill and one --decode)")
     shape_names = tuple(shape_names)
@@ -216,13 +218,15 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     pre_rows = shapes.prefill_rows(hw, m, limit_dies, pass_len - cached_len, pass_len, cached)
     layouts = shapes.decode_layouts(hw, m, limit_dies)
     fixed = None
-    if deployment is not None:  # the given instances only
-        pg, dg = deployment.prefill[0], deployment.decode[0]
-        per_pass = [{"tokens_per_npu": k * (pass_len - cached_len), "prompt_len": pass_len, **cached}
-                    for k in shapes.PREFILL_PROMPTS_PER_NPU]
-        pre_rows = [{**r, **pg.inputs, "ep": pg.inputs.get("ep", pg.inputs["dies"])} for r in per_pass]
+    if deployment is not None:  # the given instances only (co-located: as many as the budget, its count, holds)
+        dg = deployment.decode[0]
         layouts = [dict(dg.inputs)] if deployment.decode_phase == "decode" else []
-        fixed = (pg.count, dg.count)
+        if not deployment.colocated:
+            pg = deployment.prefill[0]
+            per_pass = [{"tokens_per_npu": k * (pass_len - cached_len), "prompt_len": pass_len, **cached}
+                        for k in shapes.PREFILL_PROMPTS_PER_NPU]
+            pre_rows = [{**r, **pg.inputs, "ep": pg.inputs.get("ep", pg.inputs["dies"])} for r in per_pass]
+            fixed = (pg.count, dg.count)
     pre_rows = _within_stack("prefill", pre_rows, specs, dpp)
     pre = instances.run("prefill", pre_rows, specs)
     tick(1, steps)

@@ -22,7 +22,7 @@ from ..cost import arch
 from ..cost.collectives import route_of
 from ..cost.ops import (activation_op, attention_decode_kernels, chunk_attention_ops, dense_ffn_op, embedding_ops, head_ops,
                         moe_ops, mtp_proj_op, placement, residual_norm_ops, router_topk_op, tp_allreduce_op)
-from ..cost.ops import Bytes
+from ..cost.ops import Bytes, vocab_tp
 from ..cost.host import decode_host
 from ..cost.roofline import core_split_fits, tier_for_group
 from .common import (LayerMix, Part, Schedule, Section, choose, layer_section, select, timed, tokens_per_s_per_tflops,
@@ -152,6 +152,7 @@ def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pip
     C = chunk["tokens"]  # co-located prompt tokens per die, in the same pass (0: decode only)
     tp = g["tp"]
     tp_tier = tier_for_group(hw, tp)
+    emb_tp, head_tp = vocab_tp(g, "decode")  # the embedding's and the head's split (memory holds the same)
     if m.first_dense_layers:
         ffn = [dense_ffn_op(m, (T_die + C) * tp, tp), activation_op(m, (T_die + C) * tp, m.dense_ffn.intermediate_size / tp)]
         if np.any(np.asarray(tp) > 1):
@@ -172,7 +173,7 @@ def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pip
     if m.mtp.modules:
         # MTP: k draft steps, each one token per request through eh_proj, one MoE block and the head;
         # a chunk's prompt tokens run through the module once (its layer's cache), in the first step
-        head = head_ops(m, R_die * tp, tp, tp_tier, "mtp_head")
+        head = head_ops(m, R_die * head_tp, head_tp, tp_tier, "mtp_head")
         if np.any(C > 0):
             first = np.minimum(k, 1.0) * (C > 0)
             sched.serial("mtp", timed([mtp_proj_op(m, R_die + C)] + head, hw), first,
@@ -183,7 +184,8 @@ def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pip
         sched.serial("mtp", timed([mtp_proj_op(m, R_die)] + head, hw), k, "eh_proj + head, once per draft step")
         draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n, overlap=overlap), n)
         sched.stack("mtp_layer", draft, 1, repeats=k, rule=rule(n, overlap))
-    ends = embedding_ops(m, (T_die + C) * tp, tp, tp_tier) + head_ops(m, (T_die + chunk["prompts"]) * tp, tp, tp_tier)
+    ends = (embedding_ops(m, (T_die + C) * emb_tp, emb_tp, tp_tier)
+            + head_ops(m, (T_die + chunk["prompts"]) * head_tp, head_tp, tp_tier))
     sched.serial("per_iteration", timed(ends, hw), 1,
                  "embedding + final norm + vocab-parallel LM head, logits gather and sampling over all tokens "
                  "(a chunk: the last token of each prompt it finishes) + iteration overhead",

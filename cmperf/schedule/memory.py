@@ -8,8 +8,8 @@ import numpy as np
 from ..cost import arch
 from ..cost.collectives import route_of
 from ..cost.ops import (ASCEND_MESSAGE, Bytes, attention_decode_ops, attention_prefill_ops, combine_message_B,
-                        dense_ffn_op, dispatch_message_B, head_op, kv_shards, moe_ops, mtp_proj_op, placement,
-                        state_shards)
+                        dense_ffn_op, dispatch_message_B, kv_shards, moe_ops, mtp_proj_op, placement,
+                        state_shards, vocab_tp, vocab_weight_bytes)
 from .decode import chunk_geometry, draft_tokens
 
 
@@ -17,7 +17,8 @@ def weight_bytes(m, g, phase: str) -> np.ndarray:
     """Weights on one die, read off the same operator builders the schedules time (so a
     weight lives in one formula): one layer of each kind x its count, MTP module included,
     plus the norms, the embedding and the head. Attention and dense FFN weights are split by
-    the phase's TP degree; each die holds its ``instances`` experts per MoE layer."""
+    the phase's TP degree, the embedding and the head as the schedules split them
+    (:func:`cmperf.cost.ops.vocab_tp`); each die holds its ``instances`` experts per MoE layer."""
     return sum(weight_parts(m, g, phase).values())
 
 
@@ -50,7 +51,7 @@ def weight_parts(m, g, phase: str) -> dict:
             "dense_ffn": m.first_dense_layers * ffn + zero,
             "gate": moe_blocks * gate + zero,
             "experts": moe_blocks * experts + zero,
-            "embedding_head": (arch.embedding_params(m) * b.emb + held([head_op(m, zero)])
+            "embedding_head": (vocab_weight_bytes(m, *vocab_tp(g, phase)) + zero
                                + mtp_layers * held([mtp_proj_op(m, zero)]))}
 
 

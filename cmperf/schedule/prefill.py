@@ -23,7 +23,7 @@ import numpy as np
 
 from ..cost import arch
 from ..cost.arch import kv_cache
-from ..cost.ops import (Bytes, activation_op, attention_prefill_ops, dense_ffn_op, embedding_ops, head_ops, moe_ops,
+from ..cost.ops import (Bytes, vocab_tp, activation_op, attention_prefill_ops, dense_ffn_op, embedding_ops, head_ops, moe_ops,
                         mtp_proj_op, placement, residual_add_op, residual_norm_ops, router_topk_op, tp_allreduce_op)
 from ..cost.collectives import route_of
 from ..cost.host import prefill_host
@@ -113,7 +113,8 @@ def forward(hw, m, g, n: int) -> tuple[np.ndarray, Schedule]:
     tier = tier_for_group(hw, tp)
     # the embedding on each die's own tokens (sequence-parallel); the head vocab-parallel over
     # the attention TP group on the last token of each of its prompts
-    ends = embedding_ops(m, T_die, 1.0, tier) + head_ops(m, seqs * tp, tp, tier)
+    emb_tp, head_tp = vocab_tp(g, "prefill")
+    ends = embedding_ops(m, T_die * emb_tp, emb_tp, tier) + head_ops(m, seqs * head_tp, head_tp, tier)
     sched.serial("per_pass", timed(ends, hw), 1,
                  "embedding + final norm + vocab-parallel LM head, logits gather and sampling on the last token of "
                  "each prompt + overhead", hw.chip.latency.iteration_overhead_s)
