@@ -116,6 +116,15 @@ def written_blocks(kv, prompt, cached, block_tokens) -> tuple[np.ndarray, np.nda
     return np.maximum(bytes_, 0.0), blocks
 
 
+def tail_bytes(kv, cached, tail) -> np.ndarray:
+    """KV bytes of the last ``tail`` tokens of a ``cached``-token prefix (all of it when the
+    tail is the whole prefix: a window's or a state's bytes are the prefix's own)."""
+    C = np.asarray(cached, dtype=float)
+    L = np.minimum(np.asarray(tail, dtype=float), C)
+    whole = np.asarray(kv.bytes(C), dtype=float)
+    return np.where(L >= C, whole, whole - np.asarray(kv.bytes(C - L), dtype=float))
+
+
 def hbm_cache_share(hw) -> float:
     """Share of an instance's free HBM its stack keeps cached prefixes in (the stack's
     ``prefix_cache_hbm_share``; no stack or unset: 1, every free page; docs/model.md §9.5)."""

@@ -27,7 +27,7 @@ from ..cost.ops import (Bytes, activation_op, attention_prefill_ops, dense_ffn_o
                         mtp_proj_op, placement, residual_add_op, residual_norm_ops, router_topk_op, tp_allreduce_op)
 from ..cost.collectives import route_of
 from ..cost.host import prefill_host
-from ..cost.pool import pass_with_pool_s, pool_read_s, pool_write_s, written_blocks
+from ..cost.pool import pass_with_pool_s, pool_read_s, pool_write_s, tail_bytes, written_blocks
 from ..cost.roofline import tier_bandwidth_Bps, tier_for_group
 from .common import Schedule, choose, layer_section, select, timed, tokens_per_s_per_tflops, wait_after
 from .pipeline import Stage, pipeline
@@ -139,7 +139,7 @@ def pool_reads(hw, m, g) -> tuple[np.ndarray, np.ndarray]:
     L = np.minimum(np.asarray(g["pool_len"], dtype=float), C)
     seqs = prompts_per_die(hw, g)
     blocks = seqs * np.ceil(L / hw.system.memory_pool.block_tokens)
-    return seqs * (kv.bytes(C) - kv.bytes(C - L)), blocks
+    return seqs * tail_bytes(kv, C, L), blocks
 
 
 def pool_load_s(hw, m, g) -> np.ndarray:
