@@ -41,7 +41,8 @@ def test_a_homogeneous_batch_is_predicts_own_row(system):
     from cmperf.cost.ops import Bytes
 
     _, m = specs.views()
-    row = predict("prefill", {**inst, "tokens_per_npu": 16 * 2048 / (dies / dpp), "prompt_len": 4096, "cached_len": 2048}, specs)
+    row = predict("prefill", {**inst, "tokens_per_npu": 16 * 2048 / (dies / dpp), "prompt_len": 4096, "cached_len": 2048,
+                              "pool_len": 2048}, specs)  # the whole prefix read from the pool, as the batch's bytes say
     r = row.columns.records()[0]
     kv = kv_cache(m, Bytes.of(m).kv, float(r["mtp"]))
     n = 16
