@@ -162,8 +162,9 @@ def served_workload(specs: Specs, workload: Workload, working_set_tokens: float 
     :func:`cmperf.cost.pool.served_hit`), in the cache's blocks (the pool's, else the stack's
     pages), and the share of a served prefix read from the pool; the HBM tier's capacity is
     that of the deployment's ``prefill`` instances (their resolved inputs; the smallest), or
-    of the system's default prefill instance. A hit with neither tier is refused, as the
-    planner does."""
+    of the system's default prefill instance. A workload served already (a plan's, for
+    ``--verify``) is kept as it is when no working set is given. A hit with neither tier is
+    refused, as the planner does."""
     from ..cost.pool import can_cache, hbm_cache_share, no_cache_error, served_hit
 
     hw, m = specs.views()
@@ -174,6 +175,8 @@ def served_workload(specs: Specs, workload: Workload, working_set_tokens: float 
     hbm = 0.0
     if working_set_tokens is not None and workload.prefix_hit > 0 and hbm_cache_share(hw) > 0:
         hbm = min(hbm_instance_tokens(specs, workload, inp) for inp in (prefill or [{}]))
+    if working_set_tokens is None and workload.pool_part is not None:  # served already (a plan's): its split kept
+        return workload
     hit, _, pool_part = served_hit(hw, m, workload, working_set_tokens, hbm)
     return Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": cache_block_tokens(specs),
                        "pool_part": pool_part})
