@@ -322,7 +322,7 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
             if s["context_cache"]:
                 cc = s["context_cache"]
                 print_table(pd.DataFrame([(k, human(v) if isinstance(v, float) else str(v)) for k, v in cc.items()],
-                                         columns=["quantity", "value"]), "context cache (EMS)")
+                                         columns=["quantity", "value"]), "context cache (HBM, then the pool)")
     if result.message:
         sys.stderr.write(f"cmperf: {result.message}\n")
         raise typer.Exit(1)

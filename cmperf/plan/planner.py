@@ -206,6 +206,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
 
     hbm = (hbm_instance_tokens(specs, workload, {}) if working_set_tokens is not None and workload.prefix_hit > 0
            and hbm_cache_share(hw) > 0 else 0.0)
+    asked = workload.prefix_hit
     hit, pool_tokens, pool_part = served_hit(hw, m, workload, working_set_tokens, hbm)
     block = cache_block_tokens(specs)
     if hit != workload.prefix_hit or block != workload.block_tokens or pool_part != workload.pool_part:
@@ -261,7 +262,8 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     table = pd.concat([t for t in tables if len(t)], ignore_index=True) if any(len(t) for t in tables) else _empty()
     table = _rank(table, workload)
     settings = {"hardware": hardware, "model": model, "sets": sets, "npus": npus, "supernode_npus": system_npus,
-                "kv_tier": tier, "pool_path": pool_path, "prefix_hit_served": hit, "pool_tokens": pool_tokens,
+                "kv_tier": tier, "pool_path": pool_path, "prefix_hit_asked": asked, "prefix_hit_served": hit, "pool_tokens": pool_tokens,
+                "hbm_cache_tokens": hbm if working_set_tokens is not None else None, "prefix_pool_share": pool_part,
                 "shapes": list(shape_names)}
     result = Plan(workload=workload, settings=settings, table=table, specs=specs,
                   instances={"prefill": pre, "decode": dec, "colocated": colo, "afd": afd},
@@ -677,9 +679,12 @@ def summary(p: Plan) -> dict:
         if hw.system.memory_pool is not None:
             bring_up = bring_up_table(hw, m, p.best, p.instances).to_dict(orient="records")
     if w.prefix_hit > 0 or st.get("pool_tokens"):
-        cache = {"prefix hit asked": w.prefix_hit, "prefix hit served": st["prefix_hit_served"],
+        cache = {"prefix hit asked": st.get("prefix_hit_asked", w.prefix_hit), "prefix hit served": st["prefix_hit_served"],
                  "cached tokens per request": w.cached_tokens, "computed tokens per request": w.computed.mean,
-                 "pool holds (tokens)": st["pool_tokens"], "read over": st["pool_path"]}
+                 "pool holds (tokens)": st["pool_tokens"], "read over": st["pool_path"],
+                 "share of a prefix read from the pool": st["prefix_pool_share"]}
+        if st.get("hbm_cache_tokens") is not None:
+            cache["HBM tier holds (tokens)"] = st["hbm_cache_tokens"]
     return {"headline": headline, "settings": st, "best": best, "bring_up": bring_up, "context_cache": cache,
             "aggregated_vs_disaggregated": aggregated_vs_disaggregated(p), "message": p.message}
 
