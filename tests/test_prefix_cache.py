@@ -257,3 +257,31 @@ def test_systems_without_a_pool_cache_in_hbm(system, model, dep, rate):
     w = Workload(prompt=fixed(4096), output=fixed(128), prefix_hit=0.75, slo=SLO(ttft_s=2.0, tpot_s=0.1))
     ws = 10 * hbm_instance_tokens(specs, w, dict(dep.prefill[0].inputs))
     assert _ttft(specs, dep, 0.75, ws, rate=rate) > t[HITS.index(0.75)]
+
+
+@pytest.mark.parametrize("args,names", [
+    (["--cached-len", "1024", "--pool-len", "2048"], ["--pool-len 2048", "at most --cached-len 1024"]),
+    (["--pool-len", "-1"], ["--pool-len"]),
+    (["--hardware", "h100-cluster", "--model", "llama-3.1-70b", "--cached-len", "1024", "--pool-len", "512"],
+     ["--pool-len 512", "no memory pool"]),
+    (["--hardware", "h100-cluster", "--model", "llama-3.1-70b", "--cached-len", "1024", "--set", "stack.prefix_cache_hbm_share=0"],
+     ["--cached-len 1024", "prefix_cache_hbm_share"])])
+def test_pool_len_and_tierless_caching_are_clear_errors(cli, args, names):
+    from helpers import one_line_error
+
+    code, _, err = cli("predict", "prefill", *args)
+    one_line_error(code, err, *names)
+
+
+def test_pool_len_reads_the_tail_from_the_pool(cli):
+    """--pool-len L of a C-token prefix reads only the last L tokens from the pool: half the
+    prefix, half the bytes and blocks (MLA: the same bytes per token)."""
+    import json
+
+    rows = [json.loads(cli("predict", "prefill", "--cached-len", "2048", *x, "-f", "json")[1])
+            for x in ([], ["--pool-len", "1024"], ["--pool-len", "0"])]
+    assert rows[0]["pool_len"] == 2048  # CloudMatrix-Infer: the whole prefix from EMS
+    assert rows[1]["pool_bytes_per_die"] == pytest.approx(rows[0]["pool_bytes_per_die"] / 2, rel=1e-12)
+    assert rows[1]["pool_blocks_per_die"] == rows[0]["pool_blocks_per_die"] / 2
+    assert rows[2]["pool_load_ms"] == 0 < rows[1]["pool_load_ms"] < rows[0]["pool_load_ms"]
+    assert rows[2]["forward_ms"] < rows[1]["forward_ms"] < rows[0]["forward_ms"]
