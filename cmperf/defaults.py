@@ -48,7 +48,8 @@ DECODE_DEFAULTS: dict[str, Default] = {
 PREFILL_DEFAULTS: dict[str, Default] = {
     "tokens_per_npu": Default(float("nan"), "the system's deployment.prefill.tokens_per_npu, capped by HBM (cloudmatrix384: 16K, paper Table 3)", "prompt tokens per NPU per forward pass", "the system's, capped by HBM: 16384 on cloudmatrix384", fallback=16384),
     "prompt_len": Default(4096, "paper Table 3: 4K prompts", "tokens per prompt"),
-    "cached_len": Default(0, "no context cache (paper §4.4: EMS serves cached KV blocks of a prompt's prefix)", "tokens of each prompt's prefix whose KV is read from the EMS pool instead of computed"),
+    "cached_len": Default(0, "no context cache (paper §4.4: EMS serves cached KV blocks of a prompt's prefix)", "tokens of each prompt's prefix whose KV is cached instead of computed: in HBM (the stack's prefix cache) or read from the pool (--pool-len)"),
+    "pool_len": Default(-1, "the first cache tier there is: HBM where the stack keeps a prefix cache (prefix_cache_hbm_share > 0), else the pool (cloudmatrix-infer: EMS, paper §4.4)", "tokens of the cached prefix read from the pool (its tail; the rest is in HBM); docs/model.md §9.5", "HBM where the stack caches, else the pool"),
     "pool_readers": Default(0, "the instance's own dies (a deployment's planner and simulation give all its prefill dies)", "dies reading the EMS pool at once (they share its memory servers)", "the instance's dies"),
     "dies": Default(0, "the system's deployment.prefill.dies scaled to the model's weights (cloudmatrix384: 32, paper §4.3)", "dies in the prefill instance", "the system's, for the model: 32 on cloudmatrix384", fallback=32),
     "ep": Default(0, "paper §4.3: EP32 (unset = all dies)", "expert-parallel degree", "= dies"),

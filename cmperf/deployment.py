@@ -285,6 +285,11 @@ def resolve(phase: str, grid, hw, m) -> None:
     red, shared = expert_layout(m, ep, s, r, given["redundant_experts"], given["shared_copies"])
     grid["redundant_experts"] = red.astype(int)
     grid["shared_copies"] = shared.astype(int)
+    if phase == "prefill" and "pool_len" in grid:  # unset: the first cache tier there is (docs/model.md §9.5)
+        from .cost.pool import hbm_cache_share
+
+        pool_len, cached = grid["pool_len"].to_numpy(), grid["cached_len"].to_numpy()
+        grid["pool_len"] = np.where(pool_len < 0, cached if hbm_cache_share(hw) <= 0 else 0, pool_len).astype(int)
     key = "tokens_per_npu" if phase == "prefill" else "batch"
     col = grid[key].to_numpy(dtype=float)
     unset = np.isnan(col)

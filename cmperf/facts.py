@@ -183,10 +183,12 @@ def system_facts(hw: Hardware) -> list[dict]:
 
 def _pool_facts(hw: Hardware, view: HardwareView) -> list[dict]:
     """The EMS pool (docs/model.md §9.5-§9.6): what it holds and how fast NPUs read it."""
-    from .cost.pool import pool_capacity_B, pool_read_rate, socket_Bps
+    from .cost.pool import pool_capacity_B, pool_rate, pool_read_rate, socket_Bps
 
     p, v = hw.system.memory_pool, view.system.memory_pool
     rate, latency = pool_read_rate(view)
+    w_rate, w_latency = pool_rate(view, "write")
+    writes = p.writes or {}
     return [_r("memory pool (EMS)", "read over", p.tier, "", p.source),
             _r("memory pool (EMS)", "DRAM per node", v.dram_per_node_B, "B", p.dram_per_node_B.source,
                "system.memory_pool.dram_per_node_B"),
@@ -196,6 +198,9 @@ def _pool_facts(hw: Hardware, view: HardwareView) -> list[dict]:
             _r("memory pool (EMS)", "read rate per die", rate, "B/s",
                p.reads[p.tier].source if p.tier in p.reads else f"tier {p.tier}'s bandwidth per die"),
             _r("memory pool (EMS)", "read latency per block", latency, "s"),
+            _r("memory pool (EMS)", "write-back rate per die", w_rate, "B/s",
+               writes[p.tier].source if p.tier in writes else "the read's (no measured write over the tier)"),
+            _r("memory pool (EMS)", "write latency per block", w_latency, "s"),
             _r("memory pool (EMS)", "KV block", v.block_tokens, "tokens", p.block_tokens.source,
                "system.memory_pool.block_tokens"),
             _r("memory pool (EMS)", "per-block lookup, metadata, submission", v.block_overhead_s, "s",

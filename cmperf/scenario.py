@@ -19,6 +19,7 @@ import numpy as np
 from .columns import Columns, infer, product
 from .defaults import PHASE_DEFAULTS
 from .errors import ConfigError, short
+from .cost.pool import can_cache, no_cache_error
 from .cost.roofline import core_split_fits
 from .specs.dtypes import dtypes_of
 
@@ -29,12 +30,12 @@ from .specs.dtypes import dtypes_of
 # marker (ep 0 = all dies, kv_len nan = prompt + output/2, ...) out of the user's reach.
 # Ranges that involve other inputs or the specs are checked per row by validate().
 INTEGER_INPUTS = {"prompt_len", "output_len", "dies", "ep", "tp", "attn_tp", "microbatches", "mtp", "mtp_k", "pool_readers",
-                  "redundant_experts", "shared_copies", "m", "n", "k", "groups", "s_q", "h_q", "seq_k", "cached_len",
+                  "redundant_experts", "shared_copies", "m", "n", "k", "groups", "s_q", "h_q", "seq_k", "cached_len", "pool_len",
                   "attention_dies", "expert_dies", "comm_sms"}
 WORDS = {"expert_imbalance": {"default": "default"}, "microbatches": {"auto": 0},
          "mtp": {"on": 1, "off": 0, True: 1, False: 0}}
 AT_LEAST = {"ep": 1, "dies": 1, "tp": 1, "attn_tp": 1, "kv_len": 1, "shared_copies": 0, "redundant_experts": 0, "mtp": 0,
-            "cached_len": 0, "chunk_tokens": 0, "pool_readers": 1, "attention_dies": 1, "expert_dies": 1, "comm_sms": 0,
+            "cached_len": 0, "pool_len": 0, "chunk_tokens": 0, "pool_readers": 1, "attention_dies": 1, "expert_dies": 1, "comm_sms": 0,
             "prompt_len": 1, "output_len": 1, "mtp_k": 1, "batch": 1, "tokens_per_npu": 1, "tokens": 1}
 GIVEN_ALL = ("ep",)  # validate()'s default: name EP as a flag (callers pass what the user gave)
 MAX_INPUT = 1e9  # requests, tokens, lengths, dies: far above any deployment, far below float overflow
@@ -273,8 +274,12 @@ def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(
         check(g["tokens_per_npu"] <= 0, lambda i: f"--tokens-per-npu must be > 0 (got {short(g['tokens_per_npu'].iat[i])})")
         check((g["cached_len"] < 0) | (g["cached_len"] >= g["prompt_len"]),
               lambda i: f"--cached-len must be >= 0 and below --prompt-len {g['prompt_len'].iat[i]} (got {g['cached_len'].iat[i]})")
-        check((g["cached_len"] > 0) & (hw.system.memory_pool is None),
-              lambda i: f"--cached-len {g['cached_len'].iat[i]}: system {hw.system.name} has no memory pool (`memory_pool`) to cache KV in")
+        check((g["cached_len"] > 0) & (not can_cache(hw)),
+              lambda i: str(no_cache_error(hw, f"--cached-len {g['cached_len'].iat[i]}")))
+        check(g["pool_len"] > g["cached_len"],
+              lambda i: f"--pool-len {g['pool_len'].iat[i]}: at most --cached-len {g['cached_len'].iat[i]} (the pool holds part of the cached prefix)")
+        check((g["pool_len"] > 0) & (hw.system.memory_pool is None),
+              lambda i: f"--pool-len {g['pool_len'].iat[i]}: system {hw.system.name} has no memory pool (`memory_pool`) to read it from")
         # a prompt's tokens may be split over its attention TP group (the SP half of SP-TP-SP), no further
         group_tokens = g["tokens_per_npu"] / hw.chip.dies_per_package * g["attn_tp"]
         check(group_tokens < g["prompt_len"] - g["cached_len"],

@@ -36,7 +36,7 @@ class _Step:
 class _Pass:
     """A prefill pass by hand: 1 ms whatever it holds, its KV sent in no time."""
 
-    def times(self, tokens, c_eff, C_eff=0.0, prompts=1, pool_B=0.0, blocks=0.0, kv_B=0.0):
+    def times(self, tokens, c_eff, C_eff=0.0, prompts=1, pool_B=0.0, blocks=0.0, kv_B=0.0, write_B=0.0, write_blocks=0.0):
         return 0.001, 0.0
 
 

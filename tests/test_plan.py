@@ -362,10 +362,11 @@ def test_ttft_terms_against_a_simulation_of_batched_passes(instances, prompts, r
         assert tol[0] <= model / value - 1 <= tol[1], (stat, model, value)
 
 
-@pytest.mark.parametrize("args,flag", [(["--prefix-hit", "0.5"], "--prefix-hit"), (["--block-tokens", "128"], "--block-tokens"),
-                                       (["--pool-path", "ib"], "--pool-path")])
+@pytest.mark.parametrize("args,flag", [(["--prefix-hit", "0.5", "--set", "stack.prefix_cache_hbm_share=0"], "--prefix-hit"),
+                                       (["--block-tokens", "128"], "--block-tokens"), (["--pool-path", "ib"], "--pool-path")])
 def test_cache_flags_on_a_system_without_a_memory_pool_name_the_flag(cli, args, flag):
-    """The error names the flag the user wrote, not the --set path it would become."""
+    """The error names the flag the user wrote, not the --set path it would become (hits need a
+    tier: without a pool, a stack that keeps no prefix cache in HBM has none)."""
     code, _, err = cli("plan", "--hardware", "h100-cluster", "--model", "llama-3.1-70b", "--shapes", "pd", *args)
     line = one_line_error(code, err, flag, "memory pool")
     assert "--set" not in line

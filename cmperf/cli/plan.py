@@ -38,9 +38,9 @@ def plan_cmd(
     prompt_len: str = typer.Option("4096", "--prompt-len", help="prompt tokens: N, MEAN:P90 (log-normal) or exp:MEAN"),
     output_len: str = typer.Option("256", "--output-len", help="output tokens: N, MEAN:P90 (log-normal) or exp:MEAN"),
     trace: Optional[str] = typer.Option(None, "--trace", help="CSV of prompt_len,output_len[,prefix_hit_tokens] per request (replaces --prompt-len/--output-len)"),
-    prefix_hit: str = typer.Option("0", "--prefix-hit", help="share of prompt tokens found in the EMS KV cache pool, 0-1; a comma list plans each"),
+    prefix_hit: str = typer.Option("0", "--prefix-hit", help="share of prompt tokens found cached (the HBM prefix cache, then the KV pool), 0-1; a comma list plans each"),
     block_tokens: Optional[int] = typer.Option(None, "--block-tokens", help="EMS KV block in tokens (paper: 128-512; default: the system's, 256)"),
-    working_set: Optional[float] = typer.Option(None, "--working-set-tokens", help="distinct prefix tokens in use (the pool holds a share of them)"),
+    working_set: Optional[float] = typer.Option(None, "--working-set-tokens", help="distinct prefix tokens in use (the HBM prefix cache, then the pool, hold a share of them: LRU, docs/model.md §9.5)"),
     pool_path: Optional[str] = typer.Option(None, "--pool-path", help="tier cached KV is read over: ub (default, Table 1) or e.g. vpc for comparison"),
     ttft_slo: float = typer.Option(2000.0, "--ttft-slo", help="TTFT SLO in ms (paper: 2,000)"),
     tpot_slo: float = typer.Option(50.0, "--tpot-slo", help="TPOT SLO in ms (paper: 50)"),
@@ -321,7 +321,7 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
             if s["context_cache"]:
                 cc = s["context_cache"]
                 print_table(pd.DataFrame([(k, human(v) if isinstance(v, float) else str(v)) for k, v in cc.items()],
-                                         columns=["quantity", "value"]), "context cache (EMS)")
+                                         columns=["quantity", "value"]), "context cache (HBM, then the pool)")
     if result.message:
         sys.stderr.write(f"cmperf: {result.message}\n")
         raise typer.Exit(1)

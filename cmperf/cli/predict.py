@@ -202,6 +202,7 @@ def predict_prefill(
     tokens_per_npu: Optional[float] = typer.Option(None, "--tokens-per-npu", help=help_text("prefill", "tokens_per_npu")),
     prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help=help_text("prefill", "prompt_len")),
     cached_len: Optional[int] = typer.Option(None, "--cached-len", help=help_text("prefill", "cached_len")),
+    pool_len: Optional[int] = typer.Option(None, "--pool-len", help=help_text("prefill", "pool_len")),
     pool_readers: Optional[int] = typer.Option(None, "--pool-readers", help=help_text("prefill", "pool_readers")),
     dies: Optional[int] = typer.Option(None, "--dies", help=help_text("prefill", "dies")),
     ep: Optional[int] = typer.Option(None, "--ep", help=help_text("prefill", "ep")),
@@ -219,7 +220,7 @@ def predict_prefill(
 ):
     """TTFT, throughput per NPU and memory of a prefill instance (default: the paper's 16-NPU
     EP32 instance, 16K tokens per NPU of 4K prompts). Example: cmperf predict prefill --prompt-len 32768"""
-    values = dict(tokens_per_npu=tokens_per_npu, prompt_len=prompt_len, cached_len=cached_len, pool_readers=pool_readers,
+    values = dict(tokens_per_npu=tokens_per_npu, prompt_len=prompt_len, cached_len=cached_len, pool_len=pool_len, pool_readers=pool_readers,
                   dies=dies, ep=ep, attn_tp=attn_tp,
                   microbatches=_microbatches(microbatches), mtp=None if mtp is None else int(mtp),
                   expert_imbalance=_imbalance(expert_imbalance), redundant_experts=redundant_experts,

@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from ..cost.pool import pool_capacity_B, pool_read_s, served_hit
+from ..cost.pool import can_cache, hbm_cache_share, no_cache_error, pass_with_pool_s, pool_capacity_B, pool_read_s, pool_write_s, served_hit
 from ..errors import ConfigError
 from ..predict import Specs, load_specs, system_model
 from . import instances, shapes
@@ -145,9 +145,12 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     hits = "--prefix-hit" if workload.cached_samples is None else f"--trace {workload.prompt.text}: prefix_hit_tokens"
     caching = {hits: workload.prefix_hit > 0 or workload.cached_samples is not None,
                "--pool-path": pool_path is not None, "--block-tokens": block_tokens is not None}
-    if hw.system.memory_pool is None and any(caching.values()):
-        flag = next(f for f, asked in caching.items() if asked)
+    pool_asked = {k: v for k, v in caching.items() if k != hits}
+    if hw.system.memory_pool is None and any(pool_asked.values()):
+        flag = next(f for f, asked in pool_asked.items() if asked)
         raise ConfigError(f"{flag}: system {hw.system.name} has no memory pool (`memory_pool`, EMS) to cache KV in")
+    if caching[hits] and not can_cache(hw):
+        raise no_cache_error(hw, hits)
     extra = supernode_sets(hw, supernode) if supernode is not None else []
     if block_tokens is not None:
         if not (isinstance(block_tokens, int) and 1 <= block_tokens <= 1_000_000):
@@ -199,10 +202,17 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     budget_dies = npus * dpp
     limit_dies = min(budget_dies, system_npus * dpp)
 
-    hit, pool_tokens = served_hit(hw, m, workload, working_set_tokens)
-    block = hw.system.memory_pool.block_tokens if hw.system.memory_pool is not None else 1.0
-    if hit != workload.prefix_hit or block != workload.block_tokens:
-        workload = Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": float(block)})
+    # the cache tiers' capacity (docs/model.md §9.5): the HBM tier's that of the system's default
+    # prefill instance (the instances are chosen after the hit is known)
+    from ..simulate import cache_block_tokens, hbm_instance_tokens
+
+    hbm = (hbm_instance_tokens(specs, workload, {}) if working_set_tokens is not None and workload.prefix_hit > 0
+           and hbm_cache_share(hw) > 0 else 0.0)
+    asked = workload.prefix_hit
+    hit, pool_tokens, pool_part = served_hit(hw, m, workload, working_set_tokens, hbm)
+    block = cache_block_tokens(specs)
+    if hit != workload.prefix_hit or block != workload.block_tokens or pool_part != workload.pool_part:
+        workload = Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": float(block), "pool_part": pool_part})
     computed = workload.computed
     steps = 2 + ("colocated" in shape_names) + ("afd" in shape_names)
     tick = progress or (lambda done, total: None)
@@ -210,7 +220,9 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     # instance options, each a predict row: whole-token lengths (the means of a distribution, rounded)
     prompt_len = max(round(workload.prompt.mean), 1)
     cached_len = min(round(workload.prompt.mean - computed.mean), prompt_len - 1)
-    cached = {"cached_len": cached_len} if cached_len > 0 else {}
+    # the pool-held tail of the prefix, in whole pool blocks (the head in HBM)
+    pool_len = min(math.ceil(cached_len * workload.pool_part / block) * block, cached_len) if hw.system.memory_pool is not None else 0
+    cached = {"cached_len": cached_len, "pool_len": int(pool_len)} if cached_len > 0 else {}
     # a pass's causal attention over prompts of computed lengths c_i is sum c_i (C + (c_i + 1) / 2):
     # per token that of one token-weighted length E[c^2] / E[c] = E[c] (1 + scv), not of the mean
     # (docs/model.md §9.2); its prompts per pass stay tokens / E[c]
@@ -254,7 +266,8 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     table = pd.concat([t for t in tables if len(t)], ignore_index=True) if any(len(t) for t in tables) else _empty()
     table = _rank(table, workload)
     settings = {"hardware": hardware, "model": model, "sets": sets, "npus": npus, "supernode_npus": system_npus,
-                "kv_tier": tier, "pool_path": pool_path, "prefix_hit_served": hit, "pool_tokens": pool_tokens,
+                "kv_tier": tier, "pool_path": pool_path, "prefix_hit_asked": asked, "prefix_hit_served": hit, "pool_tokens": pool_tokens,
+                "hbm_cache_tokens": hbm if working_set_tokens is not None else None, "prefix_pool_share": pool_part,
                 "shapes": list(shape_names)}
     result = Plan(workload=workload, settings=settings, table=table, specs=specs,
                   instances={"prefill": pre, "decode": dec, "colocated": colo, "afd": afd},
@@ -368,12 +381,16 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     prompts = instances.prompts_per_pass(pre["tokens_per_npu"].to_numpy(dtype=float)[i_idx], p_dies[i_idx] / dpp,
                                          computed.mean)
     pass_p = pre["forward_ms"].to_numpy(dtype=float)[i_idx] / 1e3
-    if hw is not None and "pool_bytes_per_die" in pre and (pre["pool_bytes_per_die"] > 0).any():
-        # every prefill die of the deployment reads the pool: n_p instances share its memory servers
+    if hw is not None and hw.system.memory_pool is not None and "pool_write_bytes_per_die" in pre and (
+            (pre["pool_bytes_per_die"] > 0) | (pre["pool_write_bytes_per_die"] > 0)).any():
+        # every prefill die of the deployment reads and writes the pool: n_p instances share its memory servers
         own = pre["pool_load_ms"].to_numpy(dtype=float)[i_idx] / 1e3
-        shared = pool_read_s(hw, pre["pool_bytes_per_die"].to_numpy(dtype=float)[i_idx],
-                             pre["pool_blocks_per_die"].to_numpy(dtype=float)[i_idx], n_p * p_dies[i_idx])
-        pass_p = pass_p - own + np.where(own > 0, shared, 0.0)
+        wait = pre["pool_write_wait_ms"].to_numpy(dtype=float)[i_idx] / 1e3
+        col = lambda k: pre[k].to_numpy(dtype=float)[i_idx]  # noqa: E731
+        read = np.where(own > 0, pool_read_s(hw, col("pool_bytes_per_die"), col("pool_blocks_per_die"), n_p * p_dies[i_idx]), 0.0)
+        write = np.where(col("pool_write_bytes_per_die") > 0, pool_write_s(hw, col("pool_write_bytes_per_die"),
+                                                                           col("pool_write_blocks_per_die"), n_p * p_dies[i_idx]), 0.0)
+        pass_p = pass_with_pool_s(pass_p - own - wait, read, write)
     kv_p = pre["kv_transfer_ms"].to_numpy(dtype=float)[i_idx] / 1e3
     servers_p = np.maximum(prompts, 1.0) * n_p
 
@@ -666,9 +683,12 @@ def summary(p: Plan) -> dict:
         if hw.system.memory_pool is not None:
             bring_up = bring_up_table(hw, m, p.best, p.instances).to_dict(orient="records")
     if w.prefix_hit > 0 or st.get("pool_tokens"):
-        cache = {"prefix hit asked": w.prefix_hit, "prefix hit served": st["prefix_hit_served"],
+        cache = {"prefix hit asked": st.get("prefix_hit_asked", w.prefix_hit), "prefix hit served": st["prefix_hit_served"],
                  "cached tokens per request": w.cached_tokens, "computed tokens per request": w.computed.mean,
-                 "pool holds (tokens)": st["pool_tokens"], "read over": st["pool_path"]}
+                 "pool holds (tokens)": st["pool_tokens"], "read over": st["pool_path"],
+                 "share of a prefix read from the pool": st["prefix_pool_share"]}
+        if st.get("hbm_cache_tokens") is not None:
+            cache["HBM tier holds (tokens)"] = st["hbm_cache_tokens"]
     return {"headline": headline, "settings": st, "best": best, "bring_up": bring_up, "context_cache": cache,
             "aggregated_vs_disaggregated": aggregated_vs_disaggregated(p), "message": p.message}
 

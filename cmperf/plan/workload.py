@@ -184,6 +184,7 @@ class Workload:
     cached_samples: np.ndarray | None = None  # per-request cached tokens, from a trace
     arrival_samples: np.ndarray | None = None  # per-request arrival times (s), from a trace
     hit_concentration: float = 2.0  # a request's hit share ~ Beta(k h, k (1 - h)), k this (inf: every request h); ASSUMPTION
+    pool_part: float | None = None  # share of a served prefix read from the pool, its tail (the rest in HBM); None until served (cmperf.cost.pool.served_hit)
 
     @property
     def cached_tokens(self) -> float:

@@ -27,7 +27,7 @@ from ..cost.ops import (Bytes, vocab_tp, activation_op, attention_prefill_ops, d
                         mtp_proj_op, placement, residual_add_op, residual_norm_ops, router_topk_op, tp_allreduce_op)
 from ..cost.collectives import route_of
 from ..cost.host import prefill_host
-from ..cost.pool import pool_read_s
+from ..cost.pool import pass_with_pool_s, pool_read_s, pool_write_s, tail_bytes, written_blocks
 from ..cost.roofline import tier_bandwidth_Bps, tier_for_group
 from .common import Schedule, choose, layer_section, select, timed, tokens_per_s_per_tflops, wait_after
 from .pipeline import Stage, pipeline
@@ -118,8 +118,8 @@ def forward(hw, m, g, n: int) -> tuple[np.ndarray, Schedule]:
     sched.serial("per_pass", timed(ends, hw), 1,
                  "embedding + final norm + vocab-parallel LM head, logits gather and sampling on the last token of "
                  "each prompt + overhead", hw.chip.latency.iteration_overhead_s)
-    if np.any(np.asarray(g["cached_len"]) > 0):
-        sched.serial("pool_load", [], 1, "the cached prefixes' KV read from the EMS pool before the pass",
+    if np.any(np.asarray(g["pool_len"]) > 0):
+        sched.serial("pool_load", [], 1, "the cached prefixes' pool-held tails read from the pool before the pass",
                      pool_load_s(hw, m, g))
     moe = (arch.moe_layers(m) + (np.asarray(g["mtp"], dtype=float) if m.mtp.modules else 0.0)) if m.moe is not None else 0.0
     return sched.with_host(prefill_host(hw.stack, sched.launches(), moe, n, T)), sched
@@ -132,20 +132,44 @@ def prompts_per_die(hw, g) -> np.ndarray:
 
 
 def pool_reads(hw, m, g) -> tuple[np.ndarray, np.ndarray]:
-    """(bytes, blocks) of a die's cached prefixes, all layers (docs/model.md §1.2: KV per
-    token, window layers' last window, linear layers' state), in whole blocks."""
+    """(bytes, blocks) of the pool-held part of a die's cached prefixes (each prefix's last
+    ``pool_len`` tokens; the head is in HBM), all layers (docs/model.md §1.2: KV per token,
+    window layers' last window, linear layers' state), in whole blocks."""
     kv = kv_cache(m, Bytes.of(m).kv, np.asarray(g["mtp"], dtype=float))
     C = np.asarray(g["cached_len"], dtype=float)
+    L = np.minimum(np.asarray(g["pool_len"], dtype=float), C)
     seqs = prompts_per_die(hw, g)
-    blocks = seqs * np.ceil(C / hw.system.memory_pool.block_tokens)
-    return seqs * kv.bytes(C), blocks
+    blocks = seqs * np.ceil(L / hw.system.memory_pool.block_tokens)
+    return seqs * tail_bytes(kv, C, L), blocks
 
 
 def pool_load_s(hw, m, g) -> np.ndarray:
-    """The cache of a die's cached prefixes read from the EMS pool before the pass, while
+    """The pool-held part of a die's cached prefixes read from the pool before the pass, while
     ``pool_readers`` dies read at once (docs/model.md §9.5; not overlapped with the previous pass)."""
     bytes_, blocks = pool_reads(hw, m, g)
-    return np.where(np.asarray(g["cached_len"]) > 0, pool_read_s(hw, bytes_, blocks, g["pool_readers"]), 0.0)
+    return np.where(np.asarray(g["pool_len"]) > 0, pool_read_s(hw, bytes_, blocks, g["pool_readers"]), 0.0)
+
+
+def pool_writes(hw, m, g) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, blocks) a die writes back to the pool: its prompts' new whole blocks, while
+    caching is in use (a cached prefix asked); none without a pool (docs/model.md §9.5)."""
+    zero = 0.0 * np.asarray(g["cached_len"], dtype=float)
+    if hw.system.memory_pool is None:
+        return zero, zero
+    kv = kv_cache(m, Bytes.of(m).kv, np.asarray(g["mtp"], dtype=float))
+    bytes_, blocks = written_blocks(kv, g["prompt_len"], g["cached_len"], hw.system.memory_pool.block_tokens)
+    seqs = prompts_per_die(hw, g)
+    on = np.asarray(g["cached_len"]) > 0
+    return np.where(on, seqs * bytes_, 0.0), np.where(on, seqs * blocks, 0.0)
+
+
+def pool_write_time_s(hw, m, g) -> np.ndarray:
+    """A die's write-back of its new blocks while ``pool_readers`` dies write at once
+    (docs/model.md §9.5; overlapped with the pass: :func:`cmperf.cost.pool.pass_with_pool_s`)."""
+    bytes_, blocks = pool_writes(hw, m, g)
+    if hw.system.memory_pool is None:
+        return bytes_
+    return np.where(bytes_ > 0, pool_write_s(hw, bytes_, blocks, g["pool_readers"]), 0.0)
 
 
 def kv_transfer_s(hw, m, g) -> np.ndarray:
@@ -168,16 +192,25 @@ def prefill(hw, m, g) -> dict:
     f2, s2 = forward(hw, m, g, 2)
     choice = choose(g["microbatches"], f1, f2)
     t = select(choice, f1, f2)
+    kv = kv_transfer_s(hw, m, g)
+    read = pool_load_s(hw, m, g) if hw.system.memory_pool is not None else 0.0 * kv
+    write = pool_write_time_s(hw, m, g)
+    t_pool = pass_with_pool_s(t - read, read, write)  # the write-back overlapped with the pass
+    wait = t_pool - t
+    t = t_pool
     throughput = g["tokens_per_npu"] / t
     prompt_tokens = prompts_per_die(hw, g) * hw.chip.dies_per_package * g["prompt_len"]
-    kv = kv_transfer_s(hw, m, g)
     return {
         "microbatches_used": choice,
         "forward_ms": t * 1e3,
         "kv_transfer_ms": kv * 1e3,
-        "pool_load_ms": (pool_load_s(hw, m, g) if hw.system.memory_pool is not None else 0.0 * kv) * 1e3,
+        "pool_load_ms": read * 1e3,
+        "pool_write_ms": write * 1e3,
+        "pool_write_wait_ms": wait * 1e3,
         "pool_bytes_per_die": pool_reads(hw, m, g)[0] if hw.system.memory_pool is not None else 0.0 * kv,
         "pool_blocks_per_die": pool_reads(hw, m, g)[1] if hw.system.memory_pool is not None else 0.0 * kv,
+        "pool_write_bytes_per_die": pool_writes(hw, m, g)[0],
+        "pool_write_blocks_per_die": pool_writes(hw, m, g)[1],
         "ttft_ms": (t + kv) * 1e3,
         "throughput_per_npu": throughput,
         "prompt_throughput_per_npu": prompt_tokens / t,

@@ -64,7 +64,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     hw, _ = specs.views()
     dpp = int(hw.chip.dies_per_package)
 
-    workload = served_workload(specs, workload, working_set_tokens)
+    workload = served_workload(specs, workload, working_set_tokens, [dict(g.inputs) for g in deployment.prefill])
     prompt, output, cached = make_requests(workload, traffic, np.random.default_rng(seed))
     max_ctx = float(np.max(prompt + output))
     dec_phase = deployment.decode_phase
@@ -113,7 +113,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
         steps = draw_steps(output, k, a, rng)
         arrivals = _arrivals(traffic, len(prompt), rng)
         req = Requests(arrival_s=arrivals, prompt=prompt.astype(float), output=output.astype(float),
-                       cached=cached.astype(float), steps=steps, **_cache_bytes(specs, prompt, cached, dec_inputs[0]))
+                       cached=cached.astype(float), steps=steps, **_cache_bytes(specs, prompt, cached, dec_inputs[0], workload))
         stats = Stats()
         decode = []
         for g, preds, ranks, cap, budgets in made:
@@ -156,32 +156,72 @@ def _result(req, stats, workload, warmup, mu, prefill, decode, deployment, dpp, 
                      instances={"decode": dec_inputs, "prefill": pre_inputs})
 
 
-def served_workload(specs: Specs, workload: Workload, working_set_tokens: float | None = None) -> Workload:
-    """``workload`` with the prefix hits the system's pool can serve (the planner's rule,
-    :func:`cmperf.plan.planner.served_hit`) in its blocks; a hit on a system without a pool
-    is refused, as the planner does."""
-    from ..cost.pool import served_hit
+def served_workload(specs: Specs, workload: Workload, working_set_tokens: float | None = None,
+                    prefill: list | None = None) -> Workload:
+    """``workload`` with the prefix hits the system's cache tiers serve (the planner's rule,
+    :func:`cmperf.cost.pool.served_hit`), in the cache's blocks (the pool's, else the stack's
+    pages), and the share of a served prefix read from the pool; the HBM tier's capacity is
+    that of the deployment's ``prefill`` instances (their resolved inputs; the smallest), or
+    of the system's default prefill instance. A workload served already (a plan's, for
+    ``--verify``) is kept as it is when no working set is given. A hit with neither tier is
+    refused, as the planner does."""
+    from ..cost.pool import can_cache, hbm_cache_share, no_cache_error, served_hit
 
     hw, m = specs.views()
-    if (workload.prefix_hit > 0 or workload.cached_samples is not None) and hw.system.memory_pool is None:
-        raise ConfigError(f"--prefix-hit: system {hw.system.name} has no memory pool (`memory_pool`) to cache KV in")
-    if hw.system.memory_pool is None:
+    if (workload.prefix_hit > 0 or workload.cached_samples is not None) and not can_cache(hw):
+        raise no_cache_error(hw, "--prefix-hit")
+    if not can_cache(hw):
         return workload
-    hit, _ = served_hit(hw, m, workload, working_set_tokens)
-    return Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": float(hw.system.memory_pool.block_tokens)})
+    hbm = 0.0
+    if working_set_tokens is not None and workload.prefix_hit > 0 and hbm_cache_share(hw) > 0:
+        hbm = min(hbm_instance_tokens(specs, workload, inp) for inp in (prefill or [{}]))
+    if working_set_tokens is None and workload.pool_part is not None:  # served already (a plan's): its split kept
+        return workload
+    hit, _, pool_part = served_hit(hw, m, workload, working_set_tokens, hbm)
+    return Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": cache_block_tokens(specs),
+                       "pool_part": pool_part})
 
 
-def _cache_bytes(specs: Specs, prompt: np.ndarray, cached: np.ndarray, dec: dict) -> dict:
-    """Each request's pool bytes and blocks (its cached prefix, all layers, whole blocks) and
-    its whole prompt's KV bytes (docs/model.md §1.2, §9.5), as predict counts them."""
+def hbm_instance_tokens(specs: Specs, workload: Workload, instance: dict) -> float:
+    """Distinct prefix tokens a prefill instance's free HBM holds at the workload's mean
+    prompt (:func:`cmperf.cost.pool.hbm_cache_tokens`, one predict row)."""
+    from ..cost.pool import hbm_cache_tokens
+
+    hw, _ = specs.views()
+    inp = {k: v for k, v in instance.items() if k not in ("pool_readers", "cached_len", "prompt_len", "pool_len")}
+    row = predict("prefill", {**inp, "prompt_len": max(int(round(workload.prompt.mean)), 1)}, specs).columns.records()[0]
+    return hbm_cache_tokens(hw, row)
+
+
+def cache_block_tokens(specs: Specs) -> float:
+    """Tokens a cached prefix counts in: the pool's blocks, else the stack's KV pages, else 1."""
+    hw, _ = specs.views()
+    if hw.system.memory_pool is not None:
+        return float(hw.system.memory_pool.block_tokens)
+    st = specs.stack_view()
+    return float(st.kv_block_tokens) if st is not None else 1.0
+
+
+def _cache_bytes(specs: Specs, prompt: np.ndarray, cached: np.ndarray, dec: dict, workload: Workload) -> dict:
+    """Each request's pool bytes and blocks (the pool-held tail of its cached prefix, all
+    layers, whole blocks), its new whole blocks written back while caching is in use, and its
+    whole prompt's KV bytes (docs/model.md §1.2, §9.5), as predict counts them."""
     from ..cost.arch import kv_cache
     from ..cost.ops import Bytes
+    from ..cost.pool import tail_bytes, written_blocks
 
     hw, m = specs.views()
     kv = kv_cache(m, Bytes.of(m).kv, float(dec.get("mtp", 0) or 0))
-    block = float(hw.system.memory_pool.block_tokens) if hw.system.memory_pool is not None else 1.0
-    return {"pool_B": np.where(cached > 0, kv.bytes(cached), 0.0), "blocks": np.ceil(cached / block),
-            "kv_B": np.asarray(kv.bytes(prompt), dtype=float)}
+    out = {"kv_B": np.asarray(kv.bytes(prompt), dtype=float)}
+    if hw.system.memory_pool is None:
+        return out
+    block = float(hw.system.memory_pool.block_tokens)
+    tail = np.minimum(np.ceil(cached * workload.pool_part / block) * block, cached)
+    out["pool_B"] = np.where(tail > 0, tail_bytes(kv, cached, tail), 0.0)
+    out["blocks"] = np.ceil(tail / block)
+    if workload.prefix_hit > 0 or workload.cached_samples is not None:  # caching in use: new blocks written back
+        out["write_B"], out["write_blocks"] = written_blocks(kv, prompt, cached, block)
+    return out
 
 
 def _budgets(st, groups: int, npus: float) -> tuple[float, float]:

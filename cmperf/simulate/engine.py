@@ -72,10 +72,12 @@ class Requests:
     pool_B: np.ndarray = None  # bytes of its cached prefix's KV in the pool (all layers)
     blocks: np.ndarray = None  # the pool blocks they fill
     kv_B: np.ndarray = None  # bytes of its whole prompt's KV (sent to decode)
+    write_B: np.ndarray = None  # bytes of its new whole blocks written back to the pool
+    write_blocks: np.ndarray = None  # those blocks
 
     def __post_init__(self):
         n = len(self.prompt)
-        for name in ("pool_B", "blocks", "kv_B"):
+        for name in ("pool_B", "blocks", "kv_B", "write_B", "write_blocks"):
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(n))
         for name in ("send_s", "prefill_start_s", "prefill_end_s", "kv_arrive_s", "first_token_s", "finish_s"):
@@ -533,7 +535,7 @@ class Simulation:
         """The next pass of ``p``: FCFS from the queue within its token and request budgets
         (the first prompt whatever its length); its time from the batch's sums."""
         req = self.req
-        batch, tokens, sq, cC, pool_B, blocks, kv_B = [], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        batch, tokens, sq, cC, pool_B, blocks, kv_B, write_B, write_blocks = [], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
         while self.queue and (not batch or (len(batch) < p.budget_requests
                                             and tokens + req.prompt[self.queue[0]] - req.cached[self.queue[0]] <= p.budget_tokens)):
             rid = self.queue.popleft()
@@ -545,7 +547,10 @@ class Simulation:
             pool_B += req.pool_B[rid]
             blocks += req.blocks[rid]
             kv_B += req.kv_B[rid]
-        pass_s, xfer_s = p.pred.times(tokens, sq / tokens, cC / tokens, len(batch), pool_B, blocks, kv_B)
+            write_B += req.write_B[rid]
+            write_blocks += req.write_blocks[rid]
+        pass_s, xfer_s = p.pred.times(tokens, sq / tokens, cC / tokens, len(batch), pool_B, blocks, kv_B,
+                                      write_B, write_blocks)
         for rid in batch:
             req.prefill_start_s[rid] = now
         p.batch, p.idle = batch, False

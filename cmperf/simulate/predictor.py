@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..cost.pool import pass_with_pool_s
 from ..errors import ConfigError
 from ..predict import Specs, predict
 
@@ -109,15 +110,17 @@ class PrefillPredictor:
     pool_read_s: Any  # callable (bytes per die, blocks per die) -> the pool read's time (cmperf/cost/pool.py)
     send_s: Any  # callable bytes per die -> the KV transfer's time (cmperf/schedule/prefill.py)
     inputs: dict = None  # the instance's full predict inputs (as predict resolved them)
+    pool_write_s: Any = None  # callable (bytes per die, blocks per die) -> the write-back's time (none: no pool)
 
     def times(self, tokens: float, c_eff: float, C_eff: float = 0.0, prompts: int = 1, pool_B: float = 0.0,
-              blocks: float = 0.0, kv_B: float = 0.0) -> tuple[float, float]:
+              blocks: float = 0.0, kv_B: float = 0.0, write_B: float = 0.0, write_blocks: float = 0.0) -> tuple[float, float]:
         """(pass, KV transfer) of a batch: ``tokens`` computed in all, ``c_eff`` = sum c_i^2 /
         sum c_i and ``C_eff`` = sum c_i C_i / sum c_i (the batch's causal attention over its
         prefixes, sum c_i (C_i + (c_i + 1) / 2), is then tokens (C_eff + (c_eff + 1) / 2)), its
         ``prompts``, their cached prefixes' ``pool_B`` bytes in ``blocks`` blocks and their whole
-        KV, ``kv_B`` bytes. A die reads and sends its share: the batch's over the dies of the
-        groups it occupies."""
+        KV, ``kv_B`` bytes, and the new blocks written back, ``write_B`` bytes in ``write_blocks``
+        (overlapped with the pass: :func:`cmperf.cost.pool.pass_with_pool_s`). A die reads,
+        writes and sends its share: the batch's over the dies of the groups it occupies."""
         t = max(tokens / self.npus, self.min_tokens_per_npu(c_eff))
         levels = self.compute_s
         if len(levels) == 1 or C_eff <= levels[0][0]:
@@ -127,7 +130,8 @@ class PrefillPredictor:
             comp = levels[i][1](t, c_eff) * (1 - w) + levels[i + 1][1](t, c_eff) * w
         share = min(float(prompts), float(self.groups)) * self.tp
         pool = self.pool_read_s(pool_B / share, blocks / share) if pool_B > 0 else 0.0
-        return comp + pool, self.send_s(kv_B / share)
+        write = self.pool_write_s(write_B / share, write_blocks / share) if write_B > 0 and self.pool_write_s else 0.0
+        return float(pass_with_pool_s(comp, pool, write)), self.send_s(kv_B / share)
 
 
 def _rows(phase: str, rows: list[dict], specs: Specs, what: str, sweeps: Mapping[str, list] | None = None):
@@ -227,7 +231,7 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
     prompt_len c + C, cached_len C, less the row's own pool read (a batch's is from its own
     bytes: :meth:`PrefillPredictor.times`). With ``sweeps``, a list of one predictor per point
     (as :func:`decode_predictor`)."""
-    from ..cost.pool import pool_read_s
+    from ..cost.pool import pool_read_s, pool_write_s
     from ..schedule.prefill import kv_send_s
 
     hw, _ = specs.views()
@@ -253,7 +257,10 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
             for C in levels for t in ts for c in cs]
     cols = _rows("prefill", rows, specs, f"the prefill instance of {dies:g} dies (attention TP {tp:g})", sweeps)
     shape, n = (len(levels), len(ts), len(cs)), points(sweeps)
-    comps = [(f - p) / 1e3 for f, p in zip(_per_point(cols, "forward_ms", shape, n), _per_point(cols, "pool_load_ms", shape, n))]
+    # the pass without its own pool traffic (a batch's is from its own bytes): the read, and the
+    # write-back's part the pass did not hide
+    comps = [(f - p - w) / 1e3 for f, p, w in zip(_per_point(cols, "forward_ms", shape, n), _per_point(cols, "pool_load_ms", shape, n),
+                                                  _per_point(cols, "pool_write_wait_ms", shape, n))]
     readers = float(instance.get("pool_readers", dies) or dies)
     first = cols.records()[0]
     inputs = {k: first[k] for k in INPUTS["prefill"] if k in first and not (isinstance(first[k], float) and math.isnan(first[k]))}
@@ -262,5 +269,6 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
         compute_s=[(C, Grid2(list(ts), list(cs), comp[j])) for j, C in enumerate(levels)],
         min_tokens_per_npu=min_tokens,
         pool_read_s=lambda B, n: float(pool_read_s(hw, B, n, readers)) if hw.system.memory_pool is not None else 0.0,
+        pool_write_s=(lambda B, n: float(pool_write_s(hw, B, n, readers))) if hw.system.memory_pool is not None else None,
         send_s=lambda B: float(kv_send_s(hw, B))) for comp in comps]
     return out if sweeps else out[0]

@@ -95,10 +95,18 @@ def hit_shares(h: float, k: float, n: int, rng: np.random.Generator) -> np.ndarr
     h (1 - h) / (k + 1) (k = 2: uniform on (0, 1) at h = 1/2; k = inf: every request h). Real
     reuse is per request: a conversation's later turns hit their history, a first turn only a
     system prompt (serving-reference §4.1: 37-64 % of Mooncake's blocks repeat); the spread k is
-    an ASSUMPTION (no trace publishes per-request hit shares)."""
+    an ASSUMPTION (no trace publishes per-request hit shares).
+
+    Drawn by inverse transform from uniforms of a stream of their own (spawned from ``rng``,
+    which it leaves where it was): the arrivals and lengths are those of a run without hits,
+    and a request's share never falls as h rises (Beta(k h, k (1 - h)) grows stochastically
+    with h), so runs at several h compare the same requests (docs/model.md §12.2)."""
     if h <= 0 or not math.isfinite(k):
         return np.full(n, float(h))
-    return rng.beta(k * h, k * (1.0 - h), n)
+    from scipy.special import betaincinv
+
+    u = rng.spawn(1)[0].random(n)
+    return betaincinv(k * h, k * (1.0 - h), u)
 
 
 def make_requests(workload: Workload, traffic: Traffic, rng: np.random.Generator):

@@ -35,6 +35,8 @@ RANGES: list[tuple[str, float, float, str]] = [
     (r"^system\.collectives\.call_floor_s\.[^.]+\.[^.]+$", 0.0, 1e-3, "one collective call's floor: 0 to 1 ms"),
     (r"^system\.memory_pool\.reads\.[^.]+\.bandwidth_Bps$", 1e8, 1e13, "a pool read per die: 100 MB/s to 10 TB/s"),
     (r"^system\.memory_pool\.reads\.[^.]+\.latency_s$", 1e-8, 1e-1, "a pool block's fetch: 10 ns to 100 ms"),
+    (r"^system\.memory_pool\.writes\.[^.]+\.bandwidth_Bps$", 1e8, 1e13, "a pool write per die: 100 MB/s to 10 TB/s"),
+    (r"^system\.memory_pool\.writes\.[^.]+\.latency_s$", 1e-8, 1e-1, "a pool block's write: 10 ns to 100 ms"),
     (r"^system\.memory_pool\.object_storage_Bps$", 1e6, 1e12, "an object-storage bucket: 1 MB/s to 1 TB/s"),
 ]
 _COMPILED = [(re.compile(p), lo, hi, what) for p, lo, hi, what in RANGES]

@@ -282,6 +282,7 @@ class MemoryPool(Strict):
 
     tier: str  # the tier NPUs read the pool over (a tier without a `reads` entry: its own bandwidth and latency)
     reads: dict[str, PoolRead]  # measured reads per tier
+    writes: Optional[dict[str, PoolRead]] = None  # measured writes per tier (absent for a tier: its read's figures)
     dram_per_node_B: Positive
     usable_fraction: Fraction  # share of the DRAM the pool may hold
     block_tokens: Count  # tokens per cached KV block
@@ -714,6 +715,12 @@ BlockTokens = _count("BlockTokens", 1, MAX_BLOCK_TOKENS, "Tokens per KV page.")
 DraftTokens = _count("DraftTokens", 0, MAX_DRAFT_TOKENS, "Speculative tokens verified per request and step (0: no MTP).")
 
 
+class CacheShare(Sourced):
+    """A share of the HBM an instance leaves free that holds cached prefixes: 0 (none) to 1."""
+
+    value: float = Field(ge=0, le=1, allow_inf_nan=False)
+
+
 class HostSeconds(NonNegative):
     """A host time in seconds: 0 (hidden) up to MAX_HOST_S."""
 
@@ -802,6 +809,9 @@ class StackSpec(Strict):
     max_prefill_requests: Optional[PassRequests] = None  # prompts one prefill pass takes at most (per instance)
     chunked_prefill_tokens: ChunkTokens  # 0: a prompt is prefilled whole; else chunks of at most this many
     kv_block_tokens: BlockTokens  # tokens per KV page / block
+    # share of an instance's free HBM that keeps computed prefixes' KV for reuse (RadixAttention,
+    # vLLM automatic prefix caching; docs/model.md §9.5); absent: 1 (every free page)
+    prefix_cache_hbm_share: Optional[CacheShare] = None
     dp_balance: DPBalance
     expert_balance: ExpertBalance
     fusion: Optional[Fusion] = None  # absent: every kernel of cmperf/specs/kernels.py launched on its own
