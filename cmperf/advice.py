@@ -8,7 +8,8 @@ is on a slow path when the chip runs a dtype at least as wide as ``d`` faster:
     slow(d)  <=>  there is e with bits(e) >= bits(d) and peak(e) > peak(d)
 
 The fix named is the fastest dtype of the same width, if it beats ``d``, else the fastest wider
-one (a --set of the model's precision, or a checkpoint in that dtype).
+one (a --set of the model's precision, or a checkpoint in that dtype). A peak outside the range
+of any real part (specs/plausible.py, already warned about) is no path to advise on.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ def slow_dtype_notes(specs) -> list[str]:
     from .predict import _needed_dtypes
     from .report import human
     from .specs.dtypes import DTYPE_BITS, dtypes_of
+    from .specs.plausible import is_plausible
 
     hw, m = specs.views()
     peaks = hw.chip.die.peak_flops_per_s
@@ -27,7 +29,7 @@ def slow_dtype_notes(specs) -> list[str]:
     have = {d: getattr(peaks, d) for d in dtypes_of(peaks)}
     if any(np.ndim(v) for v in have.values()):
         return []  # a swept peak: no single answer to note
-    have = {d: float(v) for d, v in have.items()}
+    have = {d: float(v) for d, v in have.items() if is_plausible(f"chip.die.peak_flops_per_s.{d}", float(v))}
     notes = []
     for field, d in _needed_dtypes(m).items():
         if d not in have:

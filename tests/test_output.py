@@ -157,3 +157,11 @@ def test_csv_counts_are_integers(cli):
     rows = list(csv.DictReader(io.StringIO("".join(l for l in out.splitlines(True) if not l.startswith("#")))))
     assert rows[0]["prefill_instances"].isdigit() and rows[0]["decode_dies"].isdigit()
     assert "." in rows[0]["goodput_rps"]
+
+
+def test_an_implausible_peak_is_warned_about_not_advised_on(cli):
+    """A peak outside the range of any real part gets the plausibility warning; advising a
+    faster dtype over it would be a second line before the one-line error its NaN gives."""
+    code, out, err = cli("predict", "decode", "--set", "chip.die.peak_flops_per_s.int8=1e-300")
+    lines = [line for line in err.splitlines() if not line.startswith("cmperf: warning:")]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("cmperf: error:"), err

@@ -66,3 +66,12 @@ def implausible(chip: dict, system: dict) -> list[str]:
                 out.append(f"{path} = {v:g} is outside the range of any real part ({what}); predicted anyway")
                 break
     return out
+
+
+def is_plausible(path: str, value: float) -> bool:
+    """Whether ``value`` of the field at dotted ``path`` lies in its class's range (True for
+    a field no range covers)."""
+    for pattern, lo, hi, _ in _COMPILED:
+        if pattern.search(path):
+            return lo <= value <= hi
+    return True
