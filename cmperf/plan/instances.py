@@ -31,6 +31,7 @@ class DecodeCurves:
     batch: list[np.ndarray]
     tpot_s: list[np.ndarray]
     capacity_rps: list[np.ndarray]
+    step_s: list[np.ndarray] | None = None  # the iteration (one decode step) at each batch
 
     def max_rate(self, tpot_slo_s: float) -> tuple[np.ndarray, np.ndarray]:
         """Per size: the largest request rate one instance serves with TPOT <= the SLO
@@ -59,6 +60,16 @@ class DecodeCurves:
                 continue
             batch[sel], tpot[sel] = _first_reach(x, (self.batch[k], self.tpot_s[k]), rate_per_instance[sel])
         return batch, tpot
+
+    def step_at_rate(self, which: np.ndarray, rate_per_instance: np.ndarray) -> np.ndarray:
+        """The decode step (one iteration) of instances of size index ``which`` serving
+        ``rate_per_instance``, read where :meth:`at_rate` reads the batch."""
+        step = np.full(len(which), np.nan)
+        for k in np.unique(which):
+            sel = which == k
+            if len(self.capacity_rps[k]):
+                step[sel] = _first_reach(self.capacity_rps[k], (self.step_s[k],), rate_per_instance[sel])[0]
+        return step
 
 
 def _first_reach(x: np.ndarray, ys, rate) -> list[np.ndarray]:
@@ -100,7 +111,7 @@ def decode_curves(table: pd.DataFrame, dies_per_npu: int, output_tokens: float, 
     ``size`` columns."""
     fits = table[table["fits"]] if len(table) else table
     groups = fits.groupby(list(keys), sort=True) if len(fits) else []
-    dies, names, batch, tpot, cap = [], [], [], [], []
+    dies, names, batch, tpot, cap, step = [], [], [], [], [], []
     for key, t in groups:
         key = key if isinstance(key, tuple) else (key,)
         t = t.sort_values("batch")
@@ -110,8 +121,10 @@ def decode_curves(table: pd.DataFrame, dies_per_npu: int, output_tokens: float, 
         dies.append(sum(names[-1][c] for c in size))
         batch.append(b)
         tpot.append(s)
+        step.append(t["iteration_ms"].to_numpy(dtype=float) / 1e3)
         cap.append(b * (float(t[request_dies].iat[0]) / dies_per_npu) / (output_tokens * s))
-    return DecodeCurves(dies=np.asarray(dies, dtype=float), keys=names, batch=batch, tpot_s=tpot, capacity_rps=cap)
+    return DecodeCurves(dies=np.asarray(dies, dtype=float), keys=names, batch=batch, tpot_s=tpot, capacity_rps=cap,
+                        step_s=step)
 
 
 def prompts_per_pass(tokens_per_npu, npus, computed_tokens) -> np.ndarray:
