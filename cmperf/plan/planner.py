@@ -8,11 +8,14 @@ within the SLOs (docs/model.md §9).
 A deployment is a set of instances of the shapes in :mod:`cmperf.plan.shapes`, each timed by
 ``cmperf predict`` (:mod:`cmperf.plan.instances`). At arrival rate λ:
 
-    TTFT = W_q(λ) + A(λ) + pass + KV transfer          (prefill; docs/model.md §9.3)
+    TTFT = W_q(λ) + A(λ) + pass + KV transfer + J(λ)          (prefill; docs/model.md §9.3)
         W_q   waiting for a place in a pass: M/G/c (cmperf/plan/queueing.py) with c = the
               prompts all passes in flight hold, service = one pass, scv of prompt tokens
         A     waiting for the running pass to end before joining the next: the residual of
               a pass when the instance is busy, mean ρ pass / 2, p90 pass (1 - 0.1 / ρ)+
+              (none when a pass holds one prompt: the instance is a server of the queue)
+        KV    the prompt's share of its pass's transfer, (k + 1) / (2k) of it (k prompts in turn)
+        J     waiting for the decode step it joins: the residual of a step, (1 - e^-L) T / 2
     TPOT = TPOT(b), b the batch where the decode capacity curve meets λ / instances
 
 The goodput is the largest λ with TTFT (mean or p90) and TPOT within their SLOs (or the
