@@ -113,6 +113,19 @@ REFINE = 0.10  # planned / sustained off by more than this: the closed form cann
 REFINE_CANDIDATES = 4  # the best and the next runners-up simulated when it cannot
 
 
+PREFILL_KEYS = ("prefill_instances", "prefill_dies", "prefill_tp")
+
+
+def refine_candidates(table, top: int = REFINE_CANDIDATES) -> list:
+    """The deployments simulation ranks when the closed form cannot: the best of each distinct
+    prefill side (instances, dies, attention TP), in the plan's order, ``top`` of them. What a
+    closed form misses there (a heavy tail's long prompt holding a pass, stragglers) is the
+    prefill side's, so the candidates differ in it; decode options on the same prefill side
+    would be sustained at the same rate."""
+    served = table[table["goodput_rps"] > 0]
+    return [r for _, r in served.drop_duplicates(list(PREFILL_KEYS)).head(top).iterrows()]
+
+
 def verify_plan(result, prompts: int = 4000, top: int = REFINE_CANDIDATES) -> dict | None:
     """The best deployment simulated: at its planned rate (the closed form's TTFT and TPOT
     beside the simulation's mean, p90 and p99 over the steady window), and the largest rate it
@@ -146,7 +159,7 @@ def verify_plan(result, prompts: int = 4000, top: int = REFINE_CANDIDATES) -> di
     dep, n, found = search(b, 0)
     refined = None
     if abs(found["planned_over_sustained"] - 1.0) > REFINE and w.arrival_rate_per_s is None:
-        rows = [b] + [r for _, r in result.runners_up(top).iterrows()][: top - 1]
+        rows = refine_candidates(result.table, top)
         tried = [(row, *search(row, 0)) for row in rows]
         row, dep, n, best = max(tried, key=lambda x: (x[3]["sustained_rate_rps"], -float(x[0]["npus"])))
         refined = {"closed_form_rate_rps": planned, "tolerance": REFINE, "closed_form_deployment": deployment_of(b, dpp).describe(),
