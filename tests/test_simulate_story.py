@@ -295,3 +295,17 @@ def test_shape_options_reach_the_instance():
     assert g.limits == {"pass_tokens": 28680, "running": 8}
     d = parse_group("1x32:tp=2:running=32", "--decode")
     assert d.inputs == {"dies": 32, "tp": 2} and d.limits == {"running": 32}
+
+
+def test_refinement_candidates_differ_in_the_prefill_side():
+    """What the closed form misses with heavy tails is the prefill side's: the candidates
+    simulation ranks are the best of each distinct prefill side, in the plan's order, not the
+    first rows (which differ only in decode); a deployment serving nothing is not one."""
+    import pandas as pd
+
+    from cmperf.simulate.sustain import refine_candidates
+
+    t = pd.DataFrame({"rank": [1, 2, 3, 4, 5, 6], "prefill_instances": [1, 1, 1, 2, 2, 1],
+                      "prefill_dies": [64, 64, 64, 48, 48, 96], "prefill_tp": [4, 4, 4, 4, 4, 4],
+                      "decode_dies": [96, 64, 48, 64, 32, 64], "goodput_rps": [48.4, 48.4, 48.3, 40.4, 40.0, 0.0]})
+    assert [int(r["rank"]) for r in refine_candidates(t, 4)] == [1, 4]
