@@ -47,6 +47,13 @@ class DecodeCurves:
             rate.append(float(np.interp(tpot_slo_s, t, x)) if t[-1] > tpot_slo_s else float(x[-1]))
         return np.asarray(rate), np.asarray(memory)
 
+    def step_at_tpot(self, tpot_slo_s: float) -> float:
+        """The longest decode step any option runs within the TPOT SLO (the step where its TPOT
+        reaches the SLO, or at its largest batch when that is under it); 0 when none meets it."""
+        steps = [float(np.interp(tpot_slo_s, t, s)) if t[-1] > tpot_slo_s else float(s[-1])
+                 for t, s in zip(self.tpot_s, self.step_s) if len(t) and t[0] <= tpot_slo_s]
+        return max(steps, default=0.0)
+
     def at_rate(self, which: np.ndarray, rate_per_instance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(batch per NPU, TPOT) of instances of size index ``which`` serving
         ``rate_per_instance``: the batch where the capacity curve meets the rate (Little's law);

@@ -401,9 +401,13 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     kv_p = pre["kv_transfer_ms"].to_numpy(dtype=float)[i_idx] / 1e3 * (np.maximum(prompts, 1.0) + 1.0) / (2.0 * np.maximum(prompts, 1.0))
     servers_p = np.maximum(prompts, 1.0) * n_p
 
+    # the prefill side's largest rate holds for any decode option it is paired with: the wait for
+    # the decode step a request joins at its longest, a step at the TPOT SLO (docs/model.md §9.3)
+    join_most = alignment_s(1.0, curves.step_at_tpot(slo.tpot_s), slo.ttft_stat)
+
     def ttft_over_s(rate, j):  # TTFT beyond the SLO of pairs j at ``rate``
         return ttft_terms(rate, servers_p[j], pass_p[j], computed.scv, pass_p[j], pass_p[j] + kv_p[j],
-                          slo.ttft_stat, n_p[j])["ttft_s"] - slo.ttft_s
+                          slo.ttft_stat, n_p[j], join_most)["ttft_s"] - slo.ttft_s
 
     rate_p_all = largest_rate(ttft_over_s, servers_p / pass_p) * (prompts >= 1)
     given = workload.arrival_rate_per_s
@@ -417,15 +421,14 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     a, k = np.nonzero(n_d_max > 0)
     a, k = _first_per_pairing(a, k, i_idx, n_p, p_dies, n_d_best, rate_p_all, d_max, k_dies, given)
     n_d = n_d_best[a, k]
+    rate_p = rate_p_all[a]
     i = i_idx[a]
     pass_s, kv_s, servers = pass_p[a], kv_p[a], servers_p[a]
 
-    def ttft(rate, j=slice(None)):  # with the wait for the decode step each request joins, of its pairing
-        join = decode_join_s(curves, k[j], n_d[j], rate, workload.output.mean, slo.ttft_stat)
-        return ttft_terms(rate, servers[j], pass_s[j], computed.scv, pass_s[j], pass_s[j] + kv_s[j], slo.ttft_stat,
-                          n_p[a][j], join)
+    def ttft(rate):  # at the rate run: the wait for the decode step each request joins, of its pairing
+        join = decode_join_s(curves, k, n_d, rate, workload.output.mean, slo.ttft_stat)
+        return ttft_terms(rate, servers, pass_s, computed.scv, pass_s, pass_s + kv_s, slo.ttft_stat, n_p[a], join)
 
-    rate_p = largest_rate(lambda rate, j: ttft(rate, j)["ttft_s"] - slo.ttft_s, servers / pass_s) * (prompts[a] >= 1)
     rate_d = d_max[k] * n_d
     pool = pre["pool_load_ms"].to_numpy(dtype=float)[i] / pre["forward_ms"].to_numpy(dtype=float)[i] if "pool_load_ms" in pre else 0.0
     rate, binding = _operating(rate_p, rate_d, workload.arrival_rate_per_s,
