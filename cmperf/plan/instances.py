@@ -48,11 +48,11 @@ class DecodeCurves:
         return np.asarray(rate), np.asarray(memory)
 
     def step_at_tpot(self, tpot_slo_s: float) -> float:
-        """The longest decode step any option runs within the TPOT SLO (the step where its TPOT
-        reaches the SLO, or at its largest batch when that is under it); 0 when none meets it."""
-        steps = [float(np.interp(tpot_slo_s, t, s)) if t[-1] > tpot_slo_s else float(s[-1])
-                 for t, s in zip(self.tpot_s, self.step_s) if len(t) and t[0] <= tpot_slo_s]
-        return max(steps, default=0.0)
+        """The longest decode step a TPOT within the SLO allows: the SLO times the most tokens
+        a step emits (MTP: the step over the TPOT) of any option; 0 without options. The same
+        for any set of options of one model and MTP setting (a deployment evaluated alone)."""
+        ratios = [float(np.max(s / t)) for t, s in zip(self.tpot_s, self.step_s) if len(t)]
+        return tpot_slo_s * max(ratios, default=0.0)
 
     def at_rate(self, which: np.ndarray, rate_per_instance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(batch per NPU, TPOT) of instances of size index ``which`` serving
