@@ -50,6 +50,37 @@ def test_ttft_at_no_load_is_one_pass_plus_transfer():
     assert math.isinf(t["ttft_s"][0])
 
 
+def test_a_pass_of_one_prompt_has_no_alignment():
+    """Three instances whose pass holds one prompt are three servers of the queue (M/D/3): the
+    queue's wait is the whole wait; with two prompts a pass the busy instance's residual adds
+    rho T / 2 (rho = 2 x 0.5 / 6)."""
+    one = ttft_terms(np.array([2.0]), 3.0, 0.5, 0.0, 0.5, 0.5, "mean", 3.0)
+    assert one["align_s"][0] == 0.0 and one["ttft_s"][0] == pytest.approx(one["queue_s"][0] + 0.5)
+    two = ttft_terms(np.array([2.0]), 6.0, 0.5, 0.0, 0.5, 0.5, "mean", 3.0)
+    assert two["align_s"][0] == pytest.approx(2.0 * 0.5 / 6.0 * 0.5 / 2)
+
+
+def test_the_wait_for_the_decode_step_by_hand():
+    """One decode option: batch 1 and 2 per NPU (1 NPU), TPOT 20 and 30 ms, steps 40 and 60 ms
+    (2 tokens a step), 100-token outputs: capacity 1 / (100 x 0.02) = 0.5 and 2 / 3 = 0.667
+    requests/s. At 0.667 requests/s on one instance it holds L = 0.667 x 100 x 0.03 = 2
+    requests, runs steps 1 - e^-2 of the time, and a request waits (1 - e^-2) x 60 / 2 ms for
+    the step it joins; p90: 60 (1 - 0.1 / (1 - e^-2)) ms. On two instances each serves half."""
+    from cmperf.plan.instances import DecodeCurves
+    from cmperf.plan.planner import decode_join_s
+
+    b, t = np.array([1.0, 2.0]), np.array([0.02, 0.03])
+    c = DecodeCurves(dies=np.array([1.0]), keys=[{"dies": 1.0}], batch=[b], tpot_s=[t], capacity_rps=[b / (100 * t)],
+                     step_s=[np.array([0.04, 0.06])])
+    busy = 1 - math.exp(-2.0)
+    rate = np.array([2 / 3])
+    assert decode_join_s(c, np.array([0]), np.array([1.0]), rate, 100.0, "mean")[0] == pytest.approx(busy * 0.03)
+    assert decode_join_s(c, np.array([0]), np.array([1.0]), rate, 100.0, "p90")[0] == pytest.approx(0.06 * (1 - 0.1 / busy))
+    half = decode_join_s(c, np.array([0]), np.array([2.0]), 2 * rate, 100.0, "mean")[0]
+    assert half == pytest.approx(busy * 0.03)
+    assert decode_join_s(c, np.array([0]), np.array([1.0]), np.array([0.0]), 100.0, "mean")[0] == 0.0
+
+
 def test_lognormal_lengths_from_mean_and_p90():
     """p90 = 2 x mean: ln 2 = z s - s^2/2 -> s = 1.2816 - sqrt(1.2816^2 - 2 ln 2) = 0.7753, scv = e^{s^2} - 1 = 0.824."""
     x = parse_lengths("1000:2000", "--prompt-len")
@@ -97,7 +128,10 @@ def test_default_plan_and_its_rates_agree_with_predict(paper_plan):
     for col in ("forward_ms", "kv_transfer_ms", "throughput_per_npu"):
         assert p1[col] == pytest.approx(alone[col].iat[0], rel=1e-9)
     chosen = pre[(pre["dies"] == b["prefill_dies"]) & (pre["tokens_per_npu"] == b["prefill_tokens_per_npu"])].iloc[0]
-    assert b["ttft_prefill_ms"] == chosen["forward_ms"] and b["ttft_kv_transfer_ms"] == chosen["kv_transfer_ms"]
+    # a pass's k prompts send their KV one after another: a prompt's arrives after (k + 1) / 2 of the k transfers
+    k = b["prefill_tokens_per_npu"] * b["prefill_dies"] / 2 / 4096
+    assert b["ttft_prefill_ms"] == chosen["forward_ms"]
+    assert b["ttft_kv_transfer_ms"] == pytest.approx(chosen["kv_transfer_ms"] * (k + 1) / (2 * k), rel=1e-12)
     dec = paper_plan.instances["decode"]
     d1 = dec[(dec["dies"] == 320) & (dec["batch"] == 96)].iloc[0]
     alone = predict("decode", {"batch": 96}).table

@@ -148,11 +148,13 @@ def _story_cases(n=4, seed=22):
 def test_closed_form_and_simulation_tell_one_story(case):
     """The planner's deployment, simulated at 20, 50 and 90 % of its planned rate with the pass
     budget the plan chose at that rate: the steady mean TTFT rises with the load, the SLOs are
-    met, and the closed form (M/G/c wait + alignment + pass + transfer, docs/model.md §9.3) is
-    within 25 % of the simulation (measured: -14 % ... +21 %; docs/model.md §12.5 tabulates it:
-    the wait for the decode step a request joins, which the closed form leaves out, and the
-    conservative M/G/c near capacity). Without the greedy single instance's busy share
-    (greedy_busy) a single instance at 20 % load is off by +41 % and +51 %."""
+    met, and the closed form (M/G/c wait + alignment + pass + transfer + the wait for the decode
+    step a request joins, docs/model.md §9.3) is within 15 % of the simulation at 20 and 50 %
+    load, 25 % at 90 % (measured, docs/model.md §12.5: -5 % ... +1 % at 20-50 %, up to +21 % at
+    90 %, where the plan's pass grows to a larger option and the simulation's greedy passes
+    carry less than it). Without the decode join the closed form was -14 % (h800-cluster) at
+    20 %; without the greedy single instance's busy share (greedy_busy) a single instance at 20 %
+    load is off by +41 % and +51 %."""
     from cmperf.plan.planner import plan
     from cmperf.simulate.deployment import from_plan_row
     from cmperf.simulate.sustain import steady
@@ -172,7 +174,8 @@ def test_closed_form_and_simulation_tell_one_story(case):
         res = simulate(specs, wr, from_plan_row(row, dpp), Traffic(rate_rps=rate, num_prompts=n), seed=1)
         st = steady(res.requests, 2.0, 0.05)
         assert st["meets_slos"], (load, st)
-        assert st["ttft_ms"] == pytest.approx(float(row["ttft_ms"]), rel=0.25), (load, st["ttft_ms"], row["ttft_ms"])
+        tol = 0.15 if load <= 0.5 else 0.25
+        assert st["ttft_ms"] == pytest.approx(float(row["ttft_ms"]), rel=tol), (load, st["ttft_ms"], row["ttft_ms"])
         seen.append(st["ttft_ms"])
     assert seen == sorted(seen)
 
@@ -292,3 +295,17 @@ def test_shape_options_reach_the_instance():
     assert g.limits == {"pass_tokens": 28680, "running": 8}
     d = parse_group("1x32:tp=2:running=32", "--decode")
     assert d.inputs == {"dies": 32, "tp": 2} and d.limits == {"running": 32}
+
+
+def test_refinement_candidates_differ_in_the_prefill_side():
+    """What the closed form misses with heavy tails is the prefill side's: the candidates
+    simulation ranks are the best of each distinct prefill side, in the plan's order, not the
+    first rows (which differ only in decode); a deployment serving nothing is not one."""
+    import pandas as pd
+
+    from cmperf.simulate.sustain import refine_candidates
+
+    t = pd.DataFrame({"rank": [1, 2, 3, 4, 5, 6], "prefill_instances": [1, 1, 1, 2, 2, 1],
+                      "prefill_dies": [64, 64, 64, 48, 48, 96], "prefill_tp": [4, 4, 4, 4, 4, 4],
+                      "decode_dies": [96, 64, 48, 64, 32, 64], "goodput_rps": [48.4, 48.4, 48.3, 40.4, 40.0, 0.0]})
+    assert [int(r["rank"]) for r in refine_candidates(t, 4)] == [1, 4]

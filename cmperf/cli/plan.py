@@ -23,6 +23,7 @@ BEST_ROWS = [("shape", "shape", ""), ("split", "split", ""), ("npus_split", "NPU
              ("ttft_align_ms", "  waiting for the running pass to end", "ms"),
              ("ttft_prefill_ms", "  prefill pass (pool loads included)", "ms"),
              ("ttft_kv_transfer_ms", "  KV transfer to decode", "ms"),
+             ("ttft_decode_join_ms", "  waiting for the decode step it joins", "ms"),
              ("tpot_ms", "TPOT", "ms"), ("tokens_per_s_per_user", "tokens/s per user", ""),
              ("output_tokens_per_s_per_npu", "output tokens/s per NPU (all NPUs)", ""),
              ("prompt_tokens_per_s_per_npu", "prompt tokens/s per NPU (all NPUs)", "")]
@@ -259,6 +260,13 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
 
         plan_figure(result, plot)
     s = summary(result)
+    if verified and verified["refined_by_simulation"] and s["best"] is not None:
+        # the closed form could not say (heavy tails, stragglers): the plan is the simulation's, at its verified rate
+        from ..plan.planner import describe
+
+        row, rate = verified["row"], verified["planned_rate_rps"]
+        s["best"] = {**row, "split": describe(row), "goodput_rps": rate, "goodput_rpm": rate * 60.0, "rate_rps": rate,
+                     "binding": f"the rate simulation sustains (closed form: {verified['refined_by_simulation']['closed_form_rate_rps']:.4g} requests/s)"}
     runners = public(result.runners_up(top))
     ratio = s["aggregated_vs_disaggregated"]
     if fmt == "json":

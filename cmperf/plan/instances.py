@@ -31,6 +31,7 @@ class DecodeCurves:
     batch: list[np.ndarray]
     tpot_s: list[np.ndarray]
     capacity_rps: list[np.ndarray]
+    step_s: list[np.ndarray] | None = None  # the iteration (one decode step) at each batch
 
     def max_rate(self, tpot_slo_s: float) -> tuple[np.ndarray, np.ndarray]:
         """Per size: the largest request rate one instance serves with TPOT <= the SLO
@@ -46,6 +47,13 @@ class DecodeCurves:
             rate.append(float(np.interp(tpot_slo_s, t, x)) if t[-1] > tpot_slo_s else float(x[-1]))
         return np.asarray(rate), np.asarray(memory)
 
+    def step_at_tpot(self, tpot_slo_s: float) -> float:
+        """The longest decode step a TPOT within the SLO allows: the SLO times the most tokens
+        a step emits (MTP: the step over the TPOT) of any option; 0 without options. The same
+        for any set of options of one model and MTP setting (a deployment evaluated alone)."""
+        ratios = [float(np.max(s / t)) for t, s in zip(self.tpot_s, self.step_s) if len(t)]
+        return tpot_slo_s * max(ratios, default=0.0)
+
     def at_rate(self, which: np.ndarray, rate_per_instance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(batch per NPU, TPOT) of instances of size index ``which`` serving
         ``rate_per_instance``: the batch where the capacity curve meets the rate (Little's law);
@@ -59,6 +67,16 @@ class DecodeCurves:
                 continue
             batch[sel], tpot[sel] = _first_reach(x, (self.batch[k], self.tpot_s[k]), rate_per_instance[sel])
         return batch, tpot
+
+    def step_at_rate(self, which: np.ndarray, rate_per_instance: np.ndarray) -> np.ndarray:
+        """The decode step (one iteration) of instances of size index ``which`` serving
+        ``rate_per_instance``, read where :meth:`at_rate` reads the batch."""
+        step = np.full(len(which), np.nan)
+        for k in np.unique(which):
+            sel = which == k
+            if len(self.capacity_rps[k]):
+                step[sel] = _first_reach(self.capacity_rps[k], (self.step_s[k],), rate_per_instance[sel])[0]
+        return step
 
 
 def _first_reach(x: np.ndarray, ys, rate) -> list[np.ndarray]:
@@ -100,7 +118,7 @@ def decode_curves(table: pd.DataFrame, dies_per_npu: int, output_tokens: float, 
     ``size`` columns."""
     fits = table[table["fits"]] if len(table) else table
     groups = fits.groupby(list(keys), sort=True) if len(fits) else []
-    dies, names, batch, tpot, cap = [], [], [], [], []
+    dies, names, batch, tpot, cap, step = [], [], [], [], [], []
     for key, t in groups:
         key = key if isinstance(key, tuple) else (key,)
         t = t.sort_values("batch")
@@ -110,8 +128,10 @@ def decode_curves(table: pd.DataFrame, dies_per_npu: int, output_tokens: float, 
         dies.append(sum(names[-1][c] for c in size))
         batch.append(b)
         tpot.append(s)
+        step.append(t["iteration_ms"].to_numpy(dtype=float) / 1e3)
         cap.append(b * (float(t[request_dies].iat[0]) / dies_per_npu) / (output_tokens * s))
-    return DecodeCurves(dies=np.asarray(dies, dtype=float), keys=names, batch=batch, tpot_s=tpot, capacity_rps=cap)
+    return DecodeCurves(dies=np.asarray(dies, dtype=float), keys=names, batch=batch, tpot_s=tpot, capacity_rps=cap,
+                        step_s=step)
 
 
 def prompts_per_pass(tokens_per_npu, npus, computed_tokens) -> np.ndarray:

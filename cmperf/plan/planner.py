@@ -8,11 +8,14 @@ within the SLOs (docs/model.md §9).
 A deployment is a set of instances of the shapes in :mod:`cmperf.plan.shapes`, each timed by
 ``cmperf predict`` (:mod:`cmperf.plan.instances`). At arrival rate λ:
 
-    TTFT = W_q(λ) + A(λ) + pass + KV transfer          (prefill; docs/model.md §9.3)
+    TTFT = W_q(λ) + A(λ) + pass + KV transfer + J(λ)          (prefill; docs/model.md §9.3)
         W_q   waiting for a place in a pass: M/G/c (cmperf/plan/queueing.py) with c = the
               prompts all passes in flight hold, service = one pass, scv of prompt tokens
         A     waiting for the running pass to end before joining the next: the residual of
               a pass when the instance is busy, mean ρ pass / 2, p90 pass (1 - 0.1 / ρ)+
+              (none when a pass holds one prompt: the instance is a server of the queue)
+        KV    the prompt's share of its pass's transfer, (k + 1) / (2k) of it (k prompts in turn)
+        J     waiting for the decode step it joins: the residual of a step, (1 - e^-L) T / 2
     TPOT = TPOT(b), b the batch where the decode capacity curve meets λ / instances
 
 The goodput is the largest λ with TTFT (mean or p90) and TPOT within their SLOs (or the
@@ -91,22 +94,41 @@ def greedy_busy(rate, pass_s):
     so E[busy] = pass_s e^x against an idle 1 / rate:  beta = x e^x / (1 + x e^x) (>= the
     utilisation x / c of c-prompt passes: a pass of one prompt costs a full one)."""
     x = np.asarray(rate, dtype=float) * np.asarray(pass_s, dtype=float)
-    with np.errstate(over="ignore"):
-        y = x * np.exp(np.minimum(x, 700.0))
-    return y / (1.0 + y)
+    with np.errstate(divide="ignore", over="ignore"):  # 1 / (1 + 1 / (x e^x)): finite at any x (0 at x = 0)
+        return 1.0 / (1.0 + np.exp(-x) / x)
 
 
-def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, instances=None) -> dict:
+def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, instances=None, join_s=0.0) -> dict:
     """TTFT at ``rate`` and its parts (module docstring). ``instances``: the prefill instances
     the servers belong to; one instance is busy, when it passes greedily, :func:`greedy_busy`
-    of the time (more than the utilisation), which sets the chance a prompt waits for a pass."""
+    of the time (more than the utilisation), which sets the chance a prompt waits for a pass;
+    an instance whose pass holds one prompt is a plain server of the queue (no alignment: the
+    queue's wait is the whole wait). ``join_s``: the wait for the decode step a request joins
+    (:func:`decode_join_s`), added as it is."""
     rate = np.asarray(rate, dtype=float)
     wait = mean_wait_s(rate, servers, service_s, scv) if stat == "mean" else wait_quantile_s(rate, servers, service_s, scv, P90)
     rho = rate * service_s / servers
     if instances is not None:
-        rho = np.where(np.asarray(instances) == 1, np.maximum(rho, greedy_busy(rate, period_s)), rho)
+        n = np.asarray(instances, dtype=float)
+        rho = np.where(n == 1, np.maximum(rho, greedy_busy(rate, period_s)), rho)
+        rho = np.where(np.asarray(servers, dtype=float) <= n, 0.0, rho)
     align = alignment_s(rho, period_s, stat)
-    return {"queue_s": wait, "align_s": align, "ttft_s": wait + align + fixed_s}
+    join = np.broadcast_to(np.asarray(join_s, dtype=float), np.shape(wait))
+    return {"queue_s": wait, "align_s": align, "join_s": join, "ttft_s": wait + align + fixed_s + join}
+
+
+def decode_join_s(curves, which, decode_instances, rate, output_tokens: float, stat: str) -> np.ndarray:
+    """Waiting for the decode step a request joins (docs/model.md §9.3): its KV arrives while
+    its decode instance runs a step, and it joins the batch (its first token, computed by
+    prefill, reaches the client) when that step ends. The instance holds ``L = rate / n_d x
+    E[O] x TPOT`` requests (Little's law) and runs steps whenever it holds one: busy with
+    probability ``1 - e^-L`` (M/G/inf); the residual of a step of ``T`` (the iteration at the
+    operating batch) is uniform on (0, T): :func:`alignment_s` with that busy share and period."""
+    per_instance = np.asarray(rate, dtype=float) / np.asarray(decode_instances, dtype=float)
+    _, tpot = curves.at_rate(which, per_instance)
+    step = curves.step_at_rate(which, per_instance)
+    busy = -np.expm1(-per_instance * output_tokens * tpot)
+    return alignment_s(busy, step, stat)
 
 
 # --------------------------------------------------------------------------- the plan
@@ -296,9 +318,13 @@ def curves(p: Plan, row, rates) -> dict:
     """TTFT (and its parts) and TPOT of deployment ``row`` at each of ``rates`` (requests/s):
     the same terms the plan ranked it by, against the rate (for ``--plot``)."""
     rates = np.asarray(rates, dtype=float)
-    out = ttft_terms(rates, row["_servers"], row["_service_s"], p.workload.computed.scv, row["_period_s"],
-                     row["_fixed_s"], p.workload.slo.ttft_stat, row.get("_instances"))
     k = int(row["_decode_curve"])
+    join = 0.0
+    if k >= 0:
+        join = decode_join_s(p.decode_curves[row["shape"]], np.full(len(rates), k), np.full(len(rates), row["decode_instances"]),
+                             rates, p.workload.output.mean, p.workload.slo.ttft_stat)
+    out = ttft_terms(rates, row["_servers"], row["_service_s"], p.workload.computed.scv, row["_period_s"],
+                     row["_fixed_s"], p.workload.slo.ttft_stat, row.get("_instances"), join)
     if k >= 0:
         c = p.decode_curves[row["shape"]]
         _, tpot = c.at_rate(np.full(len(rates), k), rates / row["decode_instances"])
@@ -391,12 +417,18 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
         write = np.where(col("pool_write_bytes_per_die") > 0, pool_write_s(hw, col("pool_write_bytes_per_die"),
                                                                            col("pool_write_blocks_per_die"), n_p * p_dies[i_idx]), 0.0)
         pass_p = pass_with_pool_s(pass_p - own - wait, read, write)
-    kv_p = pre["kv_transfer_ms"].to_numpy(dtype=float)[i_idx] / 1e3
+    # a pass's prompts leave over the link one after another: a prompt's KV arrives, on average,
+    # after (k + 1) / 2 of the k prompts' transfers (docs/model.md §9.3)
+    kv_p = pre["kv_transfer_ms"].to_numpy(dtype=float)[i_idx] / 1e3 * (np.maximum(prompts, 1.0) + 1.0) / (2.0 * np.maximum(prompts, 1.0))
     servers_p = np.maximum(prompts, 1.0) * n_p
+
+    # the prefill side's largest rate holds for any decode option it is paired with: the wait for
+    # the decode step a request joins at its longest, a step at the TPOT SLO (docs/model.md §9.3)
+    join_most = alignment_s(1.0, curves.step_at_tpot(slo.tpot_s), slo.ttft_stat)
 
     def ttft_over_s(rate, j):  # TTFT beyond the SLO of pairs j at ``rate``
         return ttft_terms(rate, servers_p[j], pass_p[j], computed.scv, pass_p[j], pass_p[j] + kv_p[j],
-                          slo.ttft_stat, n_p[j])["ttft_s"] - slo.ttft_s
+                          slo.ttft_stat, n_p[j], join_most)["ttft_s"] - slo.ttft_s
 
     rate_p_all = largest_rate(ttft_over_s, servers_p / pass_p) * (prompts >= 1)
     given = workload.arrival_rate_per_s
@@ -413,7 +445,11 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     rate_p = rate_p_all[a]
     i = i_idx[a]
     pass_s, kv_s, servers = pass_p[a], kv_p[a], servers_p[a]
-    ttft = lambda rate: ttft_terms(rate, servers, pass_s, computed.scv, pass_s, pass_s + kv_s, slo.ttft_stat, n_p[a])  # noqa: E731
+
+    def ttft(rate):  # at the rate run: the wait for the decode step each request joins, of its pairing
+        join = decode_join_s(curves, k, n_d, rate, workload.output.mean, slo.ttft_stat)
+        return ttft_terms(rate, servers, pass_s, computed.scv, pass_s, pass_s + kv_s, slo.ttft_stat, n_p[a], join)
+
     rate_d = d_max[k] * n_d
     pool = pre["pool_load_ms"].to_numpy(dtype=float)[i] / pre["forward_ms"].to_numpy(dtype=float)[i] if "pool_load_ms" in pre else 0.0
     rate, binding = _operating(rate_p, rate_d, workload.arrival_rate_per_s,
@@ -594,7 +630,7 @@ def _frame(shape, workload, rate, binding, *, n_p, p_dies, tokens_per_npu, n_d, 
         "max_rps": np.minimum(rate_p, rate_d),
         "prefill_max_rps": rate_p, "decode_max_rps": rate_d, "binding": binding,
         "ttft_ms": t["ttft_s"] * 1e3, "ttft_queue_ms": t["queue_s"] * 1e3, "ttft_align_ms": t["align_s"] * 1e3,
-        "ttft_prefill_ms": pass_s * 1e3, "ttft_kv_transfer_ms": kv_s * 1e3,
+        "ttft_prefill_ms": pass_s * 1e3, "ttft_kv_transfer_ms": kv_s * 1e3, "ttft_decode_join_ms": t["join_s"] * 1e3,
         "tpot_ms": tpot * 1e3, "tokens_per_s_per_user": 1.0 / tpot,
         "output_tokens_per_s_per_npu": out_tok / npus,
         "prompt_tokens_per_s_per_npu": rate * workload.prompt.mean / npus,
