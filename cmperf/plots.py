@@ -729,7 +729,8 @@ def simulate_figure(res, path: str | Path, title: str = "") -> None:
     axes[1, 1].set_xlabel("time (s)")
     axes[1, 1].set_ylabel("requests")
     axes[1, 1].set_title("requests over time", fontsize=10)
-    axes[1, 1].legend(fontsize=8)
+    if len(q):  # no queue samples (too few requests): no lines to name
+        axes[1, 1].legend(fontsize=8)
     axes[1, 1].grid(alpha=0.3)
     parts = [("waiting for prefill", m["mean_queue_ms"]), ("prefill pass", m["mean_prefill_ms"]),
              ("KV transfer", m["mean_kv_transfer_ms"]), ("waiting for decode", m["mean_decode_wait_ms"])]
