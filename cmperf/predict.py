@@ -102,7 +102,16 @@ class Specs:
         (:data:`.specs.loader.UNIT_RATES`), as a ``--set`` of it does. The serving stack (with its
         ``stack.*`` sweeps) rides along as ``hw.stack``, whatever the ``phase``: each phase's
         schedule adds its own host time (cmperf/cost/host.py)."""
-        sweeps = sweeps or {}
+        if not sweeps:  # the same specs read again: the views (and the fields they have read) are kept
+            key = (id(self._plain), id(self._hardware), id(self._model), id(self.stack))
+            hit = self.__dict__.get("_views")
+            if hit is None or hit[0] != key:
+                hit = self._views = (key, self._new_views({}))
+            return hit[1]
+        return self._new_views(sweeps)
+
+    def _new_views(self, sweeps: Mapping[str, np.ndarray]):
+        """:meth:`views`, built afresh."""
         pick = lambda prefix: {k[len(prefix):]: v for k, v in sweeps.items() if k.startswith(prefix)}
         if self._plain is not None:
             system, chip, model = self._plain["system"], self._plain["chip"], self._plain["model"]

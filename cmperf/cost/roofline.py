@@ -122,6 +122,23 @@ class Tiling:
     multicast: np.ndarray  # 2 where a cluster of two units shares (multicasts) its A tile
 
 
+def broadcast(*arrays) -> list[np.ndarray]:
+    """``np.broadcast_arrays(*arrays)``, without its cost (tens of microseconds: most of a
+    one-row prediction's) when the arrays already share one shape: then they are returned as
+    they are (as arrays), 0-d ones filled in to it. The cost model never writes into an array it
+    was handed."""
+    out = [np.asarray(a) for a in arrays]
+    shape = None
+    for a in out:
+        if a.shape and a.shape != shape:
+            if shape is not None:
+                return np.broadcast_arrays(*out)
+            shape = a.shape
+    if shape is None:
+        return out
+    return [a if a.shape else np.full(shape, a) for a in out]  # a 0-d array is filled in (faster than a view)
+
+
 def tiling(g: Gemm, units, tile_rows, tile_cols=None) -> Tiling:
     """Output tiles of ``g`` and the waves ``units`` matrix units run them in.
 
@@ -132,8 +149,25 @@ def tiling(g: Gemm, units, tile_rows, tile_cols=None) -> Tiling:
     the fullest last wave, then is the largest; TMA multicast of A over two units when the
     GEMM's rows (all groups of a contiguous layout) reach 1,024, N splits into an even number
     of tiles and the layout is not masked with several groups."""
-    m, n, groups, masked, units = np.broadcast_arrays(*(np.asarray(x, dtype=float)
-                                                        for x in (g.m, g.n, g.groups, g.masked, units)))
+    shape = [np.asarray(x, dtype=float) for x in (g.m, g.n, g.groups, g.masked, units)]
+    key = one_point(*shape, tile_rows, tile_cols)  # one GEMM shape (a one-row grid): tiled once per process
+    if key is not None:
+        hit = _TILINGS.get(key)
+        if hit is not None:
+            return hit
+    out = _tiling(*broadcast(*shape), tile_rows, tile_cols)
+    if key is not None:
+        if len(_TILINGS) >= 65536:
+            _TILINGS.clear()
+        _TILINGS[key] = out
+    return out
+
+
+_TILINGS: dict[tuple, Tiling] = {}  # (shapes, values of m, n, groups, masked, units, tile) -> its tiling (read-only)
+
+
+def _tiling(m, n, groups, masked, units, tile_rows, tile_cols) -> Tiling:
+    """:func:`tiling` of one (broadcast) GEMM shape."""
     masked = masked.astype(bool)
     if tile_cols is not None:
         bm = np.minimum(float(tile_rows), np.maximum(np.ceil(m / FRACTAL) * FRACTAL, FRACTAL))
@@ -182,7 +216,7 @@ class OpTime:
     def _matmul(self, memory) -> np.ndarray:
         """The GEMM's compute, memory and operand-stream terms combined: their p-norm, or the max."""
         if self.overlap_p is None:
-            return np.maximum.reduce(np.broadcast_arrays(self.compute_s, memory, self.stream_s))
+            return np.maximum.reduce(broadcast(self.compute_s, memory, self.stream_s))
         p = np.asarray(self.overlap_p, dtype=float)
         return (self.compute_s ** p + memory ** p + np.asarray(self.stream_s, dtype=float) ** p) ** (1 / p)
 
@@ -211,7 +245,7 @@ class OpTime:
         ``compute+vector`` for a chained kernel whose cube and vector phases, added, do."""
         first = self.compute_s + self.vector_s if self.chained else self.compute_s
         memory = np.maximum(self.memory_s, self.stream_s)  # a tiled GEMM's operand stream is memory traffic
-        stack = np.stack(np.broadcast_arrays(first, self.vector_s, memory, self.network_s, self.latency_s))
+        stack = np.stack(broadcast(first, self.vector_s, memory, self.network_s, self.latency_s))
         names = ("compute+vector" if self.chained else "compute",) + BOUNDS[1:]
         return np.asarray(names, dtype=object)[np.argmax(stack, axis=0)]
 
@@ -281,7 +315,7 @@ def call_floor_s(hw, kind: str, tier: str):
 def ratio(num, den, where_den_zero=0.0):
     """num / den, elementwise, with ``where_den_zero`` where the denominator is 0 (an op
     with no work of a kind takes no time for it: 0 / 0 = 0)."""
-    num, den = np.broadcast_arrays(np.asarray(num, dtype=float), np.asarray(den, dtype=float))
+    num, den = broadcast(np.asarray(num, dtype=float), np.asarray(den, dtype=float))
     return np.divide(num, den, out=np.full(num.shape, float(where_den_zero)), where=den != 0)
 
 
@@ -309,7 +343,7 @@ def core_split_fits(hw, share) -> np.ndarray:
     die = hw.chip.die
     share = np.asarray(share, dtype=float)
     fits = [stream_units(u, x) >= 1 for u in (die.matrix_units, die.vector_units) for x in (share, 1.0 - share)]
-    return np.logical_and.reduce(np.broadcast_arrays(*fits))
+    return np.logical_and.reduce(broadcast(*fits))
 
 
 def gemm_terms(gemms, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -320,7 +354,40 @@ def gemm_terms(gemms, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.nd
     if not isinstance(gemms, Gemm):
         parts = [gemm_terms(g, hw, dtype, cube_share) for g in gemms]
         return tuple(sum(p[i] for p in parts) for i in range(3))
-    g = gemms
+    key = one_point(gemms.m, gemms.n, gemms.k, gemms.groups, gemms.masked, gemms.in_B, gemms.out_B, gemms.w_B, cube_share)
+    if key is None:
+        return _gemm_terms(gemms, hw, dtype, cube_share)
+    key = (key, dtype, hw.chip)  # the chip's view: the specs (and what-ifs) it reads
+    hit = _GEMM_TERMS.get(key)
+    if hit is None:
+        if len(_GEMM_TERMS) >= 65536:
+            _GEMM_TERMS.clear()
+        hit = _GEMM_TERMS[key] = _gemm_terms(gemms, hw, dtype, cube_share)
+    return hit
+
+
+# (one GEMM shape, dtype, the chip's view) -> its terms: a one-row prediction's GEMMs are timed
+# once per process (the arrays are never written into)
+_GEMM_TERMS: dict[tuple, tuple] = {}
+
+
+def one_point(*values) -> tuple | None:
+    """A hashable key of ``values`` (numbers, None or arrays) when each holds one number
+    (its shape and value), else None (a grid of several rows is not memoised)."""
+    out = []
+    for v in values:
+        if v is None or isinstance(v, (bool, int, float, str)):
+            out.append(v)
+            continue
+        a = np.asarray(v)
+        if a.size != 1:
+            return None
+        out.append((a.shape, a.dtype.char, a.item()))
+    return tuple(out)
+
+
+def _gemm_terms(g: Gemm, hw, dtype: str, cube_share) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`gemm_terms` of one GEMM."""
     eff = hw.chip.efficiency
     units = np.asarray(hw.chip.die.matrix_units, dtype=float)
     rate, _ = matmul_dtype(hw, dtype)
@@ -369,7 +436,7 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
         per_tier = op.tier_bytes if op.tier_bytes is not None else {op.tier: net_bytes}
         links = [np.asarray(b, dtype=float) / tier_bandwidth_Bps(hw, t) for t, b in per_tier.items()]
         sms = 0.0 if op.comm_units is None else ratio(op.sm_work_s, op.comm_units)  # its own SMs' work
-        network = np.maximum.reduce(np.broadcast_arrays(engine, sms, *links))
+        network = np.maximum.reduce(broadcast(engine, sms, *links))
         net_bytes = sum(np.asarray(b, dtype=float) for b in per_tier.values())
         if op.sync_group is not None:
             latency = latency + sync_rounds(op.sync_group) * sync_round_s(hw, op.tier)
@@ -381,7 +448,7 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     if op.gemm is None:
         compute = pool_compute / cube_share
     vector = pool_vector / vector_share
-    arrays = np.broadcast_arrays(compute, vector, memory, network, latency, pool_compute, pool_vector, activation_memory)
+    arrays = broadcast(compute, vector, memory, network, latency, pool_compute, pool_vector, activation_memory)
     return OpTime(op.name, op.engine, *arrays,
                   flops=flops, hbm_bytes=np.asarray(op.hbm_bytes, dtype=float),
                   net_bytes=net_bytes, weight_bytes=np.asarray(op.weight_bytes, dtype=float),
