@@ -89,10 +89,12 @@ def greedy_busy(rate, pass_s):
     groups a pass does not fill idle; docs/model.md §9.3): a busy period is passes back to back
     while each sees an arrival, K of them with P(K > k) = q^k, q = 1 - e^(-x), x = rate pass_s,
     so E[busy] = pass_s e^x against an idle 1 / rate:  beta = x e^x / (1 + x e^x) (>= the
-    utilisation x / c of c-prompt passes: a pass of one prompt costs a full one)."""
-    x = np.asarray(rate, dtype=float) * np.asarray(pass_s, dtype=float)
-    with np.errstate(over="ignore"):
-        y = x * np.exp(np.minimum(x, 700.0))
+    utilisation x / c of c-prompt passes: a pass of one prompt costs a full one). From x = 40 on,
+    x e^x > 2^53 and beta is 1 to double precision: x is capped there (x e^x overflows to inf
+    long before e^x does, near x = 1.8e4 at the old cap of 700, and inf / inf was NaN: a plan
+    of 100,000 NPUs offers a prefill instance tens of thousands of prompts a second)."""
+    x = np.minimum(np.asarray(rate, dtype=float) * np.asarray(pass_s, dtype=float), 40.0)
+    y = x * np.exp(x)
     return y / (1.0 + y)
 
 
