@@ -46,6 +46,7 @@ trip (paper Table 1: 2 x 2.1 us), and a collective over ``G`` dies needs ceil(lo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,7 +137,9 @@ def broadcast(*arrays) -> list[np.ndarray]:
             shape = a.shape
     if shape is None:
         return out
-    return [a if a.shape else np.full(shape, a) for a in out]  # a 0-d array is filled in (faster than a view)
+    if math.prod(shape) > 64:  # a view of a 0-d array (no copy over a large grid)
+        return [a if a.shape else np.broadcast_to(a, shape) for a in out]
+    return [a if a.shape else np.full(shape, a) for a in out]  # a few rows: filled in (faster than a view)
 
 
 def tiling(g: Gemm, units, tile_rows, tile_cols=None) -> Tiling:
@@ -155,7 +158,7 @@ def tiling(g: Gemm, units, tile_rows, tile_cols=None) -> Tiling:
         hit = _TILINGS.get(key)
         if hit is not None:
             return hit
-    out = _tiling(*broadcast(*shape), tile_rows, tile_cols)
+    out = _tiling(*shape, tile_rows, tile_cols)
     if key is not None:
         if len(_TILINGS) >= 65536:
             _TILINGS.clear()
@@ -167,26 +170,34 @@ _TILINGS: dict[tuple, Tiling] = {}  # (shapes, values of m, n, groups, masked, u
 
 
 def _tiling(m, n, groups, masked, units, tile_rows, tile_cols) -> Tiling:
-    """:func:`tiling` of one (broadcast) GEMM shape."""
-    masked = masked.astype(bool)
-    if tile_cols is not None:
+    """:func:`tiling` of one GEMM shape (arrays, broadcast together)."""
+    if tile_cols is not None:  # one tile for every GEMM: numpy broadcasts the shape's scalars as it goes
         bm = np.minimum(float(tile_rows), np.maximum(np.ceil(m / FRACTAL) * FRACTAL, FRACTAL))
-        bn = np.full(m.shape, float(tile_cols))
-        multicast = np.ones(m.shape)
-    else:
-        bm = np.where(m <= 64, 64.0, 128.0)
-        cand = BLOCK_N_CHOICES.reshape((-1,) + (1,) * m.ndim)
-        tiles = groups * np.ceil(m / bm) * np.ceil(n / cand)
-        waves = np.ceil(tiles / units)
-        last = tiles - (waves - 1) * units
-        score = waves * (units + 1) - last  # fewer waves first, then a fuller last wave
-        pick = len(BLOCK_N_CHOICES) - 1 - np.argmin(score[::-1], axis=0)  # ties: the larger block N
-        bn = BLOCK_N_CHOICES[pick]
-        rows = np.where(masked, m, m * groups)
-        legal = (np.mod(n, 2 * bn) == 0) & (~masked | (groups == 1))
-        multicast = np.where((rows >= 1024) & legal, 2.0, 1.0)
+        bn = np.asarray(float(tile_cols))
+        tiles = groups * np.ceil(m / bm) * np.ceil(n / bn)
+        shape = np.broadcast_shapes(tiles.shape, masked.shape)  # the tiles of every row of the grid
+        tiles = tiles if tiles.shape == shape else np.broadcast_to(tiles, shape)
+        return Tiling(bm, bn, tiles, waves(tiles, units), np.asarray(1.0))
+    m, n, groups, masked, units = broadcast(m, n, groups, masked, units)
+    masked = masked.astype(bool)
+    bm = np.where(m <= 64, 64.0, 128.0)
+    cand = BLOCK_N_CHOICES.reshape((-1,) + (1,) * m.ndim)
+    tiles = groups * np.ceil(m / bm) * np.ceil(n / cand)
+    w = waves(tiles, units)
+    last = tiles - (w - 1) * units
+    score = w * (units + 1) - last  # fewer waves first, then a fuller last wave
+    pick = len(BLOCK_N_CHOICES) - 1 - np.argmin(score[::-1], axis=0)  # ties: the larger block N
+    bn = BLOCK_N_CHOICES[pick]
+    rows = np.where(masked, m, m * groups)
+    legal = (np.mod(n, 2 * bn) == 0) & (~masked | (groups == 1))
+    multicast = np.where((rows >= 1024) & legal, 2.0, 1.0)
     tiles = groups * np.ceil(m / bm) * np.ceil(n / bn)
-    return Tiling(bm, bn, tiles, np.ceil(tiles / units), multicast)
+    return Tiling(bm, bn, tiles, waves(tiles, units), multicast)
+
+
+def waves(tiles, units) -> np.ndarray:
+    """Waves ``units`` matrix units run ``tiles`` output tiles in: ceil(tiles / units)."""
+    return np.ceil(tiles / units)
 
 
 @dataclass
@@ -396,12 +407,18 @@ def _gemm_terms(g: Gemm, hw, dtype: str, cube_share) -> tuple[np.ndarray, np.nda
     k = np.asarray(g.k, dtype=float)
     own = np.maximum(stream_units(units, cube_share), 1.0)
 
-    def compute(n_units):
-        t = tiling(g, n_units, eff.matmul_tile_rows, eff.matmul_tile_cols)
-        return t, t.waves * 2 * t.block_m * t.block_n * (k + k0) / per_unit
+    def compute(t, n_waves):
+        return n_waves * 2 * t.block_m * t.block_n * (k + k0) / per_unit
 
-    t, stream_compute = compute(own)
-    _, pool = compute(units)
+    t = tiling(g, own, eff.matmul_tile_rows, eff.matmul_tile_cols)
+    stream_compute = compute(t, t.waves)
+    if eff.matmul_tile_cols is not None:  # a fixed tile: the whole die runs the same tiles, in fewer waves
+        pool = compute(t, waves(t.tiles, units))
+    elif own.shape == units.shape and np.all(own == units):  # the stream owns every unit
+        pool = stream_compute
+    else:
+        pool_t = tiling(g, units, eff.matmul_tile_rows, eff.matmul_tile_cols)
+        pool = compute(pool_t, pool_t.waves)
     if eff.matmul_stream_Bps is None:
         return stream_compute, pool, np.zeros_like(pool)
     w_B = g.in_B if g.w_B is None else g.w_B
