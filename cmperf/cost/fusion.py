@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .roofline import Gemm, Op
+from .roofline import Gemm, Op, broadcast, maximum
 
 
 def _total(ops, field):
@@ -40,7 +40,7 @@ def merge(ops: list[Op]) -> Op:
     return replace(host, name=name, flops=_total(ops, "flops"), outputs=_total(ops, "outputs"),
                    vector_ops=_total(ops, "vector_ops"), hbm_bytes=np.maximum(_total(ops, "hbm_bytes") - saved, 0.0),
                    weight_bytes=_total(ops, "weight_bytes"),
-                   launches=np.maximum.reduce(np.broadcast_arrays(*(np.asarray(o.launches, dtype=float) for o in ops))),
+                   launches=maximum(*broadcast(*(np.asarray(o.launches, dtype=float) for o in ops))),
                    gemm=None if not gemms else (gemms[0] if len(gemms) == 1 else tuple(gemms)),
                    in_B=ops[0].in_B)
 

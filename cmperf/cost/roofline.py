@@ -142,6 +142,15 @@ def broadcast(*arrays) -> list[np.ndarray]:
     return [a if a.shape else np.full(shape, a) for a in out]  # a few rows: filled in (faster than a view)
 
 
+def maximum(*arrays) -> np.ndarray:
+    """The elementwise largest of arrays of one shape: ``np.maximum.reduce(list)`` without
+    first copying them all into one stacked array (the same values, NaN propagated alike)."""
+    out = np.asarray(arrays[0])
+    for a in arrays[1:]:
+        out = np.maximum(out, a)
+    return out
+
+
 def tiling(g: Gemm, units, tile_rows, tile_cols=None) -> Tiling:
     """Output tiles of ``g`` and the waves ``units`` matrix units run them in.
 
@@ -227,7 +236,7 @@ class OpTime:
     def _matmul(self, memory) -> np.ndarray:
         """The GEMM's compute, memory and operand-stream terms combined: their p-norm, or the max."""
         if self.overlap_p is None:
-            return np.maximum.reduce(broadcast(self.compute_s, memory, self.stream_s))
+            return maximum(*broadcast(self.compute_s, memory, self.stream_s))
         p = np.asarray(self.overlap_p, dtype=float)
         return (self.compute_s ** p + memory ** p + np.asarray(self.stream_s, dtype=float) ** p) ** (1 / p)
 
@@ -236,8 +245,8 @@ class OpTime:
         """Time the op's engines are busy: the slowest of them (roofline), or for a chained
         kernel its cube and vector phases one after the other."""
         if self.chained:
-            return np.maximum.reduce([self.compute_s + self.vector_s, self.memory_s, self.network_s])
-        return np.maximum.reduce([self._matmul(self.memory_s), self.vector_s, self.network_s])
+            return maximum(self.compute_s + self.vector_s, self.memory_s, self.network_s)
+        return maximum(self._matmul(self.memory_s), self.vector_s, self.network_s)
 
     @property
     def time_s(self) -> np.ndarray:
@@ -248,8 +257,8 @@ class OpTime:
         """The busy time of the work that grows with the die's tokens: everything but the
         weights read and the latency (the part whose spread across dies makes a barrier wait)."""
         if self.chained:
-            return np.maximum.reduce([self.compute_s + self.vector_s, self.activation_memory_s, self.network_s])
-        return np.maximum.reduce([self._matmul(self.activation_memory_s), self.vector_s, self.network_s])
+            return maximum(self.compute_s + self.vector_s, self.activation_memory_s, self.network_s)
+        return maximum(self._matmul(self.activation_memory_s), self.vector_s, self.network_s)
 
     def bound(self) -> np.ndarray:
         """Which term dominates: compute, vector, memory, network or latency (launch + rounds);
@@ -453,7 +462,7 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
         per_tier = op.tier_bytes if op.tier_bytes is not None else {op.tier: net_bytes}
         links = [np.asarray(b, dtype=float) / tier_bandwidth_Bps(hw, t) for t, b in per_tier.items()]
         sms = 0.0 if op.comm_units is None else ratio(op.sm_work_s, op.comm_units)  # its own SMs' work
-        network = np.maximum.reduce(broadcast(engine, sms, *links))
+        network = maximum(*broadcast(engine, sms, *links))
         net_bytes = sum(np.asarray(b, dtype=float) for b in per_tier.values())
         if op.sync_group is not None:
             latency = latency + sync_rounds(op.sync_group) * sync_round_s(hw, op.tier)
