@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from ..specs.dtypes import DTYPE_BYTES
+from ..specs.view import remember
 
 BOUNDS = ("compute", "vector", "memory", "network", "latency")
 
@@ -377,18 +378,9 @@ def gemm_terms(gemms, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.nd
     key = one_point(gemms.m, gemms.n, gemms.k, gemms.groups, gemms.masked, gemms.in_B, gemms.out_B, gemms.w_B, cube_share)
     if key is None:
         return _gemm_terms(gemms, hw, dtype, cube_share)
-    key = (key, dtype, hw.chip)  # the chip's view: the specs (and what-ifs) it reads
-    hit = _GEMM_TERMS.get(key)
-    if hit is None:
-        if len(_GEMM_TERMS) >= 65536:
-            _GEMM_TERMS.clear()
-        hit = _GEMM_TERMS[key] = _gemm_terms(gemms, hw, dtype, cube_share)
-    return hit
-
-
-# (one GEMM shape, dtype, the chip's view) -> its terms: a one-row prediction's GEMMs are timed
-# once per process (the arrays are never written into)
-_GEMM_TERMS: dict[tuple, tuple] = {}
+    # one GEMM shape (a one-row prediction's) is timed once per view of the chip (the arrays
+    # are never written into)
+    return remember(hw.chip, ("gemm_terms", key, dtype), lambda: _gemm_terms(gemms, hw, dtype, cube_share))
 
 
 def one_point(*values) -> tuple | None:

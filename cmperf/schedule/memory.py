@@ -10,6 +10,8 @@ from ..cost.collectives import route_of
 from ..cost.ops import (ASCEND_MESSAGE, Bytes, attention_decode_ops, attention_prefill_ops, combine_message_B,
                         dense_ffn_op, dispatch_message_B, head_op, kv_shards, moe_ops, mtp_proj_op, placement,
                         state_shards)
+from ..cost.roofline import one_point
+from ..specs.view import remember
 from .decode import chunk_geometry, draft_tokens
 
 
@@ -25,6 +27,14 @@ def weight_parts(m, g, phase: str) -> dict:
     """:func:`weight_bytes` by part: ``attention`` (all layers' attention and norms),
     ``dense_ffn``, ``gate`` and ``experts`` (MoE layers and the MTP module's block),
     ``embedding_head`` (embedding, LM head, MTP eh_proj). AFD splits them over its pools."""
+    fields = ("mtp", "ep", "tp", "attn_tp", "redundant_experts", "shared_copies")
+    key = one_point(*(g.get(k) for k in fields))
+    if key is None:
+        return _weight_parts(m, g, phase)
+    return dict(remember(m, ("weight_parts", phase, key), lambda: _weight_parts(m, g, phase)))  # one configuration's
+
+
+def _weight_parts(m, g, phase: str) -> dict:
     b = Bytes.of(m)
     mtp_on = np.asarray(g["mtp"], dtype=float)
     mtp_layers = m.mtp.modules * mtp_on
