@@ -16,6 +16,7 @@ members joined by ``+`` (``residual_add+rmsnorm``)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -50,16 +51,25 @@ def fuse(ops: list[Op], groups) -> list[Op]:
     merged into one; the longest group first where several start at an op."""
     if not groups:
         return list(ops)
-    ordered = sorted((tuple(g) for g in groups), key=len, reverse=True)
+    runs = fusion_runs(tuple((o.name, o.tier is None) for o in ops), tuple(tuple(g) for g in groups))
+    return [ops[i] if n == 1 else merge(ops[i:i + n]) for i, n in runs]
+
+
+@lru_cache(maxsize=4096)
+def fusion_runs(ops: tuple, groups: tuple) -> tuple:
+    """(start, length) of each kernel :func:`fuse` makes of ``ops`` ((name, local) pairs; a
+    collective, on a network tier, is never fused): they depend on the names alone, so each
+    sequence of kernels is matched against the groups once."""
+    ordered = sorted(groups, key=len, reverse=True)
     out, i = [], 0
     while i < len(ops):
         for g in ordered:
-            names = tuple(o.name for o in ops[i:i + len(g)])
-            if names == g and all(o.tier is None for o in ops[i:i + len(g)]):
-                out.append(merge(ops[i:i + len(g)]))
+            run = ops[i:i + len(g)]
+            if tuple(name for name, _ in run) == g and all(local for _, local in run):
+                out.append((i, len(g)))
                 i += len(g)
                 break
         else:
-            out.append(ops[i])
+            out.append((i, 1))
             i += 1
-    return out
+    return tuple(out)

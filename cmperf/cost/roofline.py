@@ -438,16 +438,18 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     flops = np.asarray(op.flops, dtype=float)
     # each output tile pays a prologue/epilogue worth `matmul_k_overhead` reduction steps
     k0 = eff.matmul_k_overhead if op.flop_kind == "matmul" and eff.matmul_k_overhead is not None else 0.0
-    work = flops + k0 * np.asarray(op.outputs, dtype=float)
-    pool_compute = ratio(work, peak * kind_eff * np.asarray(op.tile_efficiency, dtype=float))
     memory = np.asarray(op.hbm_bytes, dtype=float) / hbm_rate_Bps(hw)
     activation_memory = (np.asarray(op.hbm_bytes, dtype=float) - np.asarray(op.weight_bytes, dtype=float)) / hbm_rate_Bps(hw)
     pool_vector = np.asarray(op.vector_ops, dtype=float) / die.vector_ops_per_s
     latency = np.asarray(op.launches, dtype=float) * (launch_s(hw, op) + (fixed if op.engine == "cube" else 0.0))
     stream, overlap_p = 0.0, None
-    if op.gemm is not None:
+    if op.gemm is not None:  # timed tile by tile
         compute, pool_compute, stream = gemm_terms(op.gemm, hw, op.dtype, cube_share)
         overlap_p = eff.matmul_overlap_exponent
+    else:
+        work = flops + k0 * np.asarray(op.outputs, dtype=float)
+        pool_compute = ratio(work, peak * kind_eff * np.asarray(op.tile_efficiency, dtype=float))
+        compute = pool_compute / cube_share
     net_bytes = np.asarray(op.net_bytes, dtype=float)
     if op.tier is not None:
         engine = np.asarray(op.net_messages, dtype=float) * coll.message_issue_s
@@ -463,15 +465,14 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
             latency = np.maximum(latency, np.asarray(op.launches, dtype=float) * floor)
     else:
         network = np.zeros_like(memory)
-    if op.gemm is None:
-        compute = pool_compute / cube_share
     vector = pool_vector / vector_share
     arrays = broadcast(compute, vector, memory, network, latency, pool_compute, pool_vector, activation_memory)
     return OpTime(op.name, op.engine, *arrays,
                   flops=flops, hbm_bytes=np.asarray(op.hbm_bytes, dtype=float),
                   net_bytes=net_bytes, weight_bytes=np.asarray(op.weight_bytes, dtype=float),
                   chained=op.chained and eff.attention_phases == "chained",
-                  stream_s=np.broadcast_to(stream, arrays[0].shape), overlap_p=overlap_p)
+                  stream_s=stream if np.shape(stream) == arrays[0].shape else np.broadcast_to(stream, arrays[0].shape),
+                  overlap_p=overlap_p)
 
 
 def dtype_bytes(name: str) -> int:
