@@ -39,7 +39,7 @@ from .scenario import check_inputs, grid_from_rows, make_grid, validate
 from .specs.dtypes import NARROW_FLOATS, closest_dtype, dtypes_of
 from .specs.loader import (UNIT_RATES, Hardware, cached_spec, carried_scale, load_hardware_parts, load_model,
                            split_overrides)
-from .specs.view import HardwareView, SpecView
+from .specs.view import KEEP, HardwareView, SpecView
 
 if TYPE_CHECKING:
     from .specs.schema import ModelSpec
@@ -102,13 +102,13 @@ class Specs:
         (:data:`.specs.loader.UNIT_RATES`), as a ``--set`` of it does. The serving stack (with its
         ``stack.*`` sweeps) rides along as ``hw.stack``, whatever the ``phase``: each phase's
         schedule adds its own host time (cmperf/cost/host.py)."""
-        if not sweeps:  # the same specs read again: the views (and the fields they have read) are kept
+        if not sweeps and KEEP["on"]:  # the same specs read again: the views (and what they gave) are kept
             key = (id(self._plain), id(self._hardware), id(self._model), id(self.stack))
             hit = self.__dict__.get("_views")
             if hit is None or hit[0] != key:
                 hit = self._views = (key, self._new_views({}))
             return hit[1]
-        return self._new_views(sweeps)
+        return self._new_views(sweeps or {})
 
     def _new_views(self, sweeps: Mapping[str, np.ndarray]):
         """:meth:`views`, built afresh."""

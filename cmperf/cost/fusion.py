@@ -20,6 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..specs.view import KEEP
 from .roofline import Gemm, Op, broadcast, maximum
 
 
@@ -51,7 +52,8 @@ def fuse(ops: list[Op], groups) -> list[Op]:
     merged into one; the longest group first where several start at an op."""
     if not groups:
         return list(ops)
-    runs = fusion_runs(tuple((o.name, o.tier is None) for o in ops), tuple(tuple(g) for g in groups))
+    match = fusion_runs if KEEP["on"] else fusion_runs.__wrapped__
+    runs = match(tuple((o.name, o.tier is None) for o in ops), tuple(tuple(g) for g in groups))
     return [ops[i] if n == 1 else merge(ops[i:i + n]) for i, n in runs]
 
 

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from ..specs.dtypes import DTYPE_BYTES
-from ..specs.view import remember
+from ..specs.view import KEEP, remember
 
 BOUNDS = ("compute", "vector", "memory", "network", "latency")
 
@@ -163,7 +163,7 @@ def tiling(g: Gemm, units, tile_rows, tile_cols=None) -> Tiling:
     GEMM's rows (all groups of a contiguous layout) reach 1,024, N splits into an even number
     of tiles and the layout is not masked with several groups."""
     shape = [np.asarray(x, dtype=float) for x in (g.m, g.n, g.groups, g.masked, units)]
-    key = one_point(*shape, tile_rows, tile_cols)  # one GEMM shape (a one-row grid): tiled once per process
+    key = one_point(*shape, tile_rows, tile_cols) if KEEP["on"] else None  # one GEMM shape: tiled once per process
     if key is not None:
         hit = _TILINGS.get(key)
         if hit is not None:

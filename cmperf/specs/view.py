@@ -12,6 +12,7 @@ the spec cache keeps it: :mod:`.cache`); a sourced pair, a record of exactly ``v
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any, Mapping
 
 SOURCED = frozenset({"value", "source"})
@@ -81,6 +82,22 @@ class SpecView:
         return self._obj
 
 
+KEEP = {"on": True}  # off inside :func:`uncached`
+
+
+@contextmanager
+def uncached():
+    """Within it, nothing derived is kept or reused (:func:`remember`, the GEMM tilings, the
+    fused kernels' runs, the specs' views): the path a first prediction takes, for tests that
+    hold a warm call's answer to it."""
+    before = KEEP["on"]
+    KEEP["on"] = False
+    try:
+        yield
+    finally:
+        KEEP["on"] = before
+
+
 def memo(view) -> dict | None:
     """A dict kept with ``view`` (a SpecView or HardwareView) for what the cost model derives
     from it alone or with numbers of one configuration (a GEMM's time, a model's weights per
@@ -96,7 +113,7 @@ def memo(view) -> dict | None:
 
 def remember(view, key, build):
     """``build()``, once per ``view`` and ``key`` (:func:`memo`)."""
-    kept = memo(view)
+    kept = memo(view) if KEEP["on"] else None
     if kept is None:
         return build()
     try:
