@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -213,7 +214,8 @@ def waves(tiles, units) -> np.ndarray:
 @dataclass
 class OpTime:
     """Time of one op on its stream. ``*_s`` are the stream's times; ``pool_*_s`` the same
-    work at the whole die's rate, which the pipeline sums per shared resource."""
+    work at the whole die's rate, which the pipeline sums per shared resource. Never changed
+    once made: its busy, total and load times are computed on first use and kept."""
 
     name: str
     engine: str
@@ -241,7 +243,7 @@ class OpTime:
         p = np.asarray(self.overlap_p, dtype=float)
         return (self.compute_s ** p + memory ** p + np.asarray(self.stream_s, dtype=float) ** p) ** (1 / p)
 
-    @property
+    @cached_property
     def busy_s(self) -> np.ndarray:
         """Time the op's engines are busy: the slowest of them (roofline), or for a chained
         kernel its cube and vector phases one after the other."""
@@ -249,11 +251,11 @@ class OpTime:
             return maximum(self.compute_s + self.vector_s, self.memory_s, self.network_s)
         return maximum(self._matmul(self.memory_s), self.vector_s, self.network_s)
 
-    @property
+    @cached_property
     def time_s(self) -> np.ndarray:
         return self.busy_s + self.latency_s
 
-    @property
+    @cached_property
     def load_s(self) -> np.ndarray:
         """The busy time of the work that grows with the die's tokens: everything but the
         weights read and the latency (the part whose spread across dies makes a barrier wait)."""
@@ -413,10 +415,10 @@ def _gemm_terms(g: Gemm, hw, dtype: str, cube_share) -> tuple[np.ndarray, np.nda
 
     t = tiling(g, own, eff.matmul_tile_rows, eff.matmul_tile_cols)
     stream_compute = compute(t, t.waves)
-    if eff.matmul_tile_cols is not None:  # a fixed tile: the whole die runs the same tiles, in fewer waves
-        pool = compute(t, waves(t.tiles, units))
-    elif own.shape == units.shape and np.all(own == units):  # the stream owns every unit
+    if own.shape == units.shape and np.all(own == units):  # the stream owns every unit
         pool = stream_compute
+    elif eff.matmul_tile_cols is not None:  # a fixed tile: the whole die runs the same tiles, in fewer waves
+        pool = compute(t, waves(t.tiles, units))
     else:
         pool_t = tiling(g, units, eff.matmul_tile_rows, eff.matmul_tile_cols)
         pool = compute(pool_t, pool_t.waves)
