@@ -83,8 +83,9 @@ def test_a_what_if_after_a_warm_call_changes_the_answer():
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_one_row_equals_its_row_of_a_grid(phase):
-    """The one-row path (kept GEMM times) and the vectorised grid (nothing kept) give each
-    configuration the same numbers."""
+    """The one-row path (numpy scalars, kept GEMM times) and the vectorised grid (arrays,
+    nothing kept) give each configuration the same numbers, to rounding (numpy's array loops
+    of exp, log and power may round the last bit unlike its scalar ones)."""
     key, values = ("batch", [1, 8, 64, 160]) if phase == "decode" else ("prompt_len", [256, 1024, 4096])
     specs = load_specs()
     grid = predict(phase, {key: values}, specs).columns
@@ -92,4 +93,4 @@ def test_one_row_equals_its_row_of_a_grid(phase):
         one = predict(phase, {key: v}, specs).columns
         for c in one.columns:
             if one[c].dtype.kind in "fc":
-                assert np.array_equal(one[c], grid[c][i:i + 1], equal_nan=True), (v, c)
+                np.testing.assert_allclose(one[c], grid[c][i:i + 1], rtol=1e-12, atol=0, err_msg=f"{v} {c}")
