@@ -427,8 +427,8 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         cols["expert_imbalance"] = np.where(cols.pop("_default_imbalance"), default, cols["expert_imbalance"]).astype(float)
         g = g.drop(["_default_imbalance"])
         g["expert_imbalance"] = cols["expert_imbalance"]
-    if len(g) == 1 and phase in ("decode", "prefill", "afd"):  # one row: numpy scalars, whose arithmetic
-        cols = {k: v[0] for k, v in cols.items()}  # costs a fraction of a one-element array's (same to ~1 ulp)
+    if phase in ("decode", "prefill", "afd"):
+        cols = {k: _scalar_if_constant(v) for k, v in cols.items()}
     with np.errstate(all="ignore"):  # an overflow is found in the outputs below and named, not printed
         out = RUN[phase](hw, m, cols)
         mem = (decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
@@ -449,6 +449,18 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         invalid = Columns.from_records(invalid.records() + dropped.records(), invalid.columns)
         table = table.take(bad == "")
     return Prediction(phase, table, invalid, out["_schedules"])
+
+
+def _scalar_if_constant(col: np.ndarray):
+    """A grid column that holds one number in every row, as that number (a numpy scalar): the
+    schedules broadcast it, so a one-row prediction's arithmetic is on scalars (a fraction of a
+    one-element array's cost) and a search's on the columns that vary only. The same numbers,
+    to the last bit or two (numpy's array loops of exp, log and power round like its scalar
+    ones to within an ulp)."""
+    if col.dtype.kind not in "biuf" or not len(col):
+        return col
+    first = col[0]
+    return first if len(col) == 1 or bool((col == first).all()) else col
 
 
 def inert_fields(table, inputs: Iterable[str], fields: Iterable[str], outputs: Iterable[str]) -> list[str]:
