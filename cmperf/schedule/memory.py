@@ -64,6 +64,11 @@ def _weight_parts(m, g, phase: str) -> dict:
                                + mtp_layers * held([mtp_proj_op(m, zero)]))}
 
 
+def _rows_of(x, like) -> np.ndarray:
+    """``x`` (a spec's number, or a swept one's array) over the rows of ``like``, as floats."""
+    return np.broadcast_to(x, np.broadcast_shapes(np.shape(like), np.shape(x))).astype(float)
+
+
 def buffer_bytes(m, tokens_per_die, ep, message=ASCEND_MESSAGE) -> np.ndarray:
     """Dispatch + combine receive buffers (paper Eq. 1-2): every one of ``ep`` peers may send
     each of its tokens to this die once, so each buffer holds tokens x EP messages."""
@@ -145,8 +150,8 @@ def decode_memory(hw, m, g) -> dict:
         "kv_cache_peak_per_die_bytes": R_die * cache.bytes(peak) + chunk["in_flight"] * cache.bytes(P),
         "buffers_per_die_bytes": buf,
         "activations_per_die_bytes": acts,
-        "runtime_reserve_per_die_bytes": np.broadcast_to(reserve, np.shape(total)).astype(float),
-        "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(total)).astype(float),
+        "runtime_reserve_per_die_bytes": _rows_of(reserve, total),
+        "hbm_per_die_bytes": _rows_of(cap, total),
         "max_batch_per_npu": max_r * dpp,
         "fits": total <= cap,
     }
@@ -181,8 +186,8 @@ def prefill_memory(hw, m, g, microbatches) -> dict:
         "kv_cache_per_die_bytes": T_die * kv_tok,
         "buffers_per_die_bytes": T_mb * buffers,
         "activations_per_die_bytes": T_mb * act,
-        "runtime_reserve_per_die_bytes": np.broadcast_to(reserve, np.shape(total)).astype(float),
-        "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(total)).astype(float),
+        "runtime_reserve_per_die_bytes": _rows_of(reserve, total),
+        "hbm_per_die_bytes": _rows_of(cap, total),
         "max_tokens_per_npu": np.floor(np.maximum(cap - fixed, 0) / per_token) * dpp,
         "fits": total <= cap,
     }
@@ -230,8 +235,8 @@ def afd_memory(hw, m, g) -> dict:
         "expert_memory_per_die_bytes": expert_total,
         "expert_weights_per_die_bytes": expert_w,
         "expert_buffers_per_die_bytes": R_die * expert_per_request,
-        "runtime_reserve_per_die_bytes": np.broadcast_to(reserve, np.shape(attention_total)).astype(float),
-        "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(attention_total)).astype(float),
+        "runtime_reserve_per_die_bytes": _rows_of(reserve, attention_total),
+        "hbm_per_die_bytes": _rows_of(cap, attention_total),
         "max_batch_per_npu": max_r * dpp,
         "attention_fits": attention_total <= cap,
         "expert_fits": expert_total <= cap,
