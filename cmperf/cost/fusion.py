@@ -21,11 +21,11 @@ from functools import lru_cache
 import numpy as np
 
 from ..specs.view import KEEP
-from .roofline import Gemm, Op, broadcast, maximum
+from .roofline import Gemm, Op, broadcast, maximum, number
 
 
 def _total(ops, field):
-    return sum(np.asarray(getattr(o, field), dtype=float) for o in ops)
+    return sum(number(getattr(o, field)) for o in ops)
 
 
 def merge(ops: list[Op]) -> Op:
@@ -38,7 +38,7 @@ def merge(ops: list[Op]) -> Op:
         if o.gemm is not None:
             gemms += [o.gemm] if isinstance(o.gemm, Gemm) else list(o.gemm)
     name = host.name if np.any(np.asarray(host.flops, dtype=float) > 0) else "+".join(o.name for o in ops)
-    saved = sum(np.asarray(o.in_B, dtype=float) for o in ops[1:])
+    saved = sum(number(o.in_B) for o in ops[1:])
     return replace(host, name=name, flops=_total(ops, "flops"), outputs=_total(ops, "outputs"),
                    vector_ops=_total(ops, "vector_ops"), hbm_bytes=np.maximum(_total(ops, "hbm_bytes") - saved, 0.0),
                    weight_bytes=_total(ops, "weight_bytes"),

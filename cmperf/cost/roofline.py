@@ -125,11 +125,26 @@ class Tiling:
     multicast: np.ndarray  # 2 where a cluster of two units shares (multicasts) its A tile
 
 
+NUMBERS = (int, float, np.integer, np.floating)
+
+
+def number(x):
+    """``np.asarray(x, dtype=float)``, but a number (Python's or numpy's) stays a float64
+    scalar: a one-row prediction's arithmetic on it costs a fraction of a 0-d array's."""
+    if type(x) is np.float64:
+        return x
+    if isinstance(x, NUMBERS) and not isinstance(x, bool):
+        return np.float64(x)
+    return np.asarray(x, dtype=float)
+
+
 def broadcast(*arrays) -> list[np.ndarray]:
     """``np.broadcast_arrays(*arrays)``, without its cost (tens of microseconds: most of a
     one-row prediction's) when the arrays already share one shape: then they are returned as
     they are (as arrays), 0-d ones filled in to it. The cost model never writes into an array it
     was handed."""
+    if all(type(a) is np.float64 for a in arrays):  # numbers (a one-row prediction's): nothing to spread
+        return list(arrays)
     out = [np.asarray(a) for a in arrays]
     shape = None
     for a in out:
@@ -338,6 +353,9 @@ def call_floor_s(hw, kind: str, tier: str):
 def ratio(num, den, where_den_zero=0.0):
     """num / den, elementwise, with ``where_den_zero`` where the denominator is 0 (an op
     with no work of a kind takes no time for it: 0 / 0 = 0)."""
+    num, den = number(num), number(den)
+    if type(num) is np.float64 and type(den) is np.float64:
+        return num / den if den != 0 else np.float64(where_den_zero)
     num, den = broadcast(np.asarray(num, dtype=float), np.asarray(den, dtype=float))
     return np.divide(num, den, out=np.full(num.shape, float(where_den_zero)), where=den != 0)
 
@@ -437,41 +455,41 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     peak = getattr(die.peak_flops_per_s, op.dtype)
     matmul_rate, fixed = matmul_dtype(hw, op.dtype) if op.flop_kind == "matmul" else (None, 0.0)
     kind_eff = eff.attention_compute if op.flop_kind == "attention" else matmul_rate
-    flops = np.asarray(op.flops, dtype=float)
+    flops = number(op.flops)
     # each output tile pays a prologue/epilogue worth `matmul_k_overhead` reduction steps
     k0 = eff.matmul_k_overhead if op.flop_kind == "matmul" and eff.matmul_k_overhead is not None else 0.0
-    memory = np.asarray(op.hbm_bytes, dtype=float) / hbm_rate_Bps(hw)
-    activation_memory = (np.asarray(op.hbm_bytes, dtype=float) - np.asarray(op.weight_bytes, dtype=float)) / hbm_rate_Bps(hw)
-    pool_vector = np.asarray(op.vector_ops, dtype=float) / die.vector_ops_per_s
-    latency = np.asarray(op.launches, dtype=float) * (launch_s(hw, op) + (fixed if op.engine == "cube" else 0.0))
+    memory = number(op.hbm_bytes) / hbm_rate_Bps(hw)
+    activation_memory = (number(op.hbm_bytes) - number(op.weight_bytes)) / hbm_rate_Bps(hw)
+    pool_vector = number(op.vector_ops) / die.vector_ops_per_s
+    latency = number(op.launches) * (launch_s(hw, op) + (fixed if op.engine == "cube" else 0.0))
     stream, overlap_p = 0.0, None
     if op.gemm is not None:  # timed tile by tile
         compute, pool_compute, stream = gemm_terms(op.gemm, hw, op.dtype, cube_share)
         overlap_p = eff.matmul_overlap_exponent
     else:
-        work = flops + k0 * np.asarray(op.outputs, dtype=float)
-        pool_compute = ratio(work, peak * kind_eff * np.asarray(op.tile_efficiency, dtype=float))
+        work = flops + k0 * number(op.outputs)
+        pool_compute = ratio(work, peak * kind_eff * number(op.tile_efficiency))
         compute = pool_compute / cube_share
-    net_bytes = np.asarray(op.net_bytes, dtype=float)
+    net_bytes = number(op.net_bytes)
     if op.tier is not None:
-        engine = np.asarray(op.net_messages, dtype=float) * coll.message_issue_s
+        engine = number(op.net_messages) * coll.message_issue_s
         per_tier = op.tier_bytes if op.tier_bytes is not None else {op.tier: net_bytes}
-        links = [np.asarray(b, dtype=float) / tier_bandwidth_Bps(hw, t) for t, b in per_tier.items()]
+        links = [number(b) / tier_bandwidth_Bps(hw, t) for t, b in per_tier.items()]
         sms = 0.0 if op.comm_units is None else ratio(op.sm_work_s, op.comm_units)  # its own SMs' work
         network = maximum(*broadcast(engine, sms, *links))
-        net_bytes = sum(np.asarray(b, dtype=float) for b in per_tier.values())
+        net_bytes = sum(number(b) for b in per_tier.values())
         if op.sync_group is not None:
             latency = latency + sync_rounds(op.sync_group) * sync_round_s(hw, op.tier)
         if op.collective is not None and op.sync_group is not None:  # never faster per call than measured
-            floor = np.where(np.asarray(op.sync_group, dtype=float) > 1, call_floor_s(hw, op.collective, op.tier), 0.0)
-            latency = np.maximum(latency, np.asarray(op.launches, dtype=float) * floor)
+            floor = np.where(number(op.sync_group) > 1, call_floor_s(hw, op.collective, op.tier), 0.0)
+            latency = np.maximum(latency, number(op.launches) * floor)
     else:
         network = np.zeros_like(memory)
     vector = pool_vector / vector_share
     arrays = broadcast(compute, vector, memory, network, latency, pool_compute, pool_vector, activation_memory)
     return OpTime(op.name, op.engine, *arrays,
-                  flops=flops, hbm_bytes=np.asarray(op.hbm_bytes, dtype=float),
-                  net_bytes=net_bytes, weight_bytes=np.asarray(op.weight_bytes, dtype=float),
+                  flops=flops, hbm_bytes=number(op.hbm_bytes),
+                  net_bytes=net_bytes, weight_bytes=number(op.weight_bytes),
                   chained=op.chained and eff.attention_phases == "chained",
                   stream_s=stream if np.shape(stream) == arrays[0].shape else np.broadcast_to(stream, arrays[0].shape),
                   overlap_p=overlap_p)
