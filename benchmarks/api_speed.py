@@ -7,7 +7,9 @@ The call is the README's: ``from cmperf import predict; predict("decode", {"batc
 the defaults (no specs given: CloudMatrix384, DeepSeek-R1, read once per process), B walking
 1..256 so that no two consecutive calls are the same question. Printed: the first call (specs
 read, the cost model's modules imported), then CPU and wall time per warm call, their median
-over blocks of 100 calls, and the same with the specs passed in (``load_specs()`` once). The
+over blocks of 100 calls, and the same with the specs passed in (``load_specs()`` once); the
+same calls on the uncached path (``cmperf.specs.view.uncached``: nothing a call derived is kept,
+the cost of a question whose GEMM shapes and instance are all new); a warm prefill call. The
 target (issue 24): a warm call in at most 1 ms of CPU. Where the time goes:
 ``python -m cProfile -s tottime benchmarks/api_speed.py --calls 200``.
 """
@@ -51,6 +53,13 @@ def main() -> None:
     specs = load_specs()
     cpu_s, wall_s = per_call(lambda b: predict("decode", {"batch": b}, specs), args.calls)
     print(f'predict("decode", {{"batch": B}}, specs):   {cpu_s * 1e3:7.2f} ms CPU, {wall_s * 1e3:7.2f} ms wall per call')
+    from cmperf.specs.view import uncached
+
+    with uncached():
+        cpu_u, wall_u = per_call(lambda b: predict("decode", {"batch": b}, specs), min(args.calls, 300))
+    print(f'the same, uncached (nothing kept):          {cpu_u * 1e3:7.2f} ms CPU, {wall_u * 1e3:7.2f} ms wall per call')
+    cpu_p, wall_p = per_call(lambda b: predict("prefill", {"prompt_len": 16 * b}, specs), args.calls)
+    print(f'predict("prefill", {{"prompt_len": P}}):    {cpu_p * 1e3:7.2f} ms CPU, {wall_p * 1e3:7.2f} ms wall per call')
     t = time.perf_counter()
     grid = predict("decode", {"batch": list(range(1, 257))}, specs)
     once = time.perf_counter() - t

@@ -126,6 +126,10 @@ class Columns:
         lists = {k: v.tolist() for k, v in self._data.items()}
         return [{k: lists[k][i] for k in lists} for i in range(self._n)]
 
+    def record(self, i: int) -> dict[str, Any]:
+        """Row ``i`` as one dict of Python values (``records()[i]``, without the other rows)."""
+        return {k: v[i:i + 1].tolist()[0] for k, v in self._data.items()}
+
     def to_frame(self):
         """The pandas DataFrame of these columns (the Python API's edge)."""
         import pandas as pd

@@ -39,6 +39,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .defaults import GENERIC_LAYOUT, PHASE_DEFAULTS
+from .specs.view import remember
 from .schedule.memory import afd_memory, decode_memory, prefill_memory, weight_bytes
 
 AFD_EXPERT_SHARE = 96 / 320  # ASSUMPTION (docs/model.md §5.4): the paper's 160 decode NPUs as 112 attention + 48 expert
@@ -171,6 +172,10 @@ def moe_dies(hw, m, phase: str, tp: int, mtp: int) -> int:
     """Dies of a MoE instance (module docstring: size (MoE)). The share of HBM the weights
     may take is ``max_weight_share``, or more where the published instance of the reference
     model takes more (a prefill instance holds little KV)."""
+    return remember(hw, ("moe_dies", m, phase, tp, mtp), lambda: _moe_dies(hw, m, phase, tp, mtp))
+
+
+def _moe_dies(hw, m, phase: str, tp: int, mtp: int) -> int:
     pub = _published(hw, phase)
     sizes = instance_sizes(hw, phase, moe=True)
     hbm = float(hw.chip.die.hbm_capacity_B)
@@ -202,6 +207,10 @@ def dense_tp(hw, m, phase: str, mtp: int, divides: int | None = None) -> int:
     """TP group of a dense model (module docstring: size (dense)): the smallest power of two
     dividing the heads (and ``divides``, the given dies), within a node, whose weights per
     die take at most the share of HBM; else the largest such TP."""
+    return remember(hw, ("dense_tp", m, phase, mtp, divides), lambda: _dense_tp(hw, m, phase, mtp, divides))
+
+
+def _dense_tp(hw, m, phase: str, mtp: int, divides: int | None) -> int:
     pub = _published(hw, phase)
     node_dies = int(hw.system.node.chips) * int(hw.chip.dies_per_package)
     heads = int(m.attention.num_heads)

@@ -253,6 +253,20 @@ def test_never_nan_and_no_floating_point_warnings():
             assert not np.any(np.isnan(stat))
 
 
+def test_greedy_busy_is_a_share_at_any_load():
+    """A prefill instance offered tens of thousands of prompts a second (plan --npus 100000:
+    rate 57,000/s x 0.31 s passes) is busy all the time, beta -> 1; x e^x overflowed to inf there
+    and inf / inf gave NaN. By hand at x = 1: e / (1 + e); beta rises with the load."""
+    from cmperf.plan.planner import greedy_busy
+
+    assert greedy_busy(1.0, 1.0) == pytest.approx(math.e / (1 + math.e), rel=1e-15)
+    x = np.array([0.0, 1e-6, 0.5, 1.0, 10.0, 39.9, 40.0, 700.0, 1.8e4, 57_319.5 * 0.31446156, 1e300, np.inf])
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        beta = greedy_busy(x, 1.0)
+    assert np.all(np.isfinite(beta)) and beta[0] == 0.0 and np.all(beta[-6:] == 1.0)
+    assert np.all(np.diff(beta) >= 0) and np.all((beta >= 0) & (beta <= 1))
+
+
 def test_max_rate_meets_the_budget_and_is_the_largest():
     servers = np.array([1, 2, 8, 32, 128])[:, None]
     budget = np.array([0.02, 0.1, 0.5, 2.0, 10.0])

@@ -119,7 +119,7 @@ def _run_predict(phase: str, values: dict, hardware: str, model: Optional[str], 
     table = result.columns
     for i in range(len(table)):
         if not bool(table["fits"].iat[i]):
-            warn(misfit(table.records()[i], phase))
+            warn(misfit(table.record(i), phase))
     _warn_context(phase, table, specs)
     base = None
     if sets:

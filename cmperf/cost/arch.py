@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..specs.dtypes import DTYPE_BYTES
+from ..specs.view import remember
 
 STATE_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}  # a linear-attention state's element (schema.StateDtype)
 
@@ -37,6 +38,10 @@ def layer_kinds(m) -> list[str]:
 def layer_counts(m, part: str = "all") -> dict[str, int]:
     """Layers of each attention kind, in order of first appearance, among ``part``: ``dense``
     (the first ``first_dense_layers``), ``moe`` (the rest) or ``all``."""
+    return dict(remember(m, ("layer_counts", part), lambda: _layer_counts(m, part)))
+
+
+def _layer_counts(m, part: str) -> dict[str, int]:
     kinds = layer_kinds(m)
     n = m.first_dense_layers if m.moe is not None else m.num_layers
     chosen = {"dense": kinds[:n], "moe": kinds[n:], "all": kinds}[part]

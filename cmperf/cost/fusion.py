@@ -16,14 +16,16 @@ members joined by ``+`` (``residual_add+rmsnorm``)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 import numpy as np
 
-from .roofline import Gemm, Op
+from ..specs.view import KEEP
+from .roofline import Gemm, Op, broadcast, maximum, number
 
 
 def _total(ops, field):
-    return sum(np.asarray(getattr(o, field), dtype=float) for o in ops)
+    return sum(number(getattr(o, field)) for o in ops)
 
 
 def merge(ops: list[Op]) -> Op:
@@ -36,11 +38,11 @@ def merge(ops: list[Op]) -> Op:
         if o.gemm is not None:
             gemms += [o.gemm] if isinstance(o.gemm, Gemm) else list(o.gemm)
     name = host.name if np.any(np.asarray(host.flops, dtype=float) > 0) else "+".join(o.name for o in ops)
-    saved = sum(np.asarray(o.in_B, dtype=float) for o in ops[1:])
+    saved = sum(number(o.in_B) for o in ops[1:])
     return replace(host, name=name, flops=_total(ops, "flops"), outputs=_total(ops, "outputs"),
                    vector_ops=_total(ops, "vector_ops"), hbm_bytes=np.maximum(_total(ops, "hbm_bytes") - saved, 0.0),
                    weight_bytes=_total(ops, "weight_bytes"),
-                   launches=np.maximum.reduce(np.broadcast_arrays(*(np.asarray(o.launches, dtype=float) for o in ops))),
+                   launches=maximum(*broadcast(*(np.asarray(o.launches, dtype=float) for o in ops))),
                    gemm=None if not gemms else (gemms[0] if len(gemms) == 1 else tuple(gemms)),
                    in_B=ops[0].in_B)
 
@@ -50,16 +52,26 @@ def fuse(ops: list[Op], groups) -> list[Op]:
     merged into one; the longest group first where several start at an op."""
     if not groups:
         return list(ops)
-    ordered = sorted((tuple(g) for g in groups), key=len, reverse=True)
+    match = fusion_runs if KEEP["on"] else fusion_runs.__wrapped__
+    runs = match(tuple((o.name, o.tier is None) for o in ops), tuple(tuple(g) for g in groups))
+    return [ops[i] if n == 1 else merge(ops[i:i + n]) for i, n in runs]
+
+
+@lru_cache(maxsize=4096)
+def fusion_runs(ops: tuple, groups: tuple) -> tuple:
+    """(start, length) of each kernel :func:`fuse` makes of ``ops`` ((name, local) pairs; a
+    collective, on a network tier, is never fused): they depend on the names alone, so each
+    sequence of kernels is matched against the groups once."""
+    ordered = sorted(groups, key=len, reverse=True)
     out, i = [], 0
     while i < len(ops):
         for g in ordered:
-            names = tuple(o.name for o in ops[i:i + len(g)])
-            if names == g and all(o.tier is None for o in ops[i:i + len(g)]):
-                out.append(merge(ops[i:i + len(g)]))
+            run = ops[i:i + len(g)]
+            if tuple(name for name, _ in run) == g and all(local for _, local in run):
+                out.append((i, len(g)))
                 i += len(g)
                 break
         else:
-            out.append(ops[i])
+            out.append((i, 1))
             i += 1
-    return out
+    return tuple(out)

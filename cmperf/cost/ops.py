@@ -13,6 +13,7 @@ from functools import partial
 import numpy as np
 
 from . import arch
+from ..specs.view import remember
 from .roofline import Gemm, Op, dtype_bytes, ratio
 
 
@@ -34,6 +35,10 @@ class Bytes:
 
     @classmethod
     def of(cls, m) -> "Bytes":
+        return remember(m, "bytes", lambda: cls._of(m))
+
+    @classmethod
+    def _of(cls, m) -> "Bytes":
         p = m.precision
         weights = getattr(p, "weights", None) or p.matmul
         expert_weights = getattr(p, "expert_weights", None) or getattr(p, "weights", None) or experts_dtype(m)

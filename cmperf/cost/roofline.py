@@ -46,12 +46,15 @@ trip (paper Table 1: 2 x 2.1 us), and a collective over ``G`` dies needs ceil(lo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from ..specs.dtypes import DTYPE_BYTES
+from ..specs.view import KEEP, remember
 
 BOUNDS = ("compute", "vector", "memory", "network", "latency")
 
@@ -122,6 +125,49 @@ class Tiling:
     multicast: np.ndarray  # 2 where a cluster of two units shares (multicasts) its A tile
 
 
+NUMBERS = (int, float, np.integer, np.floating)
+
+
+def number(x):
+    """``np.asarray(x, dtype=float)``, but a number (Python's or numpy's) stays a float64
+    scalar: a one-row prediction's arithmetic on it costs a fraction of a 0-d array's."""
+    if type(x) is np.float64:
+        return x
+    if isinstance(x, NUMBERS) and not isinstance(x, bool):
+        return np.float64(x)
+    return np.asarray(x, dtype=float)
+
+
+def broadcast(*arrays) -> list[np.ndarray]:
+    """``np.broadcast_arrays(*arrays)``, without its cost (tens of microseconds: most of a
+    one-row prediction's) when the arrays already share one shape: then they are returned as
+    they are (as arrays), 0-d ones filled in to it. The cost model never writes into an array it
+    was handed."""
+    if all(type(a) is np.float64 for a in arrays):  # numbers (a one-row prediction's): nothing to spread
+        return list(arrays)
+    out = [np.asarray(a) for a in arrays]
+    shape = None
+    for a in out:
+        if a.shape and a.shape != shape:
+            if shape is not None:
+                return np.broadcast_arrays(*out)
+            shape = a.shape
+    if shape is None:
+        return out
+    if math.prod(shape) > 64:  # a view of a 0-d array (no copy over a large grid)
+        return [a if a.shape else np.broadcast_to(a, shape) for a in out]
+    return [a if a.shape else np.full(shape, a) for a in out]  # a few rows: filled in (faster than a view)
+
+
+def maximum(*arrays) -> np.ndarray:
+    """The elementwise largest of arrays of one shape: ``np.maximum.reduce(list)`` without
+    first copying them all into one stacked array (the same values, NaN propagated alike)."""
+    out = np.asarray(arrays[0])
+    for a in arrays[1:]:
+        out = np.maximum(out, a)
+    return out
+
+
 def tiling(g: Gemm, units, tile_rows, tile_cols=None) -> Tiling:
     """Output tiles of ``g`` and the waves ``units`` matrix units run them in.
 
@@ -132,33 +178,59 @@ def tiling(g: Gemm, units, tile_rows, tile_cols=None) -> Tiling:
     the fullest last wave, then is the largest; TMA multicast of A over two units when the
     GEMM's rows (all groups of a contiguous layout) reach 1,024, N splits into an even number
     of tiles and the layout is not masked with several groups."""
-    m, n, groups, masked, units = np.broadcast_arrays(*(np.asarray(x, dtype=float)
-                                                        for x in (g.m, g.n, g.groups, g.masked, units)))
-    masked = masked.astype(bool)
-    if tile_cols is not None:
+    shape = [np.asarray(x, dtype=float) for x in (g.m, g.n, g.groups, g.masked, units)]
+    key = one_point(*shape, tile_rows, tile_cols) if KEEP["on"] else None  # one GEMM shape: tiled once per process
+    if key is not None:
+        hit = _TILINGS.get(key)
+        if hit is not None:
+            return hit
+    out = _tiling(*shape, tile_rows, tile_cols)
+    if key is not None:
+        if len(_TILINGS) >= 65536:
+            _TILINGS.clear()
+        _TILINGS[key] = out
+    return out
+
+
+_TILINGS: dict[tuple, Tiling] = {}  # (shapes, values of m, n, groups, masked, units, tile) -> its tiling (read-only)
+
+
+def _tiling(m, n, groups, masked, units, tile_rows, tile_cols) -> Tiling:
+    """:func:`tiling` of one GEMM shape (arrays, broadcast together)."""
+    if tile_cols is not None:  # one tile for every GEMM: numpy broadcasts the shape's scalars as it goes
         bm = np.minimum(float(tile_rows), np.maximum(np.ceil(m / FRACTAL) * FRACTAL, FRACTAL))
-        bn = np.full(m.shape, float(tile_cols))
-        multicast = np.ones(m.shape)
-    else:
-        bm = np.where(m <= 64, 64.0, 128.0)
-        cand = BLOCK_N_CHOICES.reshape((-1,) + (1,) * m.ndim)
-        tiles = groups * np.ceil(m / bm) * np.ceil(n / cand)
-        waves = np.ceil(tiles / units)
-        last = tiles - (waves - 1) * units
-        score = waves * (units + 1) - last  # fewer waves first, then a fuller last wave
-        pick = len(BLOCK_N_CHOICES) - 1 - np.argmin(score[::-1], axis=0)  # ties: the larger block N
-        bn = BLOCK_N_CHOICES[pick]
-        rows = np.where(masked, m, m * groups)
-        legal = (np.mod(n, 2 * bn) == 0) & (~masked | (groups == 1))
-        multicast = np.where((rows >= 1024) & legal, 2.0, 1.0)
+        bn = np.asarray(float(tile_cols))
+        tiles = groups * np.ceil(m / bm) * np.ceil(n / bn)
+        shape = np.broadcast_shapes(tiles.shape, masked.shape)  # the tiles of every row of the grid
+        tiles = tiles if tiles.shape == shape else np.broadcast_to(tiles, shape)
+        return Tiling(bm, bn, tiles, waves(tiles, units), np.asarray(1.0))
+    m, n, groups, masked, units = broadcast(m, n, groups, masked, units)
+    masked = masked.astype(bool)
+    bm = np.where(m <= 64, 64.0, 128.0)
+    cand = BLOCK_N_CHOICES.reshape((-1,) + (1,) * m.ndim)
+    tiles = groups * np.ceil(m / bm) * np.ceil(n / cand)
+    w = waves(tiles, units)
+    last = tiles - (w - 1) * units
+    score = w * (units + 1) - last  # fewer waves first, then a fuller last wave
+    pick = len(BLOCK_N_CHOICES) - 1 - np.argmin(score[::-1], axis=0)  # ties: the larger block N
+    bn = BLOCK_N_CHOICES[pick]
+    rows = np.where(masked, m, m * groups)
+    legal = (np.mod(n, 2 * bn) == 0) & (~masked | (groups == 1))
+    multicast = np.where((rows >= 1024) & legal, 2.0, 1.0)
     tiles = groups * np.ceil(m / bm) * np.ceil(n / bn)
-    return Tiling(bm, bn, tiles, np.ceil(tiles / units), multicast)
+    return Tiling(bm, bn, tiles, waves(tiles, units), multicast)
+
+
+def waves(tiles, units) -> np.ndarray:
+    """Waves ``units`` matrix units run ``tiles`` output tiles in: ceil(tiles / units)."""
+    return np.ceil(tiles / units)
 
 
 @dataclass
 class OpTime:
     """Time of one op on its stream. ``*_s`` are the stream's times; ``pool_*_s`` the same
-    work at the whole die's rate, which the pipeline sums per shared resource."""
+    work at the whole die's rate, which the pipeline sums per shared resource. Never changed
+    once made: its busy, total and load times are computed on first use and kept."""
 
     name: str
     engine: str
@@ -182,36 +254,36 @@ class OpTime:
     def _matmul(self, memory) -> np.ndarray:
         """The GEMM's compute, memory and operand-stream terms combined: their p-norm, or the max."""
         if self.overlap_p is None:
-            return np.maximum.reduce(np.broadcast_arrays(self.compute_s, memory, self.stream_s))
+            return maximum(*broadcast(self.compute_s, memory, self.stream_s))
         p = np.asarray(self.overlap_p, dtype=float)
         return (self.compute_s ** p + memory ** p + np.asarray(self.stream_s, dtype=float) ** p) ** (1 / p)
 
-    @property
+    @cached_property
     def busy_s(self) -> np.ndarray:
         """Time the op's engines are busy: the slowest of them (roofline), or for a chained
         kernel its cube and vector phases one after the other."""
         if self.chained:
-            return np.maximum.reduce([self.compute_s + self.vector_s, self.memory_s, self.network_s])
-        return np.maximum.reduce([self._matmul(self.memory_s), self.vector_s, self.network_s])
+            return maximum(self.compute_s + self.vector_s, self.memory_s, self.network_s)
+        return maximum(self._matmul(self.memory_s), self.vector_s, self.network_s)
 
-    @property
+    @cached_property
     def time_s(self) -> np.ndarray:
         return self.busy_s + self.latency_s
 
-    @property
+    @cached_property
     def load_s(self) -> np.ndarray:
         """The busy time of the work that grows with the die's tokens: everything but the
         weights read and the latency (the part whose spread across dies makes a barrier wait)."""
         if self.chained:
-            return np.maximum.reduce([self.compute_s + self.vector_s, self.activation_memory_s, self.network_s])
-        return np.maximum.reduce([self._matmul(self.activation_memory_s), self.vector_s, self.network_s])
+            return maximum(self.compute_s + self.vector_s, self.activation_memory_s, self.network_s)
+        return maximum(self._matmul(self.activation_memory_s), self.vector_s, self.network_s)
 
     def bound(self) -> np.ndarray:
         """Which term dominates: compute, vector, memory, network or latency (launch + rounds);
         ``compute+vector`` for a chained kernel whose cube and vector phases, added, do."""
         first = self.compute_s + self.vector_s if self.chained else self.compute_s
         memory = np.maximum(self.memory_s, self.stream_s)  # a tiled GEMM's operand stream is memory traffic
-        stack = np.stack(np.broadcast_arrays(first, self.vector_s, memory, self.network_s, self.latency_s))
+        stack = np.stack(broadcast(first, self.vector_s, memory, self.network_s, self.latency_s))
         names = ("compute+vector" if self.chained else "compute",) + BOUNDS[1:]
         return np.asarray(names, dtype=object)[np.argmax(stack, axis=0)]
 
@@ -281,7 +353,10 @@ def call_floor_s(hw, kind: str, tier: str):
 def ratio(num, den, where_den_zero=0.0):
     """num / den, elementwise, with ``where_den_zero`` where the denominator is 0 (an op
     with no work of a kind takes no time for it: 0 / 0 = 0)."""
-    num, den = np.broadcast_arrays(np.asarray(num, dtype=float), np.asarray(den, dtype=float))
+    num, den = number(num), number(den)
+    if type(num) is np.float64 and type(den) is np.float64:
+        return num / den if den != 0 else np.float64(where_den_zero)
+    num, den = broadcast(np.asarray(num, dtype=float), np.asarray(den, dtype=float))
     return np.divide(num, den, out=np.full(num.shape, float(where_den_zero)), where=den != 0)
 
 
@@ -309,7 +384,7 @@ def core_split_fits(hw, share) -> np.ndarray:
     die = hw.chip.die
     share = np.asarray(share, dtype=float)
     fits = [stream_units(u, x) >= 1 for u in (die.matrix_units, die.vector_units) for x in (share, 1.0 - share)]
-    return np.logical_and.reduce(np.broadcast_arrays(*fits))
+    return np.logical_and.reduce(broadcast(*fits))
 
 
 def gemm_terms(gemms, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -320,7 +395,31 @@ def gemm_terms(gemms, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.nd
     if not isinstance(gemms, Gemm):
         parts = [gemm_terms(g, hw, dtype, cube_share) for g in gemms]
         return tuple(sum(p[i] for p in parts) for i in range(3))
-    g = gemms
+    key = one_point(gemms.m, gemms.n, gemms.k, gemms.groups, gemms.masked, gemms.in_B, gemms.out_B, gemms.w_B, cube_share)
+    if key is None:
+        return _gemm_terms(gemms, hw, dtype, cube_share)
+    # one GEMM shape (a one-row prediction's) is timed once per view of the chip (the arrays
+    # are never written into)
+    return remember(hw.chip, ("gemm_terms", key, dtype), lambda: _gemm_terms(gemms, hw, dtype, cube_share))
+
+
+def one_point(*values) -> tuple | None:
+    """A hashable key of ``values`` (numbers, None or arrays) when each holds one number
+    (its shape and value), else None (a grid of several rows is not memoised)."""
+    out = []
+    for v in values:
+        if v is None or isinstance(v, (bool, int, float, str)):
+            out.append(v)
+            continue
+        a = np.asarray(v)
+        if a.size != 1:
+            return None
+        out.append((a.shape, a.dtype.char, a.item()))
+    return tuple(out)
+
+
+def _gemm_terms(g: Gemm, hw, dtype: str, cube_share) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`gemm_terms` of one GEMM."""
     eff = hw.chip.efficiency
     units = np.asarray(hw.chip.die.matrix_units, dtype=float)
     rate, _ = matmul_dtype(hw, dtype)
@@ -329,12 +428,18 @@ def gemm_terms(gemms, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.nd
     k = np.asarray(g.k, dtype=float)
     own = np.maximum(stream_units(units, cube_share), 1.0)
 
-    def compute(n_units):
-        t = tiling(g, n_units, eff.matmul_tile_rows, eff.matmul_tile_cols)
-        return t, t.waves * 2 * t.block_m * t.block_n * (k + k0) / per_unit
+    def compute(t, n_waves):
+        return n_waves * 2 * t.block_m * t.block_n * (k + k0) / per_unit
 
-    t, stream_compute = compute(own)
-    _, pool = compute(units)
+    t = tiling(g, own, eff.matmul_tile_rows, eff.matmul_tile_cols)
+    stream_compute = compute(t, t.waves)
+    if own.shape == units.shape and np.all(own == units):  # the stream owns every unit
+        pool = stream_compute
+    elif eff.matmul_tile_cols is not None:  # a fixed tile: the whole die runs the same tiles, in fewer waves
+        pool = compute(t, waves(t.tiles, units))
+    else:
+        pool_t = tiling(g, units, eff.matmul_tile_rows, eff.matmul_tile_cols)
+        pool = compute(pool_t, pool_t.waves)
     if eff.matmul_stream_Bps is None:
         return stream_compute, pool, np.zeros_like(pool)
     w_B = g.in_B if g.w_B is None else g.w_B
@@ -350,43 +455,44 @@ def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     peak = getattr(die.peak_flops_per_s, op.dtype)
     matmul_rate, fixed = matmul_dtype(hw, op.dtype) if op.flop_kind == "matmul" else (None, 0.0)
     kind_eff = eff.attention_compute if op.flop_kind == "attention" else matmul_rate
-    flops = np.asarray(op.flops, dtype=float)
+    flops = number(op.flops)
     # each output tile pays a prologue/epilogue worth `matmul_k_overhead` reduction steps
     k0 = eff.matmul_k_overhead if op.flop_kind == "matmul" and eff.matmul_k_overhead is not None else 0.0
-    work = flops + k0 * np.asarray(op.outputs, dtype=float)
-    pool_compute = ratio(work, peak * kind_eff * np.asarray(op.tile_efficiency, dtype=float))
-    memory = np.asarray(op.hbm_bytes, dtype=float) / hbm_rate_Bps(hw)
-    activation_memory = (np.asarray(op.hbm_bytes, dtype=float) - np.asarray(op.weight_bytes, dtype=float)) / hbm_rate_Bps(hw)
-    pool_vector = np.asarray(op.vector_ops, dtype=float) / die.vector_ops_per_s
-    latency = np.asarray(op.launches, dtype=float) * (launch_s(hw, op) + (fixed if op.engine == "cube" else 0.0))
+    memory = number(op.hbm_bytes) / hbm_rate_Bps(hw)
+    activation_memory = (number(op.hbm_bytes) - number(op.weight_bytes)) / hbm_rate_Bps(hw)
+    pool_vector = number(op.vector_ops) / die.vector_ops_per_s
+    latency = number(op.launches) * (launch_s(hw, op) + (fixed if op.engine == "cube" else 0.0))
     stream, overlap_p = 0.0, None
-    if op.gemm is not None:
+    if op.gemm is not None:  # timed tile by tile
         compute, pool_compute, stream = gemm_terms(op.gemm, hw, op.dtype, cube_share)
         overlap_p = eff.matmul_overlap_exponent
-    net_bytes = np.asarray(op.net_bytes, dtype=float)
+    else:
+        work = flops + k0 * number(op.outputs)
+        pool_compute = ratio(work, peak * kind_eff * number(op.tile_efficiency))
+        compute = pool_compute / cube_share
+    net_bytes = number(op.net_bytes)
     if op.tier is not None:
-        engine = np.asarray(op.net_messages, dtype=float) * coll.message_issue_s
+        engine = number(op.net_messages) * coll.message_issue_s
         per_tier = op.tier_bytes if op.tier_bytes is not None else {op.tier: net_bytes}
-        links = [np.asarray(b, dtype=float) / tier_bandwidth_Bps(hw, t) for t, b in per_tier.items()]
+        links = [number(b) / tier_bandwidth_Bps(hw, t) for t, b in per_tier.items()]
         sms = 0.0 if op.comm_units is None else ratio(op.sm_work_s, op.comm_units)  # its own SMs' work
-        network = np.maximum.reduce(np.broadcast_arrays(engine, sms, *links))
-        net_bytes = sum(np.asarray(b, dtype=float) for b in per_tier.values())
+        network = maximum(*broadcast(engine, sms, *links))
+        net_bytes = sum(number(b) for b in per_tier.values())
         if op.sync_group is not None:
             latency = latency + sync_rounds(op.sync_group) * sync_round_s(hw, op.tier)
         if op.collective is not None and op.sync_group is not None:  # never faster per call than measured
-            floor = np.where(np.asarray(op.sync_group, dtype=float) > 1, call_floor_s(hw, op.collective, op.tier), 0.0)
-            latency = np.maximum(latency, np.asarray(op.launches, dtype=float) * floor)
+            floor = np.where(number(op.sync_group) > 1, call_floor_s(hw, op.collective, op.tier), 0.0)
+            latency = np.maximum(latency, number(op.launches) * floor)
     else:
         network = np.zeros_like(memory)
-    if op.gemm is None:
-        compute = pool_compute / cube_share
     vector = pool_vector / vector_share
-    arrays = np.broadcast_arrays(compute, vector, memory, network, latency, pool_compute, pool_vector, activation_memory)
+    arrays = broadcast(compute, vector, memory, network, latency, pool_compute, pool_vector, activation_memory)
     return OpTime(op.name, op.engine, *arrays,
-                  flops=flops, hbm_bytes=np.asarray(op.hbm_bytes, dtype=float),
-                  net_bytes=net_bytes, weight_bytes=np.asarray(op.weight_bytes, dtype=float),
+                  flops=flops, hbm_bytes=number(op.hbm_bytes),
+                  net_bytes=net_bytes, weight_bytes=number(op.weight_bytes),
                   chained=op.chained and eff.attention_phases == "chained",
-                  stream_s=np.broadcast_to(stream, arrays[0].shape), overlap_p=overlap_p)
+                  stream_s=stream if np.shape(stream) == arrays[0].shape else np.broadcast_to(stream, arrays[0].shape),
+                  overlap_p=overlap_p)
 
 
 def dtype_bytes(name: str) -> int:

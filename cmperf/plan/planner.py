@@ -92,7 +92,10 @@ def greedy_busy(rate, pass_s):
     groups a pass does not fill idle; docs/model.md §9.3): a busy period is passes back to back
     while each sees an arrival, K of them with P(K > k) = q^k, q = 1 - e^(-x), x = rate pass_s,
     so E[busy] = pass_s e^x against an idle 1 / rate:  beta = x e^x / (1 + x e^x) (>= the
-    utilisation x / c of c-prompt passes: a pass of one prompt costs a full one)."""
+    utilisation x / c of c-prompt passes: a pass of one prompt costs a full one). Written as
+    1 / (1 + e^(-x) / x), it is finite at any x: x e^x overflows to inf near x = 710, and
+    inf / inf was NaN (a plan of 100,000 NPUs offers a prefill instance tens of thousands of
+    prompts a second)."""
     x = np.asarray(rate, dtype=float) * np.asarray(pass_s, dtype=float)
     with np.errstate(divide="ignore", over="ignore"):  # 1 / (1 + 1 / (x e^x)): finite at any x (0 at x = 0)
         return 1.0 / (1.0 + np.exp(-x) / x)

@@ -69,12 +69,11 @@ def slower(a: OpTime, b: OpTime, name: str) -> OpTime:
     """Per row, the side of a transfer that finishes last (the transfer ends when both have)."""
     pick = np.asarray(a.time_s >= b.time_s)
 
-    def field(f):
-        x, y = getattr(a, f), getattr(b, f)
-        return np.where(pick, x, y) if isinstance(x, np.ndarray) else x
+    def field(f):  # a time or an amount (an array, or a number on a one-row grid), each row its side's
+        return np.where(pick, getattr(a, f), getattr(b, f))
 
-    return replace(a, **{f.name: field(f.name) for f in fields(OpTime) if f.name not in ("name", "engine", "chained")},
-                   name=name)
+    kept = ("name", "engine", "chained", "overlap_p")
+    return replace(a, **{f.name: field(f.name) for f in fields(OpTime) if f.name not in kept}, name=name)
 
 
 def elsewhere(time_s) -> OpTime:

@@ -10,6 +10,8 @@ from ..cost.collectives import route_of
 from ..cost.ops import (ASCEND_MESSAGE, Bytes, attention_decode_ops, attention_prefill_ops, combine_message_B,
                         dense_ffn_op, dispatch_message_B, kv_shards, moe_ops, mtp_proj_op, placement,
                         state_shards, vocab_tp, vocab_weight_bytes)
+from ..cost.roofline import one_point
+from ..specs.view import remember
 from .decode import chunk_geometry, draft_tokens
 
 
@@ -26,6 +28,14 @@ def weight_parts(m, g, phase: str) -> dict:
     """:func:`weight_bytes` by part: ``attention`` (all layers' attention and norms),
     ``dense_ffn``, ``gate`` and ``experts`` (MoE layers and the MTP module's block),
     ``embedding_head`` (embedding, LM head, MTP eh_proj). AFD splits them over its pools."""
+    fields = ("mtp", "ep", "tp", "attn_tp", "redundant_experts", "shared_copies")
+    key = one_point(*(g.get(k) for k in fields))
+    if key is None:
+        return _weight_parts(m, g, phase)
+    return dict(remember(m, ("weight_parts", phase, key), lambda: _weight_parts(m, g, phase)))  # one configuration's
+
+
+def _weight_parts(m, g, phase: str) -> dict:
     b = Bytes.of(m)
     mtp_on = np.asarray(g["mtp"], dtype=float)
     mtp_layers = m.mtp.modules * mtp_on
@@ -53,6 +63,11 @@ def weight_parts(m, g, phase: str) -> dict:
             "experts": moe_blocks * experts + zero,
             "embedding_head": (vocab_weight_bytes(m, *vocab_tp(g, phase)) + zero
                                + mtp_layers * held([mtp_proj_op(m, zero)]))}
+
+
+def _rows_of(x, like) -> np.ndarray:
+    """``x`` (a spec's number, or a swept one's array) over the rows of ``like``, as floats."""
+    return np.broadcast_to(x, np.broadcast_shapes(np.shape(like), np.shape(x))).astype(float)
 
 
 def buffer_bytes(m, tokens_per_die, ep, message=ASCEND_MESSAGE) -> np.ndarray:
@@ -136,8 +151,8 @@ def decode_memory(hw, m, g) -> dict:
         "kv_cache_peak_per_die_bytes": R_die * cache.bytes(peak) + chunk["in_flight"] * cache.bytes(P),
         "buffers_per_die_bytes": buf,
         "activations_per_die_bytes": acts,
-        "runtime_reserve_per_die_bytes": np.broadcast_to(reserve, np.shape(total)).astype(float),
-        "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(total)).astype(float),
+        "runtime_reserve_per_die_bytes": _rows_of(reserve, total),
+        "hbm_per_die_bytes": _rows_of(cap, total),
         "max_batch_per_npu": max_r * dpp,
         "fits": total <= cap,
     }
@@ -172,8 +187,8 @@ def prefill_memory(hw, m, g, microbatches) -> dict:
         "kv_cache_per_die_bytes": T_die * kv_tok,
         "buffers_per_die_bytes": T_mb * buffers,
         "activations_per_die_bytes": T_mb * act,
-        "runtime_reserve_per_die_bytes": np.broadcast_to(reserve, np.shape(total)).astype(float),
-        "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(total)).astype(float),
+        "runtime_reserve_per_die_bytes": _rows_of(reserve, total),
+        "hbm_per_die_bytes": _rows_of(cap, total),
         "max_tokens_per_npu": np.floor(np.maximum(cap - fixed, 0) / per_token) * dpp,
         "fits": total <= cap,
     }
@@ -221,8 +236,8 @@ def afd_memory(hw, m, g) -> dict:
         "expert_memory_per_die_bytes": expert_total,
         "expert_weights_per_die_bytes": expert_w,
         "expert_buffers_per_die_bytes": R_die * expert_per_request,
-        "runtime_reserve_per_die_bytes": np.broadcast_to(reserve, np.shape(attention_total)).astype(float),
-        "hbm_per_die_bytes": np.broadcast_to(cap, np.shape(attention_total)).astype(float),
+        "runtime_reserve_per_die_bytes": _rows_of(reserve, attention_total),
+        "hbm_per_die_bytes": _rows_of(cap, attention_total),
         "max_batch_per_npu": max_r * dpp,
         "attention_fits": attention_total <= cap,
         "expert_fits": expert_total <= cap,

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost.roofline import OpTime
+from ..cost.roofline import OpTime, broadcast, maximum
 
 POOLS = ("pool_compute_s", "pool_vector_s", "memory_s", "network_s")
 WARM_LAYERS = 4  # layers simulated; the steady state is reached after one or two
@@ -101,7 +101,7 @@ def pipeline(stages: list[Stage], n: int) -> Pipeline:
                 ready[b] = end + w
         ends.append(np.maximum.reduce(ready) if n > 1 else ready[0])
     pools = [sum(np.asarray(getattr(o, p), dtype=float) for s in stages for o in s.ops) for p in POOLS]
-    floor = n * np.maximum.reduce(np.broadcast_arrays(*pools, zero))
+    floor = n * maximum(*broadcast(*pools, zero))
     period = np.maximum(ends[-1] - ends[-2], floor)
     ends = [np.maximum(e, k * floor) for k, e in enumerate(ends)]
     return Pipeline(n=n, stages=stages, period_s=period, ends_s=ends, pool_floor_s=floor)

@@ -256,7 +256,7 @@ def check(dep: DeploymentSpec, specs, budget_npus: int | None = None, budget_fla
             r = predict(phase, dict(g.inputs), specs)
         except CmperfError as e:
             raise ConfigError(f"{at}: {_field_named(str(e))}") from None
-        row = r.columns.records()[0]
+        row = r.columns.record(0)
         dies = float(row["attention_dies"] + row["expert_dies"]) if phase == "afd" else float(row["dies"])
         dies_total += g.count * dies
         if dpp > 1 and dies % dpp:

@@ -184,7 +184,7 @@ def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float
     what = f"the {'co-located' if cs else phase} instance of {float(instance[npus_key]):g} {npus_key.replace('_', ' ')}"
     cols = _rows(phase, every, specs, what, sweeps)
     n = len(rows)
-    first = cols.records()[0]  # the memory row (at the first point: host constants move no memory)
+    first = cols.record(0)  # the memory row (at the first point: host constants move no memory)
     inputs = {k: first[k] for k in INPUTS[phase] if k in first and not (isinstance(first[k], float) and math.isnan(first[k]))}
     max_b = float(first["max_batch_per_npu"])
     ranks = _ranks(phase, inputs, dpp)
@@ -212,7 +212,7 @@ INPUTS = {  # the predict inputs that make up an instance (read back from a row)
 def resolved(phase: str, inputs: Mapping[str, Any], specs: Specs) -> dict:
     """The full predict inputs of an instance (what the deployment defaults derive for what
     ``inputs`` leave unset): one predict row, read back."""
-    row = predict(phase, dict(inputs), specs).columns.records()[0]
+    row = predict(phase, dict(inputs), specs).columns.record(0)
     return {k: row[k] for k in INPUTS[phase] if k in row and not (isinstance(row[k], float) and math.isnan(row[k]))}
 
 
@@ -262,7 +262,7 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
     comps = [(f - p - w) / 1e3 for f, p, w in zip(_per_point(cols, "forward_ms", shape, n), _per_point(cols, "pool_load_ms", shape, n),
                                                   _per_point(cols, "pool_write_wait_ms", shape, n))]
     readers = float(instance.get("pool_readers", dies) or dies)
-    first = cols.records()[0]
+    first = cols.record(0)
     inputs = {k: first[k] for k in INPUTS["prefill"] if k in first and not (isinstance(first[k], float) and math.isnan(first[k]))}
     out = [PrefillPredictor(
         inputs=inputs, npus=npus, dies=dies, groups=groups, tp=tp,

@@ -12,6 +12,7 @@ the spec cache keeps it: :mod:`.cache`); a sourced pair, a record of exactly ``v
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any, Mapping
 
 SOURCED = frozenset({"value", "source"})
@@ -81,16 +82,62 @@ class SpecView:
         return self._obj
 
 
+KEEP = {"on": True}  # off inside :func:`uncached`
+
+
+@contextmanager
+def uncached():
+    """Within it, nothing derived is kept or reused (:func:`remember`, the GEMM tilings, the
+    fused kernels' runs, the specs' views): the path a first prediction takes, for tests that
+    hold a warm call's answer to it."""
+    before = KEEP["on"]
+    KEEP["on"] = False
+    try:
+        yield
+    finally:
+        KEEP["on"] = before
+
+
+def memo(view) -> dict | None:
+    """A dict kept with ``view`` (a SpecView or HardwareView) for what the cost model derives
+    from it alone or with numbers of one configuration (a GEMM's time, a model's weights per
+    die): a view is a read-only snapshot of its specs and overrides, so what it gave once it
+    gives again, and a what-if (--set, a sweep) is read through views of its own. None for
+    anything else (a validated model passed in directly: nothing is kept)."""
+    if isinstance(view, SpecView):
+        return view.__dict__.setdefault("_memo", {})
+    if isinstance(view, HardwareView):
+        return view.memo
+    return None
+
+
+def remember(view, key, build):
+    """``build()``, once per ``view`` and ``key`` (:func:`memo`)."""
+    kept = memo(view) if KEEP["on"] else None
+    if kept is None:
+        return build()
+    try:
+        hit = kept.get(key, kept)
+    except TypeError:  # a key holding something unhashable (a validated model, not its view)
+        return build()
+    if hit is kept:
+        if len(kept) >= 65536:  # a long session of distinct configurations: start again
+            kept.clear()
+        hit = kept[key] = build()
+    return hit
+
+
 class HardwareView:
     """Views of a system and its chip, as the cost model reads them (``hw.chip``, ``hw.system``),
     and of the serving stack that runs on them (``hw.stack``; None: the bare cost model, no
     host time; cmperf/cost/host.py)."""
 
-    __slots__ = ("system", "chip", "stack", "fusion")
+    __slots__ = ("system", "chip", "stack", "fusion", "memo")
 
     def __init__(self, system: SpecView, chip: SpecView, stack: SpecView | None = None, fusion=()):
         # fusion: the serving stack's fused kernel groups (cmperf/cost/fusion.py); none: every kernel apart
         self.system, self.chip, self.stack, self.fusion = system, chip, stack, tuple(tuple(g) for g in fusion)
+        self.memo: dict = {}  # what the cost model derived from these views (:func:`remember`)
 
     @property
     def system_npus(self) -> int:
