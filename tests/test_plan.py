@@ -11,7 +11,7 @@ import pytest
 from cmperf.errors import ConfigError
 from cmperf.plan import default_workload, plan
 from cmperf.plan.planner import alignment_s, curves, summary, ttft_terms
-from cmperf.plan.workload import SLO, Workload, fixed, parse_lengths, read_trace
+from cmperf.plan.workload import SLO, Workload, fixed, lognormal, parse_lengths, read_trace
 from cmperf.predict import load_specs, predict
 
 from helpers import one_line_error
@@ -524,3 +524,30 @@ def test_a_defaulted_kv_tier_reaches_the_budget_and_a_given_one_is_kept():
         plan(hardware="atlas-950-superpod", npus=100_000, kv_tier="ub")
     with pytest.raises(ConfigError, match=r"^the KV transfer tier 'ub' \(system.kv_transfer_tier"):
         plan(hardware="atlas-950-superpod", npus=100_000, sets=["system.kv_transfer_tier=ub"])
+
+
+def test_whole_prompt_passes_by_hand():
+    """FCFS whole prompts under a token budget (docs/model.md §9.3): lengths 600, 300, 500,
+    900, 200, 400, 100 under 1,000 tokens pack as [600, 300] [500] [900] [200, 400, 100]
+    (the last pass, cut at the draw's end, is not counted); a prompt over the budget goes
+    alone (1,500 under 1,000: [1500] [200, 300], the last, [1200], not counted)."""
+    from cmperf.plan.instances import whole_prompt_passes
+
+    (k, S, Q), = whole_prompt_passes(np.array([600, 300, 500, 900, 200, 400, 100, 50.0]), [1000.0])
+    assert list(k) == [2, 1, 1] and list(S) == [900, 500, 900] and list(Q) == [450_000, 250_000, 810_000]
+    (k, S, _), = whole_prompt_passes(np.array([1500, 200, 300, 1200, 100.0]), [1000.0])
+    assert list(k) == [1, 2] and list(S) == [1500, 500]
+
+
+def test_varying_lengths_pack_fewer_prompts_than_the_budget_holds_of_the_mean():
+    """A budget of whole log-normal prompts holds fewer tokens than the budget (the next one
+    does not fit), so fewer prompts than budget / mean; fixed lengths fill it exactly."""
+    from cmperf.plan.instances import whole_prompt_passes
+    from cmperf.simulate.requests import sample_lengths
+
+    c = sample_lengths(lognormal(1024, 2048, "1024:2048", "--prompt-len"), 8192, np.random.default_rng(0))
+    for budget in (2048.0, 8192.0, 32768.0):
+        (k, S, _), = whole_prompt_passes(c, [budget])
+        assert S.mean() < budget and k.mean() < budget / 1024
+        (k, S, _), = whole_prompt_passes(np.full(64, 1024.0), [budget])
+        assert set(S) == {budget} and set(k) == {budget / 1024}
