@@ -130,7 +130,10 @@ def test_default_plan_and_its_rates_agree_with_predict(paper_plan):
     chosen = pre[(pre["dies"] == b["prefill_dies"]) & (pre["tokens_per_npu"] == b["prefill_tokens_per_npu"])].iloc[0]
     # a pass's k prompts send their KV one after another: a prompt's arrives after (k + 1) / 2 of the k transfers
     k = b["prefill_tokens_per_npu"] * b["prefill_dies"] / 2 / 4096
-    assert b["ttft_prefill_ms"] == chosen["forward_ms"]
+    # the request's own pass: the pass of the backlog when its instance is busy, of itself alone when
+    # idle (docs/model.md §9.3): between predict's pass of one prompt and of the whole budget
+    lone = predict("prefill", {"dies": int(b["prefill_dies"]), "tokens_per_npu": 4096 * 2 / 4}).table["forward_ms"].iat[0]
+    assert lone * (1 - 1e-9) <= b["ttft_prefill_ms"] <= chosen["forward_ms"] * (1 + 1e-9)
     assert b["ttft_kv_transfer_ms"] == pytest.approx(chosen["kv_transfer_ms"] * (k + 1) / (2 * k), rel=1e-12)
     dec = paper_plan.instances["decode"]
     d1 = dec[(dec["dies"] == 320) & (dec["batch"] == 96)].iloc[0]
@@ -164,7 +167,10 @@ def test_ttft_grows_with_the_arrival_rate(paper_plan):
     rates = np.linspace(0, b["goodput_rps"], 20)
     c = curves(paper_plan, b, rates)
     assert np.all(np.diff(c["ttft_s"]) > 0) and np.all(np.diff(c["tpot_s"]) >= 0)
-    assert c["ttft_s"][0] == pytest.approx((b["ttft_prefill_ms"] + b["ttft_kv_transfer_ms"]) / 1e3)
+    # at no load a prompt finds its instance idle and passes alone: one 4K prompt per attention
+    # TP group of 4 dies (2,048 tokens per NPU), then its KV transfer
+    lone = predict("prefill", {"dies": int(b["prefill_dies"]), "tokens_per_npu": 4096 * 2 / 4}).table["forward_ms"].iat[0]
+    assert c["ttft_s"][0] == pytest.approx((lone + b["ttft_kv_transfer_ms"]) / 1e3)
 
 
 # --------------------------------------------------------------------------- Tables 2 and 11

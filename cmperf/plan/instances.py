@@ -141,6 +141,7 @@ def prompts_per_pass(tokens_per_npu, npus, computed_tokens) -> np.ndarray:
 
 PACKING_PROMPTS = 8192  # lengths drawn for the packing of whole prompts (passes_of_whole_prompts)
 PACKING_SEED = 0  # one fixed draw: the plan is deterministic
+LONE_PROMPTS = 2048  # of them, timed as passes of one prompt each (packed_passes)
 
 
 def whole_prompt_passes(lengths: np.ndarray, budget_tokens: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -202,41 +203,51 @@ def packed_passes(pre: pd.DataFrame, computed, dies_per_npu: int, pre_long: pd.D
     tok = pre["tokens_per_npu"].to_numpy(dtype=float)
     npus = pre["dies"].to_numpy(dtype=float) / dies_per_npu
     n = len(pre)
-    fixed_k = prompts_per_pass(tok, npus, computed.mean)
-    if computed.scv <= 0 and computed.samples is None:
-        return {"prompts": fixed_k, "time_share": np.ones(n), "scv": np.zeros(n), "token_share": np.ones(n)}
-    from ..simulate.requests import sample_lengths  # the distribution the simulation draws from
+    varying = computed.scv > 0 or computed.samples is not None
+    if varying:
+        from ..simulate.requests import sample_lengths  # the distribution the simulation draws from
 
-    lengths = sample_lengths(computed, PACKING_PROMPTS, np.random.default_rng(PACKING_SEED))
+        lengths = sample_lengths(computed, PACKING_PROMPTS, np.random.default_rng(PACKING_SEED))
+    else:
+        lengths = np.full(1, float(computed.mean))
     budget = tok * npus
-    passes = whole_prompt_passes(lengths, budget)
+    passes = whole_prompt_passes(lengths, budget) if varying else None
     keys = [k for k in LAYOUT_KEYS if k in pre and k != "prompt_len"]
-    name = lambda t: t[keys].fillna(-1.0).astype(float).astype(str).agg("|".join, axis=1).to_numpy() if keys else np.zeros(len(t))  # noqa: E731
-    layout = name(pre)
+    label = lambda t: t[keys].fillna(-1.0).astype(float).astype(str).agg("|".join, axis=1).to_numpy() if keys else np.zeros(len(t))  # noqa: E731
+    layout = label(pre)
     fwd = pre["forward_ms"].to_numpy(dtype=float)
     length = pre["prompt_len"].to_numpy(dtype=float) - (pre["cached_len"].fillna(0.0).to_numpy(dtype=float) if "cached_len" in pre else 0.0)
     fwd_long = np.full(n, np.nan)
     long_len = np.full(n, np.nan)
     if pre_long is not None and len(pre_long):
         at = {(a, float(b)): (float(f), float(c)) for a, b, f, c in zip(
-            name(pre_long), pre_long["tokens_per_npu"], pre_long["forward_ms"],
+            label(pre_long), pre_long["tokens_per_npu"], pre_long["forward_ms"],
             pre_long["prompt_len"] - (pre_long["cached_len"].fillna(0.0) if "cached_len" in pre_long else 0.0))}
         for j in range(n):
             fwd_long[j], long_len[j] = at.get((layout[j], float(tok[j])), (np.nan, np.nan))
     tp = pre["attn_tp"].fillna(1.0).to_numpy(dtype=float) if "attn_tp" in pre else np.ones(n)
-    out = {name: np.ones(n) for name in ("prompts", "time_share", "token_share")}
-    out["scv"] = np.zeros(n)
-    for j in range(n):
+
+    def pass_ms(j, S, Q):  # passes of S tokens (sum of squares Q) on row j's layout
         same = np.flatnonzero(layout == layout[j])
         order = same[np.argsort(tok[same])]
         x_grid, t_grid = tok[order], fwd[order]
-        k, S, Q = passes[j]
         x = np.maximum(S / npus[j], Q / S * dies_per_npu / max(tp[j], 1.0))
         t = _linear(x, x_grid, t_grid)
         long_ok = np.isfinite(fwd_long[order])
         if long_ok.sum() >= 2 and np.all(long_len[order][long_ok] > length[j]):
             t_long = _linear(x, x_grid[long_ok], fwd_long[order][long_ok])
             t = np.maximum(t + (Q / S - length[j]) * (t_long - t) / (long_len[order][long_ok][0] - length[j]), 0.01 * t)
+        return t
+
+    out = {"prompts": prompts_per_pass(tok, npus, computed.mean), "time_share": np.ones(n), "scv": np.zeros(n),
+           "token_share": np.ones(n), "lone_share": np.ones(n)}
+    lone = lengths[:LONE_PROMPTS]
+    for j in range(n):
+        out["lone_share"][j] = float(pass_ms(j, lone, lone * lone).mean()) / fwd[j]
+        if not varying:  # fixed lengths: floor(budget / c) prompts of c, the row's own pass
+            continue
+        k, S, Q = passes[j]
+        t = pass_ms(j, S, Q)
         mean_t = float(t.mean())
         out["prompts"][j] = float(k.mean())
         out["time_share"][j] = mean_t / fwd[j]

@@ -10,10 +10,13 @@ A deployment is a set of instances of the shapes in :mod:`cmperf.plan.shapes`, e
 
     TTFT = W_q(λ) + A(λ) + pass + KV transfer + J(λ)          (prefill; docs/model.md §9.3)
         W_q   waiting for a place in a pass: M/G/c (cmperf/plan/queueing.py) with c = the
-              prompts all passes in flight hold, service = one pass, scv of prompt tokens
+              prompts all passes in flight hold (whole prompts packed FCFS under the budget:
+              instances.packed_passes), service = one pass, scv = prompts per pass x the
+              pass time's scv (a pass's slots are one server)
         A     waiting for the running pass to end before joining the next: the residual of
-              a pass when the instance is busy, mean ρ pass / 2, p90 pass (1 - 0.1 / ρ)+
+              a pass when the instance is busy, mean ρ pass (1 + scv) / 2, p90 pass (1 - 0.1 / ρ)+
               (none when a pass holds one prompt: the instance is a server of the queue)
+        pass  its own: the backlog's when busy, one prompt's alone when idle
         KV    the prompt's share of its pass's transfer, (k + 1) / (2k) of it (k prompts in turn)
         J     waiting for the decode step it joins: the residual of a step, (1 - e^-L) T / 2
     TPOT = TPOT(b), b the batch where the decode capacity curve meets λ / instances
@@ -98,13 +101,17 @@ def greedy_busy(rate, pass_s):
         return 1.0 / (1.0 + np.exp(-x) / x)
 
 
-def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, instances=None, join_s=0.0) -> dict:
+def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, instances=None, join_s=0.0,
+               lone_s=None) -> dict:
     """TTFT at ``rate`` and its parts (module docstring). ``instances``: the prefill instances
     the servers belong to; one instance is busy, when it passes greedily, :func:`greedy_busy`
     of the time (more than the utilisation), which sets the chance a prompt waits for a pass;
     an instance whose pass holds one prompt is a plain server of the queue (no alignment: the
     queue's wait is the whole wait). ``join_s``: the wait for the decode step a request joins
-    (:func:`decode_join_s`), added as it is."""
+    (:func:`decode_join_s`), added as it is. ``lone_s``: the pass of one prompt; given, the
+    request's own pass is added to ``fixed_s``: a prompt that finds its instance idle starts a
+    pass of its own (``lone_s``), one that finds it busy joins the next, which carries the
+    backlog (``service_s``): (1 - busy) lone + busy service (docs/model.md §9.3)."""
     rate = np.asarray(rate, dtype=float)
     wait = mean_wait_s(rate, servers, service_s, scv) if stat == "mean" else wait_quantile_s(rate, servers, service_s, scv, P90)
     rho = rate * service_s / servers
@@ -114,7 +121,10 @@ def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, inst
         rho = np.where(np.asarray(servers, dtype=float) <= n, 0.0, rho)
     align = alignment_s(rho, period_s, stat)
     join = np.broadcast_to(np.asarray(join_s, dtype=float), np.shape(wait))
-    return {"queue_s": wait, "align_s": align, "join_s": join, "ttft_s": wait + align + fixed_s + join}
+    busy = np.clip(rho, 0.0, 1.0)
+    own = 0.0 if lone_s is None else (1.0 - busy) * np.asarray(lone_s, dtype=float) + busy * np.asarray(service_s, dtype=float)
+    return {"queue_s": wait, "align_s": align, "join_s": join, "pass_s": own + np.zeros(np.shape(wait)),
+            "ttft_s": wait + align + fixed_s + own + join}
 
 
 def decode_join_s(curves, which, decode_instances, rate, output_tokens: float, stat: str) -> np.ndarray:
@@ -330,7 +340,7 @@ def curves(p: Plan, row, rates) -> dict:
         join = decode_join_s(p.decode_curves[row["shape"]], np.full(len(rates), k), np.full(len(rates), row["decode_instances"]),
                              rates, p.workload.output.mean, p.workload.slo.ttft_stat)
     out = ttft_terms(rates, row["_servers"], row["_service_s"], row.get("_scv", p.workload.computed.scv), row["_period_s"],
-                     row["_fixed_s"], p.workload.slo.ttft_stat, row.get("_instances"), join)
+                     row["_fixed_s"], p.workload.slo.ttft_stat, row.get("_instances"), join, row.get("_lone_s"))
     if k >= 0:
         c = p.decode_curves[row["shape"]]
         _, tpot = c.at_rate(np.full(len(rates), k), rates / row["decode_instances"])
@@ -428,6 +438,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
         write = np.where(col("pool_write_bytes_per_die") > 0, pool_write_s(hw, col("pool_write_bytes_per_die"),
                                                                            col("pool_write_blocks_per_die"), n_p * p_dies[i_idx]), 0.0)
         pass_p = pass_with_pool_s(pass_p - own - wait, read, write)
+    lone_p = pass_p * packed["lone_share"][i_idx]  # a pass of one prompt
     pass_p = pass_p * packed["time_share"][i_idx]
     # a pass's prompts leave over the link one after another: a prompt's KV arrives, on average,
     # after (k + 1) / 2 of the k prompts' transfers (docs/model.md §9.3)
@@ -445,8 +456,8 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     join_most = alignment_s(1.0, curves.step_at_tpot(slo.tpot_s), slo.ttft_stat)
 
     def ttft_over_s(rate, j):  # TTFT beyond the SLO of pairs j at ``rate``
-        return ttft_terms(rate, servers_p[j], pass_p[j], slot_scv[j], period_p[j], pass_p[j] + kv_p[j],
-                          slo.ttft_stat, n_p[j], join_most)["ttft_s"] - slo.ttft_s
+        return ttft_terms(rate, servers_p[j], pass_p[j], slot_scv[j], period_p[j], kv_p[j],
+                          slo.ttft_stat, n_p[j], join_most, lone_p[j])["ttft_s"] - slo.ttft_s
 
     rate_p_all = largest_rate(ttft_over_s, servers_p / pass_p) * (prompts >= 1)
     given = workload.arrival_rate_per_s
@@ -462,11 +473,11 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     n_d = n_d_best[a, k]
     rate_p = rate_p_all[a]
     i = i_idx[a]
-    pass_s, kv_s, servers, scv_s, period_s = pass_p[a], kv_p[a], servers_p[a], slot_scv[a], period_p[a]
+    pass_s, kv_s, servers, scv_s, period_s, lone_s = pass_p[a], kv_p[a], servers_p[a], slot_scv[a], period_p[a], lone_p[a]
 
     def ttft(rate):  # at the rate run: the wait for the decode step each request joins, of its pairing
         join = decode_join_s(curves, k, n_d, rate, workload.output.mean, slo.ttft_stat)
-        return ttft_terms(rate, servers, pass_s, scv_s, period_s, pass_s + kv_s, slo.ttft_stat, n_p[a], join)
+        return ttft_terms(rate, servers, pass_s, scv_s, period_s, kv_s, slo.ttft_stat, n_p[a], join, lone_s)
 
     rate_d = d_max[k] * n_d
     pool = pre["pool_load_ms"].to_numpy(dtype=float)[i] / pre["forward_ms"].to_numpy(dtype=float)[i] if "pool_load_ms" in pre else 0.0
@@ -475,8 +486,8 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
                                np.where(np.asarray(pool) > 0.5, PREFILL_POOL, PREFILL_TTFT))
     t = ttft(rate)
     batch, tpot = curves.at_rate(k, rate / n_d)
-    queue = {"_servers": servers, "_service_s": pass_s, "_period_s": period_s, "_fixed_s": pass_s + kv_s, "_instances": n_p[a],
-             "_scv": scv_s,
+    queue = {"_servers": servers, "_service_s": pass_s, "_period_s": period_s, "_fixed_s": kv_s, "_instances": n_p[a],
+             "_scv": scv_s, "_lone_s": lone_s,
              "_decode_curve": k, "_tpot_pass_s": np.zeros(len(k))}
     per_curve = lambda c, default: np.array([key.get(c, default) for key in curves.keys], dtype=float)[k]  # noqa: E731
     split = {c: per_curve(c, 0.0) for c in ("attention_dies", "expert_dies")}
@@ -484,7 +495,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     split["prefill_tp"] = pre["attn_tp"].to_numpy(dtype=float)[i]
     return _frame(shape, workload, rate, binding, n_p=n_p[a], p_dies=p_dies[i], split=split,
                   tokens_per_npu=pre["tokens_per_npu"].to_numpy(dtype=float)[i], n_d=n_d, d_dies=k_dies[k],
-                  batch=batch, tpot=tpot, t=t, pass_s=pass_s, kv_s=kv_s, dpp=dpp,
+                  batch=batch, tpot=tpot, t=t, pass_s=t["pass_s"], kv_s=kv_s, dpp=dpp,
                   rate_p=rate_p, rate_d=rate_d, queue=queue)
 
 
