@@ -19,19 +19,24 @@ CASES = [  # system, model, NPUs, prompt, output
     ("h100-cluster", "llama-3.1-70b", 16, "1024:2048", "256"),
     ("h800-cluster", "deepseek-v3", 64, "1024", "64"),
     ("h800-cluster", "deepseek-v3", 64, "1024:2048", "64"),
+    # the other fixed-length rows of §12.5's table
+    ("cloudmatrix384", "deepseek-r1", 384, "4096", "256"),
+    ("cloudmatrix384", "deepseek-r1", 64, "4096", "256"),
+    ("h100-cluster", "llama-3.1-70b", 16, "4096", "128"),
+    ("h200-cluster", None, 16, "2048", "64"),
 ]
 
 
 def run_case(case, loads, seeds):
     from cmperf.plan.planner import plan
     from cmperf.plan.workload import SLO, Workload, parse_lengths
-    from cmperf.predict import load_specs
+    from cmperf.predict import load_specs, system_model
     from cmperf.simulate import Traffic, simulate
     from cmperf.simulate.deployment import from_plan_row
     from cmperf.simulate.sustain import steady
 
     hwn, model, npus, P, O = case
-    specs = load_specs(hwn, model)
+    specs = load_specs(hwn, model) if model else load_specs(hwn, system_model(hwn))
     dpp = int(specs.views()[0].chip.dies_per_package)
     w = Workload(prompt=parse_lengths(P, "--prompt-len"), output=parse_lengths(O, "--output-len"), prefix_hit=0.0,
                  slo=SLO(ttft_s=2.0, tpot_s=0.05))
