@@ -137,3 +137,120 @@ def decode_curves(table: pd.DataFrame, dies_per_npu: int, output_tokens: float, 
 def prompts_per_pass(tokens_per_npu, npus, computed_tokens) -> np.ndarray:
     """Whole prompts one forward pass (or iteration) of an instance completes."""
     return np.floor(np.asarray(tokens_per_npu, dtype=float) * npus / computed_tokens + 1e-9)
+
+
+PACKING_PROMPTS = 8192  # lengths drawn for the packing of whole prompts (passes_of_whole_prompts)
+PACKING_SEED = 0  # one fixed draw: the plan is deterministic
+LONE_PROMPTS = 2048  # of them, timed as passes of one prompt each (packed_passes)
+
+
+def whole_prompt_passes(lengths: np.ndarray, budget_tokens: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The passes of a backlog under each token budget (docs/model.md §9.3): FCFS, a pass
+    takes the next prompts while their computed tokens fit in the budget (the first one
+    whatever its length), as the simulation's and SGLang's scheduler do. For each budget,
+    per pass: (prompts, tokens, sum of squared prompt tokens), over the sequence ``lengths``
+    (the renewal-reward view: the means over the passes are the expected full pass)."""
+    c = np.asarray(lengths, dtype=float)
+    cs = np.concatenate([[0.0], np.cumsum(c)])
+    cs2 = np.concatenate([[0.0], np.cumsum(c * c)])
+    T = np.asarray(budget_tokens, dtype=float)
+    n = len(c)
+    at = np.zeros(len(T), dtype=int)
+    starts: list[list[int]] = [[] for _ in T]
+    live = np.arange(len(T))
+    while live.size:
+        for j, s in zip(live, at[live]):
+            starts[j].append(int(s))
+        # the last prompt index whose running sum from the pass's start fits (at least one prompt)
+        end = np.searchsorted(cs, cs[at[live]] + T[live] + 1e-9, side="right") - 1
+        at[live] = np.maximum(end, at[live] + 1)
+        live = live[at[live] < n - 1]  # a pass that would run past the draw is not counted (cut short)
+    out = []
+    for j in range(len(T)):
+        s = np.append(np.asarray(starts[j], dtype=int), min(int(at[j]), n))  # pass k: prompts s[k] .. s[k + 1] - 1
+        if len(s) > 2:
+            s = s[:-1]  # the last pass, cut at the draw's end, is not a full one
+        out.append((np.diff(s).astype(float), cs[s[1:]] - cs[s[:-1]], cs2[s[1:]] - cs2[s[:-1]]))
+    return out
+
+
+LAYOUT_KEYS = ("dies", "ep", "attn_tp", "redundant_experts", "shared_copies", "prompt_len", "cached_len", "pool_len",
+               "microbatches", "mtp")
+
+
+def _linear(x, xs, ys) -> np.ndarray:
+    """``ys`` over ``xs`` (ascending) at ``x``: linear between points and, beyond either end, on
+    the end segment's line (a pass of fewer tokens than the smallest budget: its fixed part and
+    per-token slope), never below a hundredth of the smallest point's value."""
+    t = np.interp(x, xs, ys)
+    if len(xs) > 1:
+        lo = ys[0] + (ys[1] - ys[0]) / max(xs[1] - xs[0], 1e-12) * (x - xs[0])
+        hi = ys[-1] + (ys[-1] - ys[-2]) / max(xs[-1] - xs[-2], 1e-12) * (x - xs[-1])
+        t = np.where(x < xs[0], np.maximum(lo, 0.01 * ys[0]), np.where(x > xs[-1], hi, t))
+    return t
+
+
+def packed_passes(pre: pd.DataFrame, computed, dies_per_npu: int, pre_long: pd.DataFrame | None = None) -> dict:
+    """Per prefill row of ``pre`` (fitting rows), its budget's full pass of whole prompts
+    (docs/model.md §9.3): ``prompts`` E[N], ``time_share`` E[t] / the row's pass (the pass timed
+    at what it holds, not at its whole budget), ``scv`` of the pass time, ``token_share``
+    E[tokens] / the budget. A pass holding tokens S of computed-weighted length Q / S is as
+    slow as max(S / NPUs, one such prompt per attention TP group) tokens per NPU, its time read
+    off the layout's rows (:func:`_linear` in the tokens per NPU) and, with ``pre_long`` (the
+    same rows at a longer prompt length), linear in the pass's computed-weighted length between
+    the two (a pass's causal attention per token is linear in it; its GEMMs do not see it).
+    Fixed lengths: floor(budget / c) prompts of c, the row's own pass."""
+    tok = pre["tokens_per_npu"].to_numpy(dtype=float)
+    npus = pre["dies"].to_numpy(dtype=float) / dies_per_npu
+    n = len(pre)
+    varying = computed.scv > 0 or computed.samples is not None
+    if varying:
+        from ..simulate.requests import sample_lengths  # the distribution the simulation draws from
+
+        lengths = sample_lengths(computed, PACKING_PROMPTS, np.random.default_rng(PACKING_SEED))
+    else:
+        lengths = np.full(1, float(computed.mean))
+    budget = tok * npus
+    passes = whole_prompt_passes(lengths, budget) if varying else None
+    keys = [k for k in LAYOUT_KEYS if k in pre and k != "prompt_len"]
+    label = lambda t: t[keys].fillna(-1.0).astype(float).astype(str).agg("|".join, axis=1).to_numpy() if keys else np.zeros(len(t))  # noqa: E731
+    layout = label(pre)
+    fwd = pre["forward_ms"].to_numpy(dtype=float)
+    length = pre["prompt_len"].to_numpy(dtype=float) - (pre["cached_len"].fillna(0.0).to_numpy(dtype=float) if "cached_len" in pre else 0.0)
+    fwd_long = np.full(n, np.nan)
+    long_len = np.full(n, np.nan)
+    if pre_long is not None and len(pre_long):
+        at = {(a, float(b)): (float(f), float(c)) for a, b, f, c in zip(
+            label(pre_long), pre_long["tokens_per_npu"], pre_long["forward_ms"],
+            pre_long["prompt_len"] - (pre_long["cached_len"].fillna(0.0) if "cached_len" in pre_long else 0.0))}
+        for j in range(n):
+            fwd_long[j], long_len[j] = at.get((layout[j], float(tok[j])), (np.nan, np.nan))
+    tp = pre["attn_tp"].fillna(1.0).to_numpy(dtype=float) if "attn_tp" in pre else np.ones(n)
+
+    def pass_ms(j, S, Q):  # passes of S tokens (sum of squares Q) on row j's layout
+        same = np.flatnonzero(layout == layout[j])
+        order = same[np.argsort(tok[same])]
+        x_grid, t_grid = tok[order], fwd[order]
+        x = np.maximum(S / npus[j], Q / S * dies_per_npu / max(tp[j], 1.0))
+        t = _linear(x, x_grid, t_grid)
+        long_ok = np.isfinite(fwd_long[order])
+        if long_ok.sum() >= 2 and np.all(long_len[order][long_ok] > length[j]):
+            t_long = _linear(x, x_grid[long_ok], fwd_long[order][long_ok])
+            t = np.maximum(t + (Q / S - length[j]) * (t_long - t) / (long_len[order][long_ok][0] - length[j]), 0.01 * t)
+        return t
+
+    out = {"prompts": prompts_per_pass(tok, npus, computed.mean), "time_share": np.ones(n), "scv": np.zeros(n),
+           "token_share": np.ones(n), "lone_share": np.ones(n)}
+    lone = lengths[:LONE_PROMPTS]
+    for j in range(n):
+        out["lone_share"][j] = float(pass_ms(j, lone, lone * lone).mean()) / fwd[j]
+        if not varying:  # fixed lengths: floor(budget / c) prompts of c, the row's own pass
+            continue
+        k, S, Q = passes[j]
+        t = pass_ms(j, S, Q)
+        mean_t = float(t.mean())
+        out["prompts"][j] = float(k.mean())
+        out["time_share"][j] = mean_t / fwd[j]
+        out["scv"][j] = float(t.var()) / mean_t ** 2
+        out["token_share"][j] = float(S.mean()) / budget[j]
+    return out

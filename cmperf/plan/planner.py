@@ -10,10 +10,13 @@ A deployment is a set of instances of the shapes in :mod:`cmperf.plan.shapes`, e
 
     TTFT = W_q(λ) + A(λ) + pass + KV transfer + J(λ)          (prefill; docs/model.md §9.3)
         W_q   waiting for a place in a pass: M/G/c (cmperf/plan/queueing.py) with c = the
-              prompts all passes in flight hold, service = one pass, scv of prompt tokens
+              prompts all passes in flight hold (whole prompts packed FCFS under the budget:
+              instances.packed_passes), service = one pass, scv = prompts per pass x the
+              pass time's scv (a pass's slots are one server)
         A     waiting for the running pass to end before joining the next: the residual of
-              a pass when the instance is busy, mean ρ pass / 2, p90 pass (1 - 0.1 / ρ)+
+              a pass when the instance is busy, mean ρ pass (1 + scv) / 2, p90 pass (1 - 0.1 / ρ)+
               (none when a pass holds one prompt: the instance is a server of the queue)
+        pass  its own: the backlog's when busy, one prompt's alone when idle
         KV    the prompt's share of its pass's transfer, (k + 1) / (2k) of it (k prompts in turn)
         J     waiting for the decode step it joins: the residual of a step, (1 - e^-L) T / 2
     TPOT = TPOT(b), b the batch where the decode capacity curve meets λ / instances
@@ -101,13 +104,17 @@ def greedy_busy(rate, pass_s):
         return 1.0 / (1.0 + np.exp(-x) / x)
 
 
-def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, instances=None, join_s=0.0) -> dict:
+def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, instances=None, join_s=0.0,
+               lone_s=None) -> dict:
     """TTFT at ``rate`` and its parts (module docstring). ``instances``: the prefill instances
     the servers belong to; one instance is busy, when it passes greedily, :func:`greedy_busy`
     of the time (more than the utilisation), which sets the chance a prompt waits for a pass;
     an instance whose pass holds one prompt is a plain server of the queue (no alignment: the
     queue's wait is the whole wait). ``join_s``: the wait for the decode step a request joins
-    (:func:`decode_join_s`), added as it is."""
+    (:func:`decode_join_s`), added as it is. ``lone_s``: the pass of one prompt; given, the
+    request's own pass is added to ``fixed_s``: a prompt that finds its instance idle starts a
+    pass of its own (``lone_s``), one that finds it busy joins the next, which carries the
+    backlog (``service_s``): (1 - busy) lone + busy service (docs/model.md §9.3)."""
     rate = np.asarray(rate, dtype=float)
     wait = mean_wait_s(rate, servers, service_s, scv) if stat == "mean" else wait_quantile_s(rate, servers, service_s, scv, P90)
     rho = rate * service_s / servers
@@ -117,7 +124,10 @@ def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, inst
         rho = np.where(np.asarray(servers, dtype=float) <= n, 0.0, rho)
     align = alignment_s(rho, period_s, stat)
     join = np.broadcast_to(np.asarray(join_s, dtype=float), np.shape(wait))
-    return {"queue_s": wait, "align_s": align, "join_s": join, "ttft_s": wait + align + fixed_s + join}
+    busy = np.clip(rho, 0.0, 1.0)
+    own = 0.0 if lone_s is None else (1.0 - busy) * np.asarray(lone_s, dtype=float) + busy * np.asarray(service_s, dtype=float)
+    return {"queue_s": wait, "align_s": align, "join_s": join, "pass_s": own + np.zeros(np.shape(wait)),
+            "ttft_s": wait + align + fixed_s + own + join}
 
 
 def decode_join_s(curves, which, decode_instances, rate, output_tokens: float, stat: str) -> np.ndarray:
@@ -266,13 +276,19 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
             fixed = (pg.count, dg.count)
     pre_rows = _within_stack("prefill", pre_rows, specs, dpp)
     pre = instances.run("prefill", pre_rows, specs)
+    # varying lengths: the same options at twice the pass's prompt length, for the time of a pass
+    # whose computed-weighted length is another than the mean's (instances.packed_passes)
+    pre_long = None
+    if computed.scv > 0 or computed.samples is not None:
+        pre_long = instances.run("prefill", [{**r, "prompt_len": cached_len + 2 * (r["prompt_len"] - cached_len)}
+                                             for r in pre_rows], specs)
     tick(1, steps)
     dec_common = {"prompt_len": prompt_len, "output_len": max(round(workload.output.mean), 1),
                   "kv_len": workload.decode_kv_len}
     dec = instances.run("decode", _within_stack("decode", shapes.decode_rows(layouts, dec_common), specs, dpp), specs)
     tick(2, steps)
     curves = instances.decode_curves(dec, dpp, workload.output.mean)
-    tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp, fixed, hw)] if "pd" in shape_names else []
+    tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp, fixed, hw, pre_long)] if "pd" in shape_names else []
     colo = afd = pd.DataFrame()
     afd_curves = None
     if "colocated" in shape_names:
@@ -286,7 +302,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
         afd = instances.run("afd", _within_stack("afd", afd_rows, specs, dpp), specs)
         afd_curves = instances.decode_curves(afd, dpp, workload.output.mean, ("attention_dies", "expert_dies"),
                                              "attention_dies", ("attention_dies", "expert_dies"))
-        tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp, fixed, hw))
+        tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp, fixed, hw, pre_long))
         tick(steps, steps)
     table = pd.concat([t for t in tables if len(t)], ignore_index=True) if any(len(t) for t in tables) else _empty()
     table = _rank(table, workload)
@@ -326,8 +342,8 @@ def curves(p: Plan, row, rates) -> dict:
     if k >= 0:
         join = decode_join_s(p.decode_curves[row["shape"]], np.full(len(rates), k), np.full(len(rates), row["decode_instances"]),
                              rates, p.workload.output.mean, p.workload.slo.ttft_stat)
-    out = ttft_terms(rates, row["_servers"], row["_service_s"], p.workload.computed.scv, row["_period_s"],
-                     row["_fixed_s"], p.workload.slo.ttft_stat, row.get("_instances"), join)
+    out = ttft_terms(rates, row["_servers"], row["_service_s"], row.get("_scv", p.workload.computed.scv), row["_period_s"],
+                     row["_fixed_s"], p.workload.slo.ttft_stat, row.get("_instances"), join, row.get("_lone_s"))
     if k >= 0:
         c = p.decode_curves[row["shape"]]
         _, tpot = c.at_rate(np.full(len(rates), k), rates / row["decode_instances"])
@@ -385,7 +401,7 @@ def evaluate(specs: Specs, workload: Workload, deployment) -> dict:
 
 
 def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, computed, budget_dies: int,
-                   dpp: int, fixed: tuple | None = None, hw=None) -> pd.DataFrame:
+                   dpp: int, fixed: tuple | None = None, hw=None, pre_long: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every deployment of prefill instances and separate decode instances (PD: decode
     instances; AFD: attention/expert split instances): prefill option x count x decode option,
     each decode option at the fewest instances that carry the prefill side's rate (or all that
@@ -407,8 +423,13 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     if len(i_idx) == 0:
         return _empty()
     n_p = np.concatenate(counts).astype(float)
-    prompts = instances.prompts_per_pass(pre["tokens_per_npu"].to_numpy(dtype=float)[i_idx], p_dies[i_idx] / dpp,
-                                         computed.mean)
+    # a pass holds whole prompts FCFS within its budget: its prompts, time and the time's scv from
+    # the length distribution's packing (docs/model.md §9.3; fixed lengths: floor(budget / c))
+    packed = instances.packed_passes(pre.reset_index(drop=True), computed, dpp, pre_long)
+    whole = instances.prompts_per_pass(pre["tokens_per_npu"].to_numpy(dtype=float)[i_idx], p_dies[i_idx] / dpp,
+                                       computed.mean)
+    prompts = np.where(whole >= 1, packed["prompts"][i_idx], 0.0)
+    pass_scv = packed["scv"][i_idx]
     pass_p = pre["forward_ms"].to_numpy(dtype=float)[i_idx] / 1e3
     if hw is not None and hw.system.memory_pool is not None and "pool_write_bytes_per_die" in pre and (
             (pre["pool_bytes_per_die"] > 0) | (pre["pool_write_bytes_per_die"] > 0)).any():
@@ -420,18 +441,26 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
         write = np.where(col("pool_write_bytes_per_die") > 0, pool_write_s(hw, col("pool_write_bytes_per_die"),
                                                                            col("pool_write_blocks_per_die"), n_p * p_dies[i_idx]), 0.0)
         pass_p = pass_with_pool_s(pass_p - own - wait, read, write)
+    lone_p = pass_p * packed["lone_share"][i_idx]  # a pass of one prompt
+    pass_p = pass_p * packed["time_share"][i_idx]
     # a pass's prompts leave over the link one after another: a prompt's KV arrives, on average,
     # after (k + 1) / 2 of the k prompts' transfers (docs/model.md §9.3)
-    kv_p = pre["kv_transfer_ms"].to_numpy(dtype=float)[i_idx] / 1e3 * (np.maximum(prompts, 1.0) + 1.0) / (2.0 * np.maximum(prompts, 1.0))
+    kv_p = (pre["kv_transfer_ms"].to_numpy(dtype=float)[i_idx] / 1e3 * packed["token_share"][i_idx]
+            * (np.maximum(prompts, 1.0) + 1.0) / (2.0 * np.maximum(prompts, 1.0)))
     servers_p = np.maximum(prompts, 1.0) * n_p
+    # the queue's slots are a pass's prompts, served together: k slots of one pass wait as one
+    # server whose pass varies with scv_t when their service scv is k scv_t (docs/model.md §9.3);
+    # the residual of a varying pass is E[t] (1 + scv_t) / 2
+    slot_scv = np.maximum(prompts, 1.0) * pass_scv
+    period_p = pass_p * (1.0 + pass_scv)
 
     # the prefill side's largest rate holds for any decode option it is paired with: the wait for
     # the decode step a request joins at its longest, a step at the TPOT SLO (docs/model.md §9.3)
     join_most = alignment_s(1.0, curves.step_at_tpot(slo.tpot_s), slo.ttft_stat)
 
     def ttft_over_s(rate, j):  # TTFT beyond the SLO of pairs j at ``rate``
-        return ttft_terms(rate, servers_p[j], pass_p[j], computed.scv, pass_p[j], pass_p[j] + kv_p[j],
-                          slo.ttft_stat, n_p[j], join_most)["ttft_s"] - slo.ttft_s
+        return ttft_terms(rate, servers_p[j], pass_p[j], slot_scv[j], period_p[j], kv_p[j],
+                          slo.ttft_stat, n_p[j], join_most, lone_p[j])["ttft_s"] - slo.ttft_s
 
     rate_p_all = largest_rate(ttft_over_s, servers_p / pass_p) * (prompts >= 1)
     given = workload.arrival_rate_per_s
@@ -447,11 +476,11 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     n_d = n_d_best[a, k]
     rate_p = rate_p_all[a]
     i = i_idx[a]
-    pass_s, kv_s, servers = pass_p[a], kv_p[a], servers_p[a]
+    pass_s, kv_s, servers, scv_s, period_s, lone_s = pass_p[a], kv_p[a], servers_p[a], slot_scv[a], period_p[a], lone_p[a]
 
     def ttft(rate):  # at the rate run: the wait for the decode step each request joins, of its pairing
         join = decode_join_s(curves, k, n_d, rate, workload.output.mean, slo.ttft_stat)
-        return ttft_terms(rate, servers, pass_s, computed.scv, pass_s, pass_s + kv_s, slo.ttft_stat, n_p[a], join)
+        return ttft_terms(rate, servers, pass_s, scv_s, period_s, kv_s, slo.ttft_stat, n_p[a], join, lone_s)
 
     rate_d = d_max[k] * n_d
     pool = pre["pool_load_ms"].to_numpy(dtype=float)[i] / pre["forward_ms"].to_numpy(dtype=float)[i] if "pool_load_ms" in pre else 0.0
@@ -460,7 +489,8 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
                                np.where(np.asarray(pool) > 0.5, PREFILL_POOL, PREFILL_TTFT))
     t = ttft(rate)
     batch, tpot = curves.at_rate(k, rate / n_d)
-    queue = {"_servers": servers, "_service_s": pass_s, "_period_s": pass_s, "_fixed_s": pass_s + kv_s, "_instances": n_p[a],
+    queue = {"_servers": servers, "_service_s": pass_s, "_period_s": period_s, "_fixed_s": kv_s, "_instances": n_p[a],
+             "_scv": scv_s, "_lone_s": lone_s,
              "_decode_curve": k, "_tpot_pass_s": np.zeros(len(k))}
     per_curve = lambda c, default: np.array([key.get(c, default) for key in curves.keys], dtype=float)[k]  # noqa: E731
     split = {c: per_curve(c, 0.0) for c in ("attention_dies", "expert_dies")}
@@ -468,7 +498,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     split["prefill_tp"] = pre["attn_tp"].to_numpy(dtype=float)[i]
     return _frame(shape, workload, rate, binding, n_p=n_p[a], p_dies=p_dies[i], split=split,
                   tokens_per_npu=pre["tokens_per_npu"].to_numpy(dtype=float)[i], n_d=n_d, d_dies=k_dies[k],
-                  batch=batch, tpot=tpot, t=t, pass_s=pass_s, kv_s=kv_s, dpp=dpp,
+                  batch=batch, tpot=tpot, t=t, pass_s=t["pass_s"], kv_s=kv_s, dpp=dpp,
                   rate_p=rate_p, rate_d=rate_d, queue=queue)
 
 
