@@ -130,8 +130,8 @@ def verify_plan(result, prompts: int = 4000, top: int = REFINE_CANDIDATES) -> di
     """The best deployment simulated: at its planned rate (the closed form's TTFT and TPOT
     beside the simulation's mean, p90 and p99 over the steady window), and the largest rate it
     sustains within the SLOs, by bisection (cmperf/simulate/sustain.py, docs/model.md §12.5).
-    Where the two differ by more than REFINE (heavy tails, DP stragglers: what no closed form
-    here holds), the planner's top candidates are ranked by the rate each sustains in
+    Where the two differ by more than REFINE, or the planned rate misses the SLOs in simulation
+    (heavy tails, DP stragglers: what no closed form here holds), the planner's top candidates are ranked by the rate each sustains in
     simulation (seed 0), the first is checked on another seed of the family (seed 1), and the
     planned rate is then the smaller of its two sustained rates (``row``: the deployment the
     plan prints, at that rate)."""
@@ -158,7 +158,8 @@ def verify_plan(result, prompts: int = 4000, top: int = REFINE_CANDIDATES) -> di
     planned = float(b["goodput_rps"])
     dep, n, found = search(b, 0)
     refined = None
-    if abs(found["planned_over_sustained"] - 1.0) > REFINE and w.arrival_rate_per_s is None:
+    missed = not found["at_planned"]["meets_slos"]  # the plan promises a rate its own simulation does not serve
+    if (missed or abs(found["planned_over_sustained"] - 1.0) > REFINE) and w.arrival_rate_per_s is None:
         rows = refine_candidates(result.table, top)
         tried = [(row, *search(row, 0)) for row in rows]
         row, dep, n, best = max(tried, key=lambda x: (x[3]["sustained_rate_rps"], -float(x[0]["npus"])))
