@@ -26,13 +26,6 @@ def pytest_configure(config):
     os.environ["XDG_CACHE_HOME"] = _CACHE["dir"]
 
 
-def pytest_collection_modifyitems(session, config, items):
-    """Heavy tests (``@pytest.mark.heavy``) first, the rest in their order: pytest-xdist hands
-    tests out in this order, so the longest start while every worker is free (longest first
-    is the classic way to finish a set of jobs on a few workers together)."""
-    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
-
-
 def pytest_unconfigure(config):
     import shutil
 

@@ -188,7 +188,6 @@ def test_every_system_searches_and_compares_from_its_own_defaults(cli, system):
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
-@pytest.mark.heavy
 def test_every_system_plans_every_model_from_its_own_defaults(cli, system):
     """`cmperf plan` with no flag beyond --hardware/--model finds a deployment of each model
     on each system (exit 0), or says in one line why not (exit 1). Its best deployment's NPUs

@@ -38,7 +38,6 @@ def _same(a, b) -> bool:
                                       else np.array_equal(a[c], b[c])) for c in a)
 
 
-@pytest.mark.heavy
 def test_warm_calls_answer_as_the_uncached_path_on_every_system_and_model():
     """Decode on every system x model; prefill on every system with its own model and on
     CloudMatrix384 with every model (its kernels are the decode's, timed on other shapes)."""

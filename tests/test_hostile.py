@@ -199,7 +199,6 @@ def test_plan_sweeps_an_integer_field(cli):
     assert [r["system.memory_pool.block_tokens"] for r in json.loads(out)["rows"]] == [128, 512]
 
 
-@pytest.mark.heavy
 def test_a_long_plain_file_is_no_alias_bomb(tmp_path):
     """6,000 reference rows (~110,000 values, no alias) parse; nine aliases of nine still fail."""
     from cmperf.errors import SpecError
@@ -239,7 +238,6 @@ def test_a_signal_while_the_output_is_written_leaves_the_old_file(cli, tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.csv"] and out.read_text() == "old\n"
 
 
-@pytest.mark.heavy
 def test_ctrl_c_in_a_process_says_so():
     import time
 

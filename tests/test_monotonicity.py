@@ -161,7 +161,6 @@ def test_every_numeric_field_is_classified():
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(data=st.data())
-@pytest.mark.heavy
 def test_less_resource_never_helps(data):
     system = data.draw(st.sampled_from(SYSTEMS), "system")
     fields = {p: v for p, v in shipped(system)[1].items() if classify(p) != 0}

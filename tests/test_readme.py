@@ -93,7 +93,6 @@ def test_the_chunks_hold_every_command_once():
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
-@pytest.mark.heavy
 def test_every_readme_command_runs(chunk, cli, tmp_path, monkeypatch):
     chunks = command_chunks()
     if chunk >= len(chunks):
@@ -269,7 +268,6 @@ def test_quoted_bands_and_held_out_errors_are_the_stored_ones():
     assert "D2 -0.34 % held out" in bands and "and 0.34 % at batch 8" in README
 
 
-@pytest.mark.heavy
 def test_quoted_held_out_errors_of_the_other_groups():
     """The per-layer, Table 7 and ablation errors the README quotes are no band's: the paper's
     cross-validation (`cmperf validate --cross-validate`, ~8 s of CPU) computes them here."""

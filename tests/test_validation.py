@@ -210,7 +210,6 @@ def test_known_misses_are_few_and_not_far_off():
 
 
 @pytest.mark.parametrize("name", ["h800", "h100-cluster", "h20-cluster", "b200-cluster", "gb200-nvl72"])
-@pytest.mark.heavy
 def test_platform_values_are_their_micro_benchmark_fit(name):
     """Each platform's shipped fitted values are what its own micro-benchmark file gives
     (re-fit here), so no number was tuned by hand or to an end-to-end result."""
