@@ -252,7 +252,7 @@ def test_systems_without_a_pool_cache_in_hbm(system, model, dep, rate):
     specs = load_specs(system, model)
     t = [_ttft(specs, dep, h, rate=rate, n=300) for h in HITS]
     assert all(b <= a for a, b in zip(t, t[1:])) and t[-1] < 0.5 * t[0], dict(zip(HITS, t))
-    from cmperf.simulate import hbm_instance_tokens
+    from cmperf.plan.instances import hbm_instance_tokens
 
     w = Workload(prompt=fixed(4096), output=fixed(128), prefix_hit=0.75, slo=SLO(ttft_s=2.0, tpot_s=0.1))
     ws = 10 * hbm_instance_tokens(specs, w, dict(dep.prefill[0].inputs))

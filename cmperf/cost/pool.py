@@ -226,6 +226,14 @@ def no_cache_error(hw, flag: str) -> ConfigError:
                        f"prefix cache in HBM (`prefix_cache_hbm_share` 0) to cache KV in")
 
 
+def cache_block_tokens(hw, stack) -> float:
+    """Tokens a cached prefix counts in: the pool's blocks, else the stack's KV pages
+    (``stack``: its view, or None), else 1."""
+    if hw.system.memory_pool is not None:
+        return float(hw.system.memory_pool.block_tokens)
+    return float(stack.kv_block_tokens) if stack is not None else 1.0
+
+
 def can_cache(hw) -> bool:
     """Whether cached prefixes have a tier: the stack's HBM cache or the system's pool."""
     return hbm_cache_share(hw) > 0 or hw.system.memory_pool is not None

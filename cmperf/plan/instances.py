@@ -205,7 +205,7 @@ def packed_passes(pre: pd.DataFrame, computed, dies_per_npu: int, pre_long: pd.D
     n = len(pre)
     varying = computed.scv > 0 or computed.samples is not None
     if varying:
-        from ..simulate.requests import sample_lengths  # the distribution the simulation draws from
+        from .workload import sample_lengths  # the distribution the simulation draws from
 
         lengths = sample_lengths(computed, PACKING_PROMPTS, np.random.default_rng(PACKING_SEED))
     else:
@@ -254,3 +254,14 @@ def packed_passes(pre: pd.DataFrame, computed, dies_per_npu: int, pre_long: pd.D
         out["scv"][j] = float(t.var()) / mean_t ** 2
         out["token_share"][j] = float(S.mean()) / budget[j]
     return out
+
+
+def hbm_instance_tokens(specs: Specs, workload, instance: dict) -> float:
+    """Distinct prefix tokens a prefill instance's free HBM holds at the workload's mean
+    prompt (:func:`cmperf.cost.pool.hbm_cache_tokens`, one predict row of ``instance``'s inputs)."""
+    from ..cost.pool import hbm_cache_tokens
+
+    hw, _ = specs.views()
+    inp = {k: v for k, v in instance.items() if k not in ("pool_readers", "cached_len", "prompt_len", "pool_len")}
+    row = predict("prefill", {**inp, "prompt_len": max(int(round(workload.prompt.mean)), 1)}, specs).columns.record(0)
+    return hbm_cache_tokens(hw, row)

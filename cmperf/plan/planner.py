@@ -35,7 +35,8 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from ..cost.pool import can_cache, hbm_cache_share, no_cache_error, pass_with_pool_s, pool_capacity_B, pool_read_s, pool_write_s, served_hit
+from ..cost.pool import (cache_block_tokens, can_cache, hbm_cache_share, no_cache_error, pass_with_pool_s, pool_read_s,
+                         pool_write_s, served_hit)
 from ..errors import ConfigError
 from ..predict import Specs, load_specs, system_model
 from . import instances, shapes
@@ -239,13 +240,11 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
 
     # the cache tiers' capacity (docs/model.md §9.5): the HBM tier's that of the system's default
     # prefill instance (the instances are chosen after the hit is known)
-    from ..simulate import cache_block_tokens, hbm_instance_tokens
-
-    hbm = (hbm_instance_tokens(specs, workload, {}) if working_set_tokens is not None and workload.prefix_hit > 0
+    hbm = (instances.hbm_instance_tokens(specs, workload, {}) if working_set_tokens is not None and workload.prefix_hit > 0
            and hbm_cache_share(hw) > 0 else 0.0)
     asked = workload.prefix_hit
     hit, pool_tokens, pool_part = served_hit(hw, m, workload, working_set_tokens, hbm)
-    block = cache_block_tokens(specs)
+    block = cache_block_tokens(hw, specs.stack_view())
     if hit != workload.prefix_hit or block != workload.block_tokens or pool_part != workload.pool_part:
         workload = Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": float(block), "pool_part": pool_part})
     computed = workload.computed

@@ -142,6 +142,27 @@ def from_table(path: str, flag: str) -> Lengths:
                    table=(x, F, kind))
 
 
+def sample_lengths(x: Lengths, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` whole token counts >= 1 drawn from a workload length: its samples in turn, its table
+    by inverse transform, its fixed value, or its exponential / log-normal of that mean and scv
+    (the simulation's requests and the planner's packing of whole prompts draw from it)."""
+    if x.samples is not None:
+        return np.resize(np.asarray(x.samples, dtype=float), n)
+    if x.table is not None:  # a CDF (linear between points) or a histogram (discrete), by inverse transform
+        tokens, F, kind = x.table
+        u = rng.random(n)
+        v = np.interp(u, F, tokens) if kind == "cdf" else tokens[np.minimum(np.searchsorted(F, u), len(tokens) - 1)]
+        return np.maximum(np.rint(v), 1.0)
+    if x.scv == 0:
+        return np.full(n, max(round(x.mean), 1), dtype=float)
+    if x.text.startswith("exp:"):
+        v = rng.exponential(x.mean, n)
+    else:  # log-normal with this mean and scv
+        s2 = math.log1p(x.scv)
+        v = rng.lognormal(math.log(x.mean) - s2 / 2, math.sqrt(s2), n)
+    return np.maximum(np.rint(v), 1.0)
+
+
 def parse_lengths(text: str, flag: str) -> Lengths:
     """``4096`` | ``MEAN:P90`` | ``exp:MEAN`` | ``cdf:FILE`` (module docstring, :func:`from_table`)."""
     t = str(text).strip()

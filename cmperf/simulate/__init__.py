@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..predict import Specs, load_specs, predict
+from ..predict import Specs, load_specs
 from ..plan.workload import Workload
 from .deployment import DeploymentSpec, InstanceGroup, default_deployment
 from .engine import CoLocatedInstance, DecodeInstance, PrefillInstance, Requests, Simulation, Stats, draw_steps, mtp_tokens_per_step
@@ -165,7 +165,8 @@ def served_workload(specs: Specs, workload: Workload, working_set_tokens: float 
     of the system's default prefill instance. A workload served already (a plan's, for
     ``--verify``) is kept as it is when no working set is given. A hit with neither tier is
     refused, as the planner does."""
-    from ..cost.pool import can_cache, hbm_cache_share, no_cache_error, served_hit
+    from ..cost.pool import cache_block_tokens, can_cache, hbm_cache_share, no_cache_error, served_hit
+    from ..plan.instances import hbm_instance_tokens
 
     hw, m = specs.views()
     if (workload.prefix_hit > 0 or workload.cached_samples is not None) and not can_cache(hw):
@@ -178,28 +179,8 @@ def served_workload(specs: Specs, workload: Workload, working_set_tokens: float 
     if working_set_tokens is None and workload.pool_part is not None:  # served already (a plan's): its split kept
         return workload
     hit, _, pool_part = served_hit(hw, m, workload, working_set_tokens, hbm)
-    return Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": cache_block_tokens(specs),
+    return Workload(**{**workload.__dict__, "prefix_hit": hit, "block_tokens": cache_block_tokens(hw, specs.stack_view()),
                        "pool_part": pool_part})
-
-
-def hbm_instance_tokens(specs: Specs, workload: Workload, instance: dict) -> float:
-    """Distinct prefix tokens a prefill instance's free HBM holds at the workload's mean
-    prompt (:func:`cmperf.cost.pool.hbm_cache_tokens`, one predict row)."""
-    from ..cost.pool import hbm_cache_tokens
-
-    hw, _ = specs.views()
-    inp = {k: v for k, v in instance.items() if k not in ("pool_readers", "cached_len", "prompt_len", "pool_len")}
-    row = predict("prefill", {**inp, "prompt_len": max(int(round(workload.prompt.mean)), 1)}, specs).columns.records()[0]
-    return hbm_cache_tokens(hw, row)
-
-
-def cache_block_tokens(specs: Specs) -> float:
-    """Tokens a cached prefix counts in: the pool's blocks, else the stack's KV pages, else 1."""
-    hw, _ = specs.views()
-    if hw.system.memory_pool is not None:
-        return float(hw.system.memory_pool.block_tokens)
-    st = specs.stack_view()
-    return float(st.kv_block_tokens) if st is not None else 1.0
 
 
 def _cache_bytes(specs: Specs, prompt: np.ndarray, cached: np.ndarray, dec: dict, workload: Workload) -> dict:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from ..plan.workload import Lengths, Workload
+from ..plan.workload import Workload, sample_lengths
 
 MAX_REQUESTS = 10_000_000
 MIN_RATE_RPS = 1e-6  # one request per 11.6 days: below it no run of requests is a benchmark (and gaps overflow)
@@ -69,25 +69,6 @@ class Traffic:
         shape = "" if self.burstiness == 1.0 else f" (burstiness {self.burstiness:g})"
         conc = f", at most {self.max_concurrency} in flight" if self.max_concurrency else ""
         return f"{self.num_prompts} requests at {rate}{shape}{conc}"
-
-
-def sample_lengths(x: Lengths, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` whole token counts >= 1 from a workload length (module docstring)."""
-    if x.samples is not None:
-        return np.resize(np.asarray(x.samples, dtype=float), n)
-    if x.table is not None:  # a CDF (linear between points) or a histogram (discrete), by inverse transform
-        tokens, F, kind = x.table
-        u = rng.random(n)
-        v = np.interp(u, F, tokens) if kind == "cdf" else tokens[np.minimum(np.searchsorted(F, u), len(tokens) - 1)]
-        return np.maximum(np.rint(v), 1.0)
-    if x.scv == 0:
-        return np.full(n, max(round(x.mean), 1), dtype=float)
-    if x.text.startswith("exp:"):
-        v = rng.exponential(x.mean, n)
-    else:  # log-normal with this mean and scv
-        s2 = math.log1p(x.scv)
-        v = rng.lognormal(math.log(x.mean) - s2 / 2, math.sqrt(s2), n)
-    return np.maximum(np.rint(v), 1.0)
 
 
 def hit_shares(h: float, k: float, n: int, rng: np.random.Generator) -> np.ndarray:
