@@ -309,3 +309,8 @@ def test_refinement_candidates_differ_in_the_prefill_side():
                       "prefill_dies": [64, 64, 64, 48, 48, 96], "prefill_tp": [4, 4, 4, 4, 4, 4],
                       "decode_dies": [96, 64, 48, 64, 32, 64], "goodput_rps": [48.4, 48.4, 48.3, 40.4, 40.0, 0.0]})
     assert [int(r["rank"]) for r in refine_candidates(t, 4)] == [1, 4]
+    # a co-located row has no prefill side: not a candidate for a PD best (nor the reverse)
+    t["shape"] = ["pd", "pd", "colocated", "pd", "pd", "pd"]
+    t.loc[2, ["prefill_instances", "prefill_dies", "prefill_tp"]] = float("nan")
+    assert [int(r["rank"]) for r in refine_candidates(t, 4)] == [1, 4]
+    assert [int(r["rank"]) for r in refine_candidates(t.iloc[[2, 0, 3]], 4)] == [3]

@@ -121,8 +121,11 @@ def refine_candidates(table, top: int = REFINE_CANDIDATES) -> list:
     prefill side (instances, dies, attention TP), in the plan's order, ``top`` of them. What a
     closed form misses there (a heavy tail's long prompt holding a pass, stragglers) is the
     prefill side's, so the candidates differ in it; decode options on the same prefill side
-    would be sustained at the same rate."""
+    would be sustained at the same rate. Of the best's shape (a co-located or AFD row has no
+    prefill side of its own to differ in)."""
     served = table[table["goodput_rps"] > 0]
+    if len(served) and "shape" in served:
+        served = served[served["shape"] == served["shape"].iloc[0]]
     return [r for _, r in served.drop_duplicates(list(PREFILL_KEYS)).head(top).iterrows()]
 
 
