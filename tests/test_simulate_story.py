@@ -314,3 +314,16 @@ def test_refinement_candidates_differ_in_the_prefill_side():
     t.loc[2, ["prefill_instances", "prefill_dies", "prefill_tp"]] = float("nan")
     assert [int(r["rank"]) for r in refine_candidates(t, 4)] == [1, 4]
     assert [int(r["rank"]) for r in refine_candidates(t.iloc[[2, 0, 3]], 4)] == [3]
+
+
+def test_a_colocated_plan_row_runs_its_chunk_over_its_own_npus():
+    """A co-located row has no prefill instances (prefill_dies 0): its chunk per NPU spans the
+    instance's own NPUs, 128 tokens x 16 one-die GPUs = 2,048 prompt tokens an iteration (it
+    was 128 x 0 dies, floored to 1 token: every prompt took thousands of iterations)."""
+    from cmperf.simulate.deployment import from_plan_row
+
+    row = {"shape": "colocated", "prefill_tokens_per_npu": 128.0, "prefill_dies": 0, "decode_dies": 16.0,
+           "decode_tp": 1.0, "decode_instances": 1.0}
+    dep = from_plan_row(row, 1)
+    assert dep.colocated and dep.decode[0].limits["pass_tokens"] == 2048
+    assert from_plan_row(row, 2).decode[0].limits["pass_tokens"] == 1024  # 8 two-die NPUs

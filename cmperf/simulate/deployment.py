@@ -309,11 +309,12 @@ def default_deployment(specs, workload) -> DeploymentSpec:
 def from_plan_row(b, dpp: int) -> DeploymentSpec:
     """The DeploymentSpec of one plan row (PD, AFD or co-located), its prefill passes at the
     row's tokens per NPU (the pass budget the plan chose: SGLang's --max-prefill-tokens)."""
-    pass_tokens = float(b["prefill_tokens_per_npu"]) * int(b["prefill_dies"]) / dpp
-    if b["shape"] == "colocated":  # the row's chunk per NPU, every iteration (docs/model.md §9.4)
+    if b["shape"] == "colocated":  # the row's chunk per NPU over the instance's own NPUs, every iteration (docs/model.md §9.4)
+        chunk = float(b["prefill_tokens_per_npu"]) * int(b["decode_dies"]) / dpp
         return DeploymentSpec(decode=[InstanceGroup(int(b["decode_instances"]), {"dies": int(b["decode_dies"]),
                                                                                   "tp": int(b["decode_tp"])},
-                                                    {"pass_tokens": max(int(round(pass_tokens)), 1)})], colocated=True)
+                                                    {"pass_tokens": max(int(round(chunk)), 1)})], colocated=True)
+    pass_tokens = float(b["prefill_tokens_per_npu"]) * int(b["prefill_dies"]) / dpp
     if b["shape"] == "afd":
         dec = InstanceGroup(int(b["decode_instances"]), {"attention_dies": int(b["attention_dies"]),
                                                          "expert_dies": int(b["expert_dies"])})
