@@ -188,6 +188,12 @@ def test_gpu_system_writes_dynamo_workers_and_one_rank_per_gpu():
     assert p.specs.stack_name == "sglang" and dec.kv_block_size is None  # SGLang's 1-token page is not TensorRT-LLM's
     assert max(yaml.safe_load(files["trtllm-decode.yaml"])["cuda_graph_config"]["batch_sizes"]) == dec.max_batch_size
     assert pre.max_num_tokens >= p.best["prefill_tokens_per_npu"] and pre.max_batch_size is None
+    # an instance wider than a GB200 tray (4 GPUs) is one Dynamo component over ceil(GPUs / 4)
+    # nodes (Dynamo's profiler, set_multinode_config; launchers.yaml: trtllm.multinode)
+    for role in ("prefill", "decode"):
+        gpus = int(p.best[f"{role}_dies"])
+        line = next(ln for ln in files["dynamo-trtllm.sh"].splitlines() if f"{role} instance of {gpus} GPUs" in ln)
+        assert (f"multinode.nodeCount {-(-gpus // 4)}" in line) == (gpus > 4)
 
 
 def test_trtllm_cannot_express_a_partial_attention_tp():

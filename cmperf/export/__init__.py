@@ -435,8 +435,8 @@ def _trtllm_files(chosen: Chosen, ctx: Context, pd: bool, header: list[str], not
     for i, args, engine in built:
         nodes = ctx.nodes(i.dies)
         lines += [f"# {i.count} x {i.role} instance of {i.dies} GPUs" +
-                  (f" over {nodes} nodes: one process per GPU under the cluster's MPI launcher (srun / mpirun)"
-                   if nodes > 1 else ""), _command(prog, args)]
+                  (f" over {nodes} nodes: one Dynamo component with multinode.nodeCount {nodes} "
+                   "(launchers.yaml: trtllm.multinode)" if nodes > 1 else ""), _command(prog, args)]
         if engine:
             out[f"trtllm-{i.role}.yaml"] = (f"# TensorRT-LLM engine arguments of the {i.role} worker "
                                             "(--extra-engine-args; launchers.yaml: trtllm.engine)\n" +
