@@ -39,12 +39,15 @@ MAX_CONFIGS = 2_000_000
 
 
 # --------------------------------------------------------------------------- parsing
-def parse_list(text: str | int | float, flag: str, integer: bool = False, words: Mapping[str, Any] | None = None,
-               allowed: Iterable[float] | None = None) -> list:
+def parse_list(text: str | int | float | None, flag: str, integer: bool = False, words: Mapping[str, Any] | None = None,
+               allowed: Iterable[float] | None = None) -> list | None:
     """``"8,16,32"``, ``"8:256:8"`` (start:stop:step, stop included; step 1 if omitted) or a mix
     (``"1,2,4:64:4"``) -> a list of numbers. ``words`` maps names (``auto``, ``on``) to values;
     ``allowed``, when given, lists the only numbers that may be typed (``--microbatches``: 1 or
-    2; ``auto`` is the word, not the 0 that stands for it inside)."""
+    2; ``auto`` is the word, not the 0 that stands for it inside). An absent flag (None) stays
+    absent: None (the system's default applies)."""
+    if text is None:
+        return None
     words = words or {}
     if not isinstance(text, str):
         return [text]

@@ -71,17 +71,17 @@ def search_decode(
         "batch": parse_list(batch, "--batch"),
         "prompt_len": parse_list(prompt_len, "--prompt-len", integer=True),
         "output_len": parse_list(output_len, "--output-len", integer=True),
-        "kv_len": None if kv_len is None else parse_list(kv_len, "--kv-len"),
-        "dies": None if dies is None else parse_list(dies, "--dies", integer=True),
-        "ep": None if ep is None else parse_list(ep, "--ep", integer=True),
-        "tp": None if tp is None else parse_list(tp, "--tp", integer=True),
+        "kv_len": parse_list(kv_len, "--kv-len"),
+        "dies": parse_list(dies, "--dies", integer=True),
+        "ep": parse_list(ep, "--ep", integer=True),
+        "tp": parse_list(tp, "--tp", integer=True),
         "microbatches": parse_list(microbatches, "--microbatches", integer=True, words=MICROBATCHES, allowed=(1, 2)),
-        "mtp": None if mtp is None else parse_list(mtp, "--mtp", integer=True, words=ONOFF),
+        "mtp": parse_list(mtp, "--mtp", integer=True, words=ONOFF),
         "mtp_k": parse_list(mtp_k, "--mtp-k", integer=True),
         "mtp_acceptance": parse_list(mtp_acceptance, "--mtp-acceptance"),
         "expert_imbalance": parse_list(expert_imbalance, "--expert-imbalance", words=IMBALANCE),
-        "redundant_experts": None if redundant_experts is None else parse_list(redundant_experts, "--redundant-experts", integer=True),
-        "shared_copies": None if shared_copies is None else parse_list(shared_copies, "--shared-copies", integer=True),
+        "redundant_experts": parse_list(redundant_experts, "--redundant-experts", integer=True),
+        "shared_copies": parse_list(shared_copies, "--shared-copies", integer=True),
     }
     _run("decode", values, _slo(tpot_slo, "--tpot-slo"), top, sweep, sets, hardware, model, fmt, out, plot)
 
@@ -112,14 +112,14 @@ def search_prefill(
     values = {
         "tokens_per_npu": parse_list(tokens_per_npu, "--tokens-per-npu"),
         "prompt_len": parse_list(prompt_len, "--prompt-len", integer=True),
-        "dies": None if dies is None else parse_list(dies, "--dies", integer=True),
-        "ep": None if ep is None else parse_list(ep, "--ep", integer=True),
-        "attn_tp": None if attn_tp is None else parse_list(attn_tp, "--attn-tp", integer=True),
+        "dies": parse_list(dies, "--dies", integer=True),
+        "ep": parse_list(ep, "--ep", integer=True),
+        "attn_tp": parse_list(attn_tp, "--attn-tp", integer=True),
         "microbatches": parse_list(microbatches, "--microbatches", integer=True, words=MICROBATCHES, allowed=(1, 2)),
-        "mtp": None if mtp is None else parse_list(mtp, "--mtp", integer=True, words=ONOFF),
+        "mtp": parse_list(mtp, "--mtp", integer=True, words=ONOFF),
         "expert_imbalance": parse_list(expert_imbalance, "--expert-imbalance", words=IMBALANCE),
-        "redundant_experts": None if redundant_experts is None else parse_list(redundant_experts, "--redundant-experts", integer=True),
-        "shared_copies": None if shared_copies is None else parse_list(shared_copies, "--shared-copies", integer=True),
+        "redundant_experts": parse_list(redundant_experts, "--redundant-experts", integer=True),
+        "shared_copies": parse_list(shared_copies, "--shared-copies", integer=True),
     }
     _run("prefill", values, _slo(ttft_slo, "--ttft-slo"), top, sweep, sets, hardware, model, fmt, out, plot)
 
