@@ -35,6 +35,8 @@ def human(value: Any, unit: str = "") -> str:
     v = float(value)
     if math.isnan(v):
         return "-"
+    if math.isinf(v):
+        return "∞" if v > 0 else "-∞"
     if unit == "s":
         for scale, u in ((1, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
             if abs(v) >= scale or u == "ns":

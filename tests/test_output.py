@@ -98,6 +98,7 @@ def test_numbers_read_as_numbers():
     assert human(64.0) == "64" and human(12345.6) == "12,346"
     assert human(2.5e17) == "250P" and human(3.3e-5) == "33µ" and "e" not in human(1.6e-7)
     assert human(1.6e12, "B/s") == "1.6 TB/s"
+    assert human(float("inf"), "B/s") == "∞" and human(float("-inf")) == "-∞"  # not "infE"
     assert versus(494.3210719793061, 494.3210719793061 * (1 + 1e-12)) == "tie" and versus(486.1, 494.3) == "-1.7%"
 
 

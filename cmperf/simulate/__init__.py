@@ -142,7 +142,10 @@ def _result(req, stats, workload, warmup, mu, prefill, decode, deployment, dpp, 
     res["preemptions"] = int(sum(d.preemptions for d in decode))
     # the most KV tokens a decode rank held over what it holds (a PD decode rank never above 1 but for
     # one request alone longer than the rank; a co-located one by at most a step's tokens, then preempts)
-    res["decode_peak_kv_share"] = max((d.peak_kv / d.cap_kv for d in decode if d.cap_kv > 0), default=0.0)
+    # a rank with no room for KV (its instance does not fit: simulated one request at a time)
+    # holds more than it can: an infinite share, not 0
+    res["decode_peak_kv_share"] = max((d.peak_kv / d.cap_kv if d.cap_kv > 0 else (math.inf if d.peak_kv > 0 else 0.0)
+                                       for d in decode), default=0.0)
     dur = res["duration_s"]
     res["prefill_utilisation"] = float(np.mean([p.busy for p in prefill]) / dur) if prefill else 0.0
     res["decode_utilisation"] = float(np.mean([d.busy for d in decode]) / dur) if decode else 0.0
