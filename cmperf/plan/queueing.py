@@ -185,3 +185,98 @@ def max_rate_per_s(servers, mean_service_s, service_scv, *, budget_s, fixed_s=0.
         return wait - allowed[i]
 
     return largest_rate(excess, (c / s).reshape(shape))
+
+
+# --------------------------------------------------------------------------- greedy passes whose time depends on what they carry
+COUNT_GRID = np.linspace(0.0, 1.0, 17)  # a pass of k = 1 + (K - 1) u prompts on this grid of u: where its time is given
+_GREEDY_Z = np.linspace(-4.5, 4.5, 25)  # standard normal points of the count's law (Wilson–Hilferty: a gamma law)
+_GREEDY_W = np.exp(-0.5 * _GREEDY_Z ** 2) / np.exp(-0.5 * _GREEDY_Z ** 2).sum()
+_NEWTON_STEPS = 12  # 3-7 reach 1e-4 of the mean count on the cases of docs/model.md §9.3
+
+
+def _count_time(k, prompts, count_s):
+    """The pass of ``k`` prompts (rows of ``k``): linear between the ``COUNT_GRID`` points
+    ``1 + (prompts - 1) u`` where ``count_s`` holds its time."""
+    m = len(COUNT_GRID) - 1
+    p = np.clip((k - 1.0) / np.maximum(prompts - 1.0, 1e-12)[:, None], 0.0, 1.0) * m
+    i = np.minimum(p.astype(int), m - 1)
+    w = p - i
+    rows = np.arange(len(prompts))[:, None]
+    return count_s[rows, i] * (1.0 - w) + count_s[rows, i + 1] * w
+
+
+def _count_law(mean, var):
+    """Points of the waiting count X at a pass start (equal weights ``_GREEDY_W``): a gamma law
+    of that mean and variance by the Wilson–Hilferty cube, X = m (1 - h + z √h)³, h = var / (9 m²)
+    (right-skewed like a backlog; Poisson-like at a small mean), at least one prompt."""
+    h = var / (9.0 * mean * mean)
+    x = mean[:, None] * np.maximum(1.0 - h[:, None] + _GREEDY_Z[None, :] * np.sqrt(h)[:, None], 0.0) ** 3
+    return np.maximum(x, 1.0)
+
+
+def _greedy_step(mean, var, lam, K, count_s):
+    """One pass of the chain on the law (mean, var): (X, k, t, E[X'], Var[X'])."""
+    X = _count_law(mean, var)
+    k = np.minimum(K[:, None], X)
+    t = _count_time(k, K, count_s)
+    nxt = X - k + lam[:, None] * t  # E[X' | X]: the leftover and what arrives during the pass
+    idle = np.exp(-lam[:, None] * t) * (X <= K[:, None])  # none came and none was left: the next pass carries 1
+    e = (nxt + idle) @ _GREEDY_W
+    v = ((nxt - e[:, None]) ** 2) @ _GREEDY_W + (lam[:, None] * t) @ _GREEDY_W  # + the arrivals' Poisson spread
+    return X, k, t, e, v
+
+
+def greedy_passes(rate_per_instance, prompts, count_s) -> dict:
+    """The passes of a prefill instance that starts one the moment it is free and a prompt
+    waits, taking up to ``prompts`` K of what waits (the engine's and SGLang's scheduler), when
+    a pass of k prompts lasts t(k) (``count_s``: rows of t at ``COUNT_GRID``; docs/model.md
+    §9.3). At a pass start X wait; the pass carries k = min(K, X) and lasts t(k); the next
+    starts with X' = X - k + Poisson(λ t(k)) (1 after an idle gap when that is 0). A long pass
+    gathers a long next one: linearised, X' - m ≈ a (X - m) + noise, a = λ t'(m), so the count
+    spreads 1 / (1 - a²) times Poisson's, and near capacity a is 0.85-1. Its stationary law is
+    closed on two moments: X gamma-distributed with mean m and variance v solving m = E[X'],
+    v = Var[X'] (Newton's method on the pair; within 1-2 % of the exact chain's wait and pass,
+    ``benchmarks/greedy_chain.py``). Per row: ``mean_s`` E[t], ``period_s`` E[t²] / E[t] (a
+    random arrival's residual is half of it), ``seen_s`` E[k t] / E[k] (the pass a prompt rides),
+    ``busy`` E[t] / E[cycle] (a cycle: the pass and the idle gap after it, 1/λ when it finds
+    none), ``left_s`` E[(X - k) t] / (λ E[cycle]) (the passes a prompt waits out when the one
+    it could join is full), ``prompts`` E[k]. Rows broadcast over the rate."""
+    count_s = np.atleast_2d(np.asarray(count_s, dtype=float))
+    n = count_s.shape[0]
+    lam = np.maximum(np.broadcast_to(np.asarray(rate_per_instance, dtype=float), (n,)).astype(float), 1e-300)
+    K = np.maximum(np.broadcast_to(np.asarray(prompts, dtype=float), (n,)).astype(float), 1.0)
+    m = np.maximum(lam * count_s[:, 0], 1.0)
+    v = m.copy()
+    live = np.arange(n)
+    for _ in range(_NEWTON_STEPS):
+        if not live.size:
+            break
+        a, b, L, k_, c = m[live], v[live], lam[live], K[live], count_s[live]
+        *_, e, w = _greedy_step(a, b, L, k_, c)
+        g1, g2 = e - a, w - b
+        done = (np.abs(g1) <= 1e-3 * a) & (np.abs(g2) <= 1e-2 * b)
+        da, db = 1e-4 * a, 1e-4 * b
+        *_, ea, wa = _greedy_step(a + da, b, L, k_, c)
+        *_, eb, wb = _greedy_step(a, b + db, L, k_, c)
+        j11, j12, j21, j22 = (ea - e) / da - 1.0, (eb - e) / db, (wa - w) / da, (wb - w) / db - 1.0
+        det = j11 * j22 - j12 * j21
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s1, s2 = (-g1 * j22 + g2 * j12) / det, (g1 * j21 - g2 * j11) / det
+        bad = ~(np.isfinite(s1) & np.isfinite(s2))
+        s1, s2 = np.where(bad, g1, s1), np.where(bad, g2, s2)  # a singular Jacobian: a plain iteration
+        # neither moment falls below half its value in a step (the law stays a law)
+        f = np.ones(len(live))
+        for _ in range(30):
+            shrink = (a + f * s1 < 0.5 * a) | (b + f * s2 < 0.5 * b)
+            if not shrink.any():
+                break
+            f = np.where(shrink, 0.5 * f, f)
+        m[live] = np.where(done, a, np.maximum(a + f * s1, 1.0))
+        v[live] = np.where(done, b, np.maximum(b + f * s2, 1e-6))
+        live = live[~done]
+    X, k, t, *_ = _greedy_step(m, v, lam, K, count_s)
+    idle = np.exp(-lam[:, None] * t) * (X <= K[:, None]) / lam[:, None]
+    Et, Ek = t @ _GREEDY_W, k @ _GREEDY_W
+    cycle = Et + idle @ _GREEDY_W
+    return {"mean_s": Et, "period_s": (t * t) @ _GREEDY_W / Et, "seen_s": (k * t) @ _GREEDY_W / Ek,
+            "busy": Et / cycle, "left_s": ((X - k) * t) @ _GREEDY_W / (lam * cycle), "prompts": Ek}
