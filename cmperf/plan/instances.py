@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from ..predict import Specs, predict
-from .queueing import COUNT_GRID
 
 
 @dataclass
@@ -191,8 +190,7 @@ def _linear(x, xs, ys) -> np.ndarray:
     return t
 
 
-def packed_passes(pre: pd.DataFrame, computed, dies_per_npu: int, pre_long: pd.DataFrame | None = None,
-                  pre_fine: pd.DataFrame | None = None) -> dict:
+def packed_passes(pre: pd.DataFrame, computed, dies_per_npu: int, pre_long: pd.DataFrame | None = None) -> dict:
     """Per prefill row of ``pre`` (fitting rows), its budget's full pass of whole prompts
     (docs/model.md §9.3): ``prompts`` E[N], ``time_share`` E[t] / the row's pass (the pass timed
     at what it holds, not at its whole budget), ``scv`` of the pass time, ``token_share``
@@ -201,11 +199,7 @@ def packed_passes(pre: pd.DataFrame, computed, dies_per_npu: int, pre_long: pd.D
     off the layout's rows (:func:`_linear` in the tokens per NPU) and, with ``pre_long`` (the
     same rows at a longer prompt length), linear in the pass's computed-weighted length between
     the two (a pass's causal attention per token is linear in it; its GEMMs do not see it).
-    Fixed lengths: floor(budget / c) prompts of c, the row's own pass. ``count_share`` (rows x
-    ``queueing.COUNT_GRID``): the pass of 1 + (E[N] - 1) u prompts of the mean length (its ends
-    the lone prompt's pass and the full one), on the rows and ``pre_fine`` (the same layouts at
-    tokens per NPU between the rows: a pass's cost is not linear between budgets 2x apart), for
-    the greedy passes' law (:func:`cmperf.plan.queueing.greedy_passes`)."""
+    Fixed lengths: floor(budget / c) prompts of c, the row's own pass."""
     tok = pre["tokens_per_npu"].to_numpy(dtype=float)
     npus = pre["dies"].to_numpy(dtype=float) / dies_per_npu
     n = len(pre)
@@ -233,24 +227,12 @@ def packed_passes(pre: pd.DataFrame, computed, dies_per_npu: int, pre_long: pd.D
             fwd_long[j], long_len[j] = at.get((layout[j], float(tok[j])), (np.nan, np.nan))
     tp = pre["attn_tp"].fillna(1.0).to_numpy(dtype=float) if "attn_tp" in pre else np.ones(n)
 
-    fine_layout = label(pre_fine) if pre_fine is not None and len(pre_fine) else np.zeros(0)
-    fine_tok = pre_fine["tokens_per_npu"].to_numpy(dtype=float) if len(fine_layout) else np.zeros(0)
-    fine_fwd = pre_fine["forward_ms"].to_numpy(dtype=float) if len(fine_layout) else np.zeros(0)
-
-    def fine_grid(j):  # row j's layout: its rows and the points between them
-        same = np.flatnonzero(layout == layout[j])
-        lo, hi = tok[same].min(), tok[same].max()
-        extra = np.flatnonzero((fine_layout == layout[j]) & (fine_tok > lo) & (fine_tok < hi))
-        x, t = np.concatenate([tok[same], fine_tok[extra]]), np.concatenate([fwd[same], fine_fwd[extra]])
-        order = np.argsort(x, kind="stable")
-        return x[order], t[order]
-
-    def pass_ms(j, S, Q, fine=False):  # passes of S tokens (sum of squares Q) on row j's layout
+    def pass_ms(j, S, Q):  # passes of S tokens (sum of squares Q) on row j's layout
         same = np.flatnonzero(layout == layout[j])
         order = same[np.argsort(tok[same])]
-        x_grid = tok[order]
+        x_grid, t_grid = tok[order], fwd[order]
         x = np.maximum(S / npus[j], Q / S * dies_per_npu / max(tp[j], 1.0))
-        t = _linear(x, *(fine_grid(j) if fine else (x_grid, fwd[order])))
+        t = _linear(x, x_grid, t_grid)
         long_ok = np.isfinite(fwd_long[order])
         if long_ok.sum() >= 2 and np.all(long_len[order][long_ok] > length[j]):
             t_long = _linear(x, x_grid[long_ok], fwd_long[order][long_ok])
@@ -258,23 +240,19 @@ def packed_passes(pre: pd.DataFrame, computed, dies_per_npu: int, pre_long: pd.D
         return t
 
     out = {"prompts": prompts_per_pass(tok, npus, computed.mean), "time_share": np.ones(n), "scv": np.zeros(n),
-           "token_share": np.ones(n), "lone_share": np.ones(n), "count_share": np.ones((n, len(COUNT_GRID)))}
+           "token_share": np.ones(n), "lone_share": np.ones(n)}
     lone = lengths[:LONE_PROMPTS]
-    mean_c, mean_c2 = float(np.mean(lengths)), float(np.mean(lengths * lengths))
     for j in range(n):
         out["lone_share"][j] = float(pass_ms(j, lone, lone * lone).mean()) / fwd[j]
-        if varying:
-            k, S, Q = passes[j]
-            t = pass_ms(j, S, Q)
-            mean_t = float(t.mean())
-            out["prompts"][j] = float(k.mean())
-            out["time_share"][j] = mean_t / fwd[j]
-            out["scv"][j] = float(t.var()) / mean_t ** 2
-            out["token_share"][j] = float(S.mean()) / budget[j]
-        k = 1.0 + (max(out["prompts"][j], 1.0) - 1.0) * COUNT_GRID
-        share = pass_ms(j, k * mean_c, k * mean_c2, fine=True) / fwd[j]
-        share[0], share[-1] = out["lone_share"][j], out["time_share"][j]
-        out["count_share"][j] = np.maximum.accumulate(share)  # more prompts never pass faster
+        if not varying:  # fixed lengths: floor(budget / c) prompts of c, the row's own pass
+            continue
+        k, S, Q = passes[j]
+        t = pass_ms(j, S, Q)
+        mean_t = float(t.mean())
+        out["prompts"][j] = float(k.mean())
+        out["time_share"][j] = mean_t / fwd[j]
+        out["scv"][j] = float(t.var()) / mean_t ** 2
+        out["token_share"][j] = float(S.mean()) / budget[j]
     return out
 
 

@@ -40,7 +40,7 @@ from ..cost.pool import (cache_block_tokens, can_cache, hbm_cache_share, no_cach
 from ..errors import ConfigError
 from ..predict import Specs, load_specs, system_model
 from . import instances, shapes
-from .queueing import greedy_passes, largest_rate, mean_wait_s, wait_quantile_s
+from .queueing import largest_rate, mean_wait_s, wait_quantile_s
 from .supernode import supernode_sets
 from .workload import SLO, Workload, fixed
 
@@ -106,7 +106,7 @@ def greedy_busy(rate, pass_s):
 
 
 def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, instances=None, join_s=0.0,
-               lone_s=None, counts_s=None) -> dict:
+               lone_s=None) -> dict:
     """TTFT at ``rate`` and its parts (module docstring). ``instances``: the prefill instances
     the servers belong to; one instance is busy, when it passes greedily, :func:`greedy_busy`
     of the time (more than the utilisation), which sets the chance a prompt waits for a pass;
@@ -115,53 +115,20 @@ def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, inst
     (:func:`decode_join_s`), added as it is. ``lone_s``: the pass of one prompt; given, the
     request's own pass is added to ``fixed_s``: a prompt that finds its instance idle starts a
     pass of its own (``lone_s``), one that finds it busy joins the next, which carries the
-    backlog (``service_s``): (1 - busy) lone + busy service (docs/model.md §9.3).
-    ``counts_s`` (with ``instances``; rows: the pass of 1 + (K - 1) u prompts on
-    ``queueing.COUNT_GRID``, K = servers / instances): the passes are greedy, each carrying what
-    waited, and last what they carry (:func:`cmperf.plan.queueing.greedy_passes`, at each
-    instance's share of the rate): the pass a prompt rides, the period of the residual it waits
-    and the busy share are that law's; one instance's queue is the passes it waits out when the
-    one it could join is full, several instances' the M/G/c wait of their slots (they share
-    one queue: a pass that is full leaves the rest to the next instance that frees)."""
+    backlog (``service_s``): (1 - busy) lone + busy service (docs/model.md §9.3)."""
     rate = np.asarray(rate, dtype=float)
     wait = mean_wait_s(rate, servers, service_s, scv) if stat == "mean" else wait_quantile_s(rate, servers, service_s, scv, P90)
     rho = rate * service_s / servers
-    joined = service_s
     if instances is not None:
         n = np.asarray(instances, dtype=float)
         rho = np.where(n == 1, np.maximum(rho, greedy_busy(rate, period_s)), rho)
-        # the law where a pass's time depends on what it carries (K = 1: a plain server; a pass whose time does
-        # not vary is the chain greedy_busy and the M/G/c wait already hold)
-        varies = None if counts_s is None else np.ptp(np.asarray(counts_s, dtype=float), axis=-1) > 1e-9 * np.max(counts_s, axis=-1)
-        one = np.broadcast_to((n == 1) & (np.asarray(servers, dtype=float) > 1) & (True if varies is None else varies), np.shape(wait))
-        if counts_s is not None and one.any():
-            i = np.flatnonzero(one.ravel())
-            cs = np.asarray(counts_s, dtype=float)
-            per = lambda v: np.broadcast_to(np.asarray(v, dtype=float), one.shape).ravel()[i]  # noqa: E731
-            g = greedy_passes(per(rate), per(servers), np.broadcast_to(cs, one.shape + cs.shape[-1:]).reshape(-1, cs.shape[-1])[i])
-            put = lambda base, v: np.where(one, _scatter(one, i, v), base)  # noqa: E731
-            # the residual's period: the greedy passes', with the full pass's spread of lengths (1 + scv_t)
-            period_s = put(period_s, g["period_s"] * per(period_s) / np.maximum(per(service_s), 1e-300))
-            joined = put(service_s, g["seen_s"])
-            rho = put(rho, g["busy"])
-            lone_s = None if lone_s is None else put(lone_s, g["seen_s"])
-            if stat == "mean":
-                wait = put(wait, g["left_s"])
         rho = np.where(np.asarray(servers, dtype=float) <= n, 0.0, rho)
     align = alignment_s(rho, period_s, stat)
     join = np.broadcast_to(np.asarray(join_s, dtype=float), np.shape(wait))
     busy = np.clip(rho, 0.0, 1.0)
-    # a greedy single instance's pass (counts_s): the law's, lone passes and full ones together (lone_s = joined there)
-    own = 0.0 if lone_s is None else (1.0 - busy) * np.asarray(lone_s, dtype=float) + busy * np.asarray(joined, dtype=float)
+    own = 0.0 if lone_s is None else (1.0 - busy) * np.asarray(lone_s, dtype=float) + busy * np.asarray(service_s, dtype=float)
     return {"queue_s": wait, "align_s": align, "join_s": join, "pass_s": own + np.zeros(np.shape(wait)),
             "ttft_s": wait + align + fixed_s + own + join}
-
-
-def _scatter(mask, idx, values) -> np.ndarray:
-    """An array of ``mask``'s shape holding ``values`` at the flat indices ``idx`` (0 elsewhere)."""
-    out = np.zeros(mask.size)
-    out[idx] = values
-    return out.reshape(mask.shape)
 
 
 def decode_join_s(curves, which, decode_instances, rate, output_tokens: float, stat: str) -> np.ndarray:
@@ -308,9 +275,6 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
             fixed = (pg.count, dg.count)
     pre_rows = _within_stack("prefill", pre_rows, specs, dpp)
     pre = instances.run("prefill", pre_rows, specs)
-    # the same layouts between their budgets (2x apart), for the time of a pass that carries less
-    # than its budget (a greedy pass carries what waited; docs/model.md §9.3)
-    pre_fine = instances.run("prefill", fine_rows(pre_rows), specs) if pre_rows else None
     # varying lengths: the same options at twice the pass's prompt length, for the time of a pass
     # whose computed-weighted length is another than the mean's (instances.packed_passes)
     pre_long = None
@@ -323,7 +287,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     dec = instances.run("decode", _within_stack("decode", shapes.decode_rows(layouts, dec_common), specs, dpp), specs)
     tick(2, steps)
     curves = instances.decode_curves(dec, dpp, workload.output.mean)
-    tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp, fixed, hw, pre_long, pre_fine)] if "pd" in shape_names else []
+    tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp, fixed, hw, pre_long)] if "pd" in shape_names else []
     colo = afd = pd.DataFrame()
     afd_curves = None
     if "colocated" in shape_names:
@@ -337,7 +301,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
         afd = instances.run("afd", _within_stack("afd", afd_rows, specs, dpp), specs)
         afd_curves = instances.decode_curves(afd, dpp, workload.output.mean, ("attention_dies", "expert_dies"),
                                              "attention_dies", ("attention_dies", "expert_dies"))
-        tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp, fixed, hw, pre_long, pre_fine))
+        tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp, fixed, hw, pre_long))
         tick(steps, steps)
     table = pd.concat([t for t in tables if len(t)], ignore_index=True) if any(len(t) for t in tables) else _empty()
     table = _rank(table, workload)
@@ -378,8 +342,7 @@ def curves(p: Plan, row, rates) -> dict:
         join = decode_join_s(p.decode_curves[row["shape"]], np.full(len(rates), k), np.full(len(rates), row["decode_instances"]),
                              rates, p.workload.output.mean, p.workload.slo.ttft_stat)
     out = ttft_terms(rates, row["_servers"], row["_service_s"], row.get("_scv", p.workload.computed.scv), row["_period_s"],
-                     row["_fixed_s"], p.workload.slo.ttft_stat, row.get("_instances"), join, row.get("_lone_s"),
-                     None if row.get("_counts_s") is None else np.asarray(row["_counts_s"], dtype=float)[None, :])
+                     row["_fixed_s"], p.workload.slo.ttft_stat, row.get("_instances"), join, row.get("_lone_s"))
     if k >= 0:
         c = p.decode_curves[row["shape"]]
         _, tpot = c.at_rate(np.full(len(rates), k), rates / row["decode_instances"])
@@ -436,30 +399,8 @@ def evaluate(specs: Specs, workload: Workload, deployment) -> dict:
     return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
 
 
-FINE_STEPS = (2.0 ** (1 / 3), 2.0 ** (2 / 3))  # points between budgets 2x apart: ratio 1.26, the simulation's grid is 1.3
-
-
-def fine_rows(rows: list[dict]) -> list[dict]:
-    """Each prefill row at the tokens per NPU between it and the next budget of its layout (the
-    budgets are 2x apart: ``FINE_STEPS``): where a pass that carries less than the next budget
-    is timed. The cost is not linear between them (a GEMM's waves: on h200-cluster's 8-GPU
-    prefill it steps by ~40 ms every 1,024 tokens per NPU, 168 ms at 2,048 and 308 ms at 4,096,
-    282 ms at 3,251 against 263 ms on the line)."""
-    top: dict = {}
-    for r in rows:
-        key = tuple(sorted((k, v) for k, v in r.items() if k != "tokens_per_npu"))
-        top[key] = max(top.get(key, 0.0), float(r["tokens_per_npu"]))
-    out = []
-    for r in rows:
-        key = tuple(sorted((k, v) for k, v in r.items() if k != "tokens_per_npu"))
-        out += [{**r, "tokens_per_npu": float(r["tokens_per_npu"]) * f} for f in FINE_STEPS
-                if float(r["tokens_per_npu"]) * f < top[key]]
-    return out
-
-
 def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, computed, budget_dies: int,
-                   dpp: int, fixed: tuple | None = None, hw=None, pre_long: pd.DataFrame | None = None,
-                   pre_fine: pd.DataFrame | None = None) -> pd.DataFrame:
+                   dpp: int, fixed: tuple | None = None, hw=None, pre_long: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every deployment of prefill instances and separate decode instances (PD: decode
     instances; AFD: attention/expert split instances): prefill option x count x decode option,
     each decode option at the fewest instances that carry the prefill side's rate (or all that
@@ -483,7 +424,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     n_p = np.concatenate(counts).astype(float)
     # a pass holds whole prompts FCFS within its budget: its prompts, time and the time's scv from
     # the length distribution's packing (docs/model.md §9.3; fixed lengths: floor(budget / c))
-    packed = instances.packed_passes(pre.reset_index(drop=True), computed, dpp, pre_long, pre_fine)
+    packed = instances.packed_passes(pre.reset_index(drop=True), computed, dpp, pre_long)
     whole = instances.prompts_per_pass(pre["tokens_per_npu"].to_numpy(dtype=float)[i_idx], p_dies[i_idx] / dpp,
                                        computed.mean)
     prompts = np.where(whole >= 1, packed["prompts"][i_idx], 0.0)
@@ -500,7 +441,6 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
                                                                            col("pool_write_blocks_per_die"), n_p * p_dies[i_idx]), 0.0)
         pass_p = pass_with_pool_s(pass_p - own - wait, read, write)
     lone_p = pass_p * packed["lone_share"][i_idx]  # a pass of one prompt
-    count_p = pass_p[:, None] * packed["count_share"][i_idx]  # a pass of 1 + (K - 1) u prompts (queueing.greedy_passes)
     pass_p = pass_p * packed["time_share"][i_idx]
     # a pass's prompts leave over the link one after another: a prompt's KV arrives, on average,
     # after (k + 1) / 2 of the k prompts' transfers (docs/model.md §9.3)
@@ -519,7 +459,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
 
     def ttft_over_s(rate, j):  # TTFT beyond the SLO of pairs j at ``rate``
         return ttft_terms(rate, servers_p[j], pass_p[j], slot_scv[j], period_p[j], kv_p[j],
-                          slo.ttft_stat, n_p[j], join_most, lone_p[j], count_p[j])["ttft_s"] - slo.ttft_s
+                          slo.ttft_stat, n_p[j], join_most, lone_p[j])["ttft_s"] - slo.ttft_s
 
     rate_p_all = largest_rate(ttft_over_s, servers_p / pass_p) * (prompts >= 1)
     given = workload.arrival_rate_per_s
@@ -536,11 +476,10 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     rate_p = rate_p_all[a]
     i = i_idx[a]
     pass_s, kv_s, servers, scv_s, period_s, lone_s = pass_p[a], kv_p[a], servers_p[a], slot_scv[a], period_p[a], lone_p[a]
-    counts_s = count_p[a]
 
     def ttft(rate):  # at the rate run: the wait for the decode step each request joins, of its pairing
         join = decode_join_s(curves, k, n_d, rate, workload.output.mean, slo.ttft_stat)
-        return ttft_terms(rate, servers, pass_s, scv_s, period_s, kv_s, slo.ttft_stat, n_p[a], join, lone_s, counts_s)
+        return ttft_terms(rate, servers, pass_s, scv_s, period_s, kv_s, slo.ttft_stat, n_p[a], join, lone_s)
 
     rate_d = d_max[k] * n_d
     pool = pre["pool_load_ms"].to_numpy(dtype=float)[i] / pre["forward_ms"].to_numpy(dtype=float)[i] if "pool_load_ms" in pre else 0.0
@@ -550,7 +489,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     t = ttft(rate)
     batch, tpot = curves.at_rate(k, rate / n_d)
     queue = {"_servers": servers, "_service_s": pass_s, "_period_s": period_s, "_fixed_s": kv_s, "_instances": n_p[a],
-             "_scv": scv_s, "_lone_s": lone_s, "_counts_s": list(counts_s),
+             "_scv": scv_s, "_lone_s": lone_s,
              "_decode_curve": k, "_tpot_pass_s": np.zeros(len(k))}
     per_curve = lambda c, default: np.array([key.get(c, default) for key in curves.keys], dtype=float)[k]  # noqa: E731
     split = {c: per_curve(c, 0.0) for c in ("attention_dies", "expert_dies")}
