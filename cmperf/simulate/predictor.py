@@ -88,6 +88,17 @@ class Grid2:
         return float(a + (b - a) * wi)
 
 
+def pool_traffic_s(read_s, write_s, share: float, pool_B: float, blocks: float, write_B: float,
+                   write_blocks: float) -> tuple[float, float]:
+    """(read, write-back) time of a batch's pool traffic: its cached prefixes' ``pool_B`` bytes
+    in ``blocks`` blocks and its new blocks, each die its share of ``share`` dies (the dies of
+    the groups, or ranks, the batch occupies); 0 without a pool (``read_s`` / ``write_s``
+    None) or without traffic."""
+    read = float(read_s(pool_B / share, blocks / share)) if pool_B > 0 and read_s is not None else 0.0
+    write = float(write_s(write_B / share, write_blocks / share)) if write_B > 0 and write_s is not None else 0.0
+    return read, write
+
+
 @dataclass
 class DecodePredictor:
     """Iteration time of one decode (or AFD, or co-located) instance."""
@@ -98,6 +109,9 @@ class DecodePredictor:
     kv_tokens_per_rank: float  # KV tokens one DP-attention rank can hold
     max_batch_per_npu: float  # the memory limit at the reference KV length
     inputs: dict = None  # the instance's full predict inputs (as predict resolved them)
+    dies_per_rank: float = 1.0  # the dies one DP-attention rank reads a prompt's cached prefix over
+    pool_read_s: Any = None  # co-located with a pool: callable (bytes per die, blocks per die) -> read time
+    pool_write_s: Any = None  # ... and the write-back's time (none: no pool)
 
     def step(self, batch_per_npu: float, kv: float, chunk_per_npu: float = 0.0) -> float:
         b = max(batch_per_npu, 1.0)
@@ -146,8 +160,7 @@ class PrefillPredictor:
             i, w = _interp_index(np.asarray([c for c, _ in levels]), C_eff)
             comp = levels[i][1](t, c_eff) * (1 - w) + levels[i + 1][1](t, c_eff) * w
         share = min(float(prompts), float(self.groups)) * self.tp
-        pool = self.pool_read_s(pool_B / share, blocks / share) if pool_B > 0 else 0.0
-        write = self.pool_write_s(write_B / share, write_blocks / share) if write_B > 0 and self.pool_write_s else 0.0
+        pool, write = pool_traffic_s(self.pool_read_s, self.pool_write_s, share, pool_B, blocks, write_B, write_blocks)
         return float(pass_with_pool_s(comp, pool, write)), self.send_s(kv_B / share)
 
 
@@ -174,7 +187,7 @@ def _per_point(cols, column: str, shape: tuple, n: int) -> list[np.ndarray]:
 
 def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float, max_kv: float, phase: str = "decode",
                      chunks: tuple = (), ref_kv: float | None = None, chunk_prompt: float | None = None,
-                     sweeps: Mapping[str, list] | None = None):
+                     sweeps: Mapping[str, list] | None = None, pool_readers: float | None = None):
     """The grid of one decode instance's iteration time (module docstring). ``instance``: the
     predict inputs of the instance (dies, ep, tp, layout, MTP, ...; what it leaves unset, predict
     derives, read back as ``DecodePredictor.inputs``), ``max_batch`` the largest batch per NPU it
@@ -183,7 +196,9 @@ def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float
     (token-weighted mean; default the KV length). One ``predict`` call: the memory row at the
     reference KV, the step grid and every chunk's grid. With ``sweeps`` (spec paths that change
     step times only, e.g. a stack's host constants; n points taken together), a list of n
-    predictors from the same one vectorised evaluation."""
+    predictors from the same one vectorised evaluation. ``pool_readers``: the dies that read the
+    pool at once (a co-located deployment's, which read their prompts' cached prefixes; default
+    the instance's own)."""
     npus_key = "attention_dies" if phase == "afd" else "dies"
     hw, _ = specs.views()
     dpp = float(hw.chip.dies_per_package)
@@ -206,6 +221,14 @@ def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float
     max_b = float(first["max_batch_per_npu"])
     ranks = _ranks(phase, inputs, dpp)
     kv_rank = max_b * npus / ranks * ref
+    # a co-located instance reads its prompts' cached prefixes from the pool and writes their new
+    # blocks back as a prefill instance does, ``pool_readers`` dies at the pool at once
+    from ..cost.pool import pool_read_s, pool_write_s
+
+    dies = float(instance[npus_key])
+    readers = float(pool_readers or dies)
+    pool = {"dies_per_rank": dies / ranks, "pool_read_s": _pool_fn(hw, pool_read_s, readers),
+            "pool_write_s": _pool_fn(hw, pool_write_s, readers)} if cs else {}
     out = []
     for it in _per_point(cols, "iteration_ms", (len(every),), points(sweeps)):
         it = it / 1e3
@@ -213,7 +236,7 @@ def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float
         chunk = [(c, Grid2(list(bs), list(ls), it[1 + n * (j + 1):1 + n * (j + 2)].reshape(len(bs), len(ls))))
                  for j, c in enumerate(cs)] or None
         out.append(DecodePredictor(npus=npus, step_s=step, chunk_step_s=chunk, kv_tokens_per_rank=kv_rank,
-                                   max_batch_per_npu=max_b, inputs=inputs))
+                                   max_batch_per_npu=max_b, inputs=inputs, **pool))
     return out if sweeps else out[0]
 
 
@@ -238,6 +261,14 @@ def _ranks(phase: str, instance: Mapping[str, Any], dpp: float) -> int:
     if phase == "afd":
         return int(instance["attention_dies"])
     return int(instance["dies"]) // int(instance.get("tp", 1) or 1)
+
+
+def _pool_fn(hw, fn, dies: float):
+    """(bytes per die, blocks per die) -> ``fn``'s time with ``dies`` dies at the pool at once,
+    or None on a system without a pool (cmperf/cost/pool.py)."""
+    if hw.system.memory_pool is None:
+        return None
+    return lambda B, n: float(fn(hw, B, n, dies))
 
 
 def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: float, computed: np.ndarray,
@@ -287,7 +318,6 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
         inputs=inputs, npus=npus, dies=dies, groups=groups, tp=tp,
         compute_s=[(C, Grid2(list(ts), list(cs), comp[j])) for j, C in enumerate(levels)],
         min_tokens_per_npu=min_tokens,
-        pool_read_s=lambda B, n: float(pool_read_s(hw, B, n, readers)) if hw.system.memory_pool is not None else 0.0,
-        pool_write_s=(lambda B, n: float(pool_write_s(hw, B, n, readers))) if hw.system.memory_pool is not None else None,
+        pool_read_s=_pool_fn(hw, pool_read_s, readers), pool_write_s=_pool_fn(hw, pool_write_s, readers),
         send_s=lambda B: float(kv_send_s(hw, B))) for comp in comps]
     return out if sweeps else out[0]
