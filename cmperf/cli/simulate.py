@@ -112,9 +112,7 @@ def simulate_cmd(
     if rate == "plan" and max_concurrency is not None:
         rate = math.inf  # a closed loop: bench_serving's --request-rate inf with --max-concurrency
     if rate == "plan":
-        from ..plan.planner import evaluate
-
-        ev = evaluate(specs, workload, dep)
+        ev = _plan_rate(specs, workload, dep)
         rate = ev["goodput_rps"]
         if not rate > 0:
             raise ConfigError(f"--request-rate plan: the planner finds no rate within the SLOs for {dep.describe()} "
@@ -123,6 +121,27 @@ def simulate_cmd(
                   f"(binding: {ev['binding']})")
     traffic = Traffic(rate_rps=rate, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)
     _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets, export)
+
+
+def _plan_rate(specs, workload, dep) -> dict:
+    """The goodput and binding term the planner's closed form finds for ``dep``
+    (:func:`cmperf.plan.planner.evaluate`), kept in the answer cache (cli/cache.py): evaluating
+    loads the planner, pandas and SciPy (~0.5 s, more than the rest of a short simulation) for an
+    answer that depends only on the specs, the workload, the deployment and cmperf's code,
+    which the key holds."""
+    from .cache import cached, plain, specs_key
+
+    def compute() -> dict:
+        from ..plan.planner import evaluate
+
+        ev = evaluate(specs, workload, dep)
+        return {"goodput_rps": float(ev["goodput_rps"]), "binding": str(ev.get("binding", ""))}
+
+    try:
+        key = {"specs": specs_key(specs), "workload": plain(workload), "deployment": plain(dep)}
+    except TypeError:  # a value without an exact plain form: computed, not cached
+        return compute()
+    return cached("planrate", key, compute)
 
 
 def _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets, export=None):
