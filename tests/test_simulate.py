@@ -229,6 +229,21 @@ def test_the_default_rate_is_the_planners_and_kept_for_the_same_specs_workload_a
     assert len(calls) == 3
 
 
+def test_the_default_deployment_is_the_systems_and_kept(specs, tmp_path, monkeypatch):
+    """The deployment simulated when none is given comes back from the answer cache equal to
+    what default_deployment gives, without calling it again."""
+    from cmperf.cli.simulate import _default_deployment
+    from cmperf.simulate import deployment
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("CMPERF_NO_CACHE", raising=False)
+    w = Workload(prompt=fixed(4096), output=fixed(256), prefix_hit=0.0, slo=SLOS)
+    real = deployment.default_deployment(specs, w)
+    assert _default_deployment(specs, w) == real and real.prefill and real.decode
+    monkeypatch.setattr(deployment, "default_deployment", lambda *a: pytest.fail("computed again"))
+    assert _default_deployment(specs, w) == real
+
+
 def test_a_cache_key_holds_every_value():
     """Two arrays that print alike (numpy elides the middle of a long one) are two keys; a value
     without an exact plain form is refused, not stringified."""

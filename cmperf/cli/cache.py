@@ -31,11 +31,12 @@ def code_fingerprint() -> str:
 
 
 def cached(kind: str, key: Any, compute: Callable[[], Any]) -> Any:
-    """``compute()``, or what it gave before for the same ``key`` (JSON-able) and code."""
+    """``compute()``, or what it gave before for the same ``key`` (JSON-able; or a function that
+    makes it, such as one of :func:`plain`, whose TypeError means: computed, not cached) and code."""
     from ..specs import cache
 
     try:
-        text = json.dumps({"code": code_fingerprint(), "key": key}, sort_keys=True, default=str)
+        text = json.dumps({"code": code_fingerprint(), "key": key() if callable(key) else key}, sort_keys=True, default=str)
     except (TypeError, ValueError):
         return compute()
     hit = cache.get(kind, text)
