@@ -201,3 +201,72 @@ def test_a_colocated_instance_prefills_its_own_prompts_and_decode_waits_for_the_
     pd_dep = DeploymentSpec(prefill=[InstanceGroup(1, {"dies": 32, "attn_tp": 4})], decode=[InstanceGroup(1, {"dies": 32})])
     pd = simulate(specs, w, pd_dep, Traffic(max_concurrency=32, num_prompts=128), seed=2)
     assert res.metrics["mean_tpot_ms"] > pd.metrics["mean_tpot_ms"]
+
+
+# --------------------------------------------------------------------------- the fixed part (issue 22 item 5)
+def test_the_default_rate_is_the_planners_and_kept_for_the_same_specs_workload_and_deployment(specs, small, tmp_path,
+                                                                                               monkeypatch):
+    """--request-rate plan reads the planner's closed form (evaluate) once; asked again for the
+    same specs, workload and deployment it comes from the answer cache unchanged, without the
+    planner; any change of them is another answer."""
+    from cmperf.cli.simulate import _plan_rate
+    from cmperf.plan import planner
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("CMPERF_NO_CACHE", raising=False)
+    w = Workload(prompt=fixed(2048), output=fixed(128), prefix_hit=0.0, slo=SLOS)
+    calls = []
+    real = planner.evaluate
+    monkeypatch.setattr(planner, "evaluate", lambda *a: calls.append(real(*a)) or calls[-1])
+    first = _plan_rate(specs, w, small)
+    assert first == {"goodput_rps": calls[0]["goodput_rps"], "binding": calls[0]["binding"]} and first["goodput_rps"] > 0
+    assert _plan_rate(specs, w, small) == first and len(calls) == 1  # kept, not evaluated again
+    ev = calls[0]
+    tighter = Workload(prompt=fixed(2048), output=fixed(128), prefix_hit=0.0, slo=SLO(ttft_s=1.0, tpot_s=0.1))
+    bigger = DeploymentSpec(prefill=[InstanceGroup(3, {"dies": 32, "attn_tp": 4})], decode=[InstanceGroup(1, {"dies": 64})])
+    assert _plan_rate(specs, tighter, small)["goodput_rps"] < ev["goodput_rps"]  # a tighter TTFT SLO: less
+    assert _plan_rate(specs, w, bigger)["goodput_rps"] >= ev["goodput_rps"]  # one more prefill instance: never less
+    assert len(calls) == 3
+
+
+def test_the_default_deployment_is_the_systems_and_kept(specs, tmp_path, monkeypatch):
+    """The deployment simulated when none is given comes back from the answer cache equal to
+    what default_deployment gives, without calling it again."""
+    from cmperf.cli.simulate import _default_deployment
+    from cmperf.simulate import deployment
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("CMPERF_NO_CACHE", raising=False)
+    w = Workload(prompt=fixed(4096), output=fixed(256), prefix_hit=0.0, slo=SLOS)
+    real = deployment.default_deployment(specs, w)
+    assert _default_deployment(specs, w) == real and real.prefill and real.decode
+    monkeypatch.setattr(deployment, "default_deployment", lambda *a: pytest.fail("computed again"))
+    assert _default_deployment(specs, w) == real
+
+
+def test_a_cache_key_holds_every_value():
+    """Two arrays that print alike (numpy elides the middle of a long one) are two keys; a value
+    without an exact plain form is refused, not stringified."""
+    from cmperf.cli.cache import plain
+
+    a, b = np.arange(5000.0), np.arange(5000.0)
+    b[2500] += 0.5
+    assert str(a) == str(b) and plain(a) != plain(b)
+    assert plain(fixed(4096)) != plain(fixed(4096.5)) and plain({"x": np.float64(0.1)}) == {"x": 0.1}
+    with pytest.raises(TypeError):
+        plain({"x": object()})
+
+
+def test_a_simulation_at_a_given_rate_loads_neither_pandas_nor_scipy():
+    """The rate given, a simulation needs neither the planner's tables (pandas) nor its queue's
+    special functions (SciPy): they are ~0.5 s of a ~0.4 s run (benchmarks/simulate_speed.py)."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys\nsys.argv = ['cmperf', 'simulate', '--num-prompts', '20', '--request-rate', '140', '--format', "
+              "'json']\nfrom cmperf.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+              "print([m for m in ('pandas', 'scipy') if m in sys.modules], file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert json.loads(r.stdout)["completed"] == 20, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "[]", r.stderr

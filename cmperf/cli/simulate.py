@@ -64,7 +64,7 @@ def simulate_cmd(
     from ..report import check_format, check_parent_dir, note_line, print_json, print_table, provenance, warn, write_csv
     from ..simulate import Traffic, simulate
     from ..simulate.requests import check_seed, check_warmup
-    from ..simulate.deployment import check, default_deployment, given
+    from ..simulate.deployment import check, given
     from .plan import _workload
 
     check_format(fmt)
@@ -86,7 +86,7 @@ def simulate_cmd(
         note_line(note)
     dep = given(deployment, prefill, decode, afd, colocated)
     if dep is None:
-        dep = default_deployment(specs, workload)
+        dep = _default_deployment(specs, workload)
     for line in check(dep, specs):
         warn(line)
     if mtp is not None:
@@ -112,9 +112,7 @@ def simulate_cmd(
     if rate == "plan" and max_concurrency is not None:
         rate = math.inf  # a closed loop: bench_serving's --request-rate inf with --max-concurrency
     if rate == "plan":
-        from ..plan.planner import evaluate
-
-        ev = evaluate(specs, workload, dep)
+        ev = _plan_rate(specs, workload, dep)
         rate = ev["goodput_rps"]
         if not rate > 0:
             raise ConfigError(f"--request-rate plan: the planner finds no rate within the SLOs for {dep.describe()} "
@@ -123,6 +121,43 @@ def simulate_cmd(
                   f"(binding: {ev['binding']})")
     traffic = Traffic(rate_rps=rate, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)
     _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets, export)
+
+
+def _default_deployment(specs, workload):
+    """The system's published deployment, else the one the planner chooses for ``workload``
+    (:func:`cmperf.simulate.deployment.default_deployment`), kept in the answer cache as
+    :func:`_plan_rate` is: choosing one runs the whole planner (~1 s on h100-cluster)."""
+    from dataclasses import asdict
+
+    from ..simulate.deployment import DeploymentSpec, InstanceGroup, default_deployment
+    from .cache import cached, plain, specs_key
+
+    def compute() -> dict:
+        dep = default_deployment(specs, workload)
+        return {"prefill": [asdict(g) for g in dep.prefill], "decode": [asdict(g) for g in dep.decode],
+                "decode_phase": dep.decode_phase, "colocated": dep.colocated}
+
+    d = cached("defaultdeployment", lambda: {"specs": specs_key(specs), "workload": plain(workload)}, compute)
+    return DeploymentSpec(prefill=[InstanceGroup(**g) for g in d["prefill"]], decode=[InstanceGroup(**g) for g in d["decode"]],
+                          decode_phase=d["decode_phase"], colocated=d["colocated"])
+
+
+def _plan_rate(specs, workload, dep) -> dict:
+    """The goodput and binding term the planner's closed form finds for ``dep``
+    (:func:`cmperf.plan.planner.evaluate`), kept in the answer cache (cli/cache.py): evaluating
+    loads the planner, pandas and SciPy (~0.5 s, more than the rest of a short simulation) for an
+    answer that depends only on the specs, the workload, the deployment and cmperf's code,
+    which the key holds."""
+    from .cache import cached, plain, specs_key
+
+    def compute() -> dict:
+        from ..plan.planner import evaluate
+
+        ev = evaluate(specs, workload, dep)
+        return {"goodput_rps": float(ev["goodput_rps"]), "binding": str(ev.get("binding", ""))}
+
+    return cached("planrate", lambda: {"specs": specs_key(specs), "workload": plain(workload), "deployment": plain(dep)},
+                  compute)
 
 
 def _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets, export=None):

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from ..predict import Specs, predict
 
@@ -102,6 +101,8 @@ def run(phase: str, rows: list[dict], specs: Specs) -> pd.DataFrame:
     degree are predicted together: the tier a TP group's collectives use is chosen per
     prediction (:func:`cmperf.cost.roofline.tier_for_group`), so each row is the row
     ``cmperf predict`` gives for it alone."""
+    import pandas as pd  # here: hbm_instance_tokens, which a simulation reads, needs none
+
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r.get("tp"), r.get("attn_tp")), []).append(r)

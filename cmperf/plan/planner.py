@@ -170,8 +170,9 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     if unknown or not shape_names:
         raise ConfigError(f"--shapes {','.join(shape_names)}: expected some of {', '.join(SHAPES)}")
     sets = list(sets)
-    if specs is not None:
-        hardware, model = specs.hardware.system.name, specs.model.name
+    if specs is not None:  # named from the views: validated specs (pydantic, ~0.1 s) only where a tier changes
+        hw, m = specs.views()
+        hardware, model = hw.system.name, m.name
     else:
         model = model or system_model(hardware)
         specs = load_specs(hardware, model, sets, stack)
@@ -319,14 +320,15 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
 def _with_system(specs: Specs, kv_tier: str, pool_tier: str | None) -> Specs:
     """``specs`` with the KV transfer over ``kv_tier`` and the pool read over ``pool_tier``
     (choices of the plan, not numbers: they are not ``--set`` overrides)."""
+    view = specs.views()[0].system
+    if kv_tier == view.kv_transfer_tier and (pool_tier is None or pool_tier == view.memory_pool.tier):
+        return specs
     system = specs.hardware.system
     update = {}
     if kv_tier != system.kv_transfer_tier:
         update["kv_transfer_tier"] = kv_tier
     if pool_tier is not None and pool_tier != system.memory_pool.tier:
         update["memory_pool"] = system.memory_pool.model_copy(update={"tier": pool_tier})
-    if not update:
-        return specs
     hardware = specs.hardware
     return specs.with_hardware(type(hardware)(system=system.model_copy(update=update), chip=hardware.chip,
                                               system_path=hardware.system_path, chip_path=hardware.chip_path))

@@ -169,7 +169,6 @@ def served_workload(specs: Specs, workload: Workload, working_set_tokens: float 
     ``--verify``) is kept as it is when no working set is given. A hit with neither tier is
     refused, as the planner does."""
     from ..cost.pool import cache_block_tokens, can_cache, hbm_cache_share, no_cache_error, served_hit
-    from ..plan.instances import hbm_instance_tokens
 
     hw, m = specs.views()
     if (workload.prefix_hit > 0 or workload.cached_samples is not None) and not can_cache(hw):
@@ -178,6 +177,8 @@ def served_workload(specs: Specs, workload: Workload, working_set_tokens: float 
         return workload
     hbm = 0.0
     if working_set_tokens is not None and workload.prefix_hit > 0 and hbm_cache_share(hw) > 0:
+        from ..plan.instances import hbm_instance_tokens
+
         hbm = min(hbm_instance_tokens(specs, workload, inp) for inp in (prefill or [{}]))
     if working_set_tokens is None and workload.pool_part is not None:  # served already (a plan's): its split kept
         return workload

@@ -74,6 +74,20 @@ class Requests:
     kv_B: np.ndarray = None  # bytes of its whole prompt's KV (sent to decode)
     write_B: np.ndarray = None  # bytes of its new whole blocks written back to the pool
     write_blocks: np.ndarray = None  # those blocks
+    _lists: object = field(default=None, repr=False, compare=False)
+
+    INPUTS = ("arrival_s", "prompt", "output", "cached", "steps", "pool_B", "blocks", "kv_B", "write_B", "write_blocks")
+
+    def lists(self):
+        """The inputs above (arrival to write_blocks) as Python lists, made once, for the
+        engine's per-request code: an item of a list is a Python number, of an array a numpy
+        scalar, slower to make and to compute with (the same values, the same IEEE arithmetic).
+        Inputs are not changed once the simulation runs."""
+        if self._lists is None:
+            from types import SimpleNamespace
+
+            self._lists = SimpleNamespace(**{k: np.asarray(getattr(self, k)).tolist() for k in self.INPUTS})
+        return self._lists
 
     def __post_init__(self):
         n = len(self.prompt)
@@ -104,6 +118,7 @@ class DecodeInstance:
         self.cap_n = cap_requests
         self.cap_kv = pred.kv_tokens_per_rank
         self.policy, self.req, self.stats = policy, req, stats
+        self.q = req.lists()  # the requests' inputs, read per request
         self.n_r = np.zeros(ranks)
         self.A_r = np.zeros(ranks)  # sum over the rank's requests of (prompt - mu x admission step)
         self.W_r = np.zeros(ranks)  # sum over the rank's requests of the whole context each reserves (_reserve)
@@ -126,11 +141,11 @@ class DecodeInstance:
         self.peak_kv = 0.0  # the most KV tokens any rank held (at a boundary, before its completions)
         self.reserve_output = True  # admission reserves a request's whole context (else its prompt: preemption)
 
-    # -- load -----------------------------------------------------------------
+    # -- load (the hot path: array methods, not numpy's functions, whose dispatch costs a few µs a call) --
     def _step_s(self, s: float) -> float:
         if self.n == 0:
             return 0.0
-        hot = float(np.max(self.A_r + self.n_r * self.mu * s))
+        hot = float((self.A_r + self.n_r * self.mu * s).max())
         return self.pred.step(self.n / self.pred.npus, hot / (self.n / self.R))
 
     def _steps_until(self, k_max: float, t_goal: float | None) -> tuple[int, float]:
@@ -167,12 +182,12 @@ class DecodeInstance:
         if self.pending and self._room():
             t_goal = self.pending[0][0]
         k, dt, T0, d = self._steps_until(math.ceil(k_c - 1e-9), t_goal)
-        mean_kv = float(np.sum(self.A_r + self.n_r * self.mu * self.s)) / self.n
+        mean_kv = float((self.A_r + self.n_r * self.mu * self.s).sum()) / self.n
         self.planned = (k, dt, T0, d, self.pred.step(self.n / self.pred.npus, mean_kv))
         return self.t + dt
 
     def _room(self) -> bool:
-        return bool(np.any(self._load()[0] < self.cap_n))
+        return bool((self._load()[0] < self.cap_n).any())
 
     def _steps_to_full(self) -> float:
         """Steps until a rank's KV outgrows what it holds (a forced boundary; none here:
@@ -197,7 +212,7 @@ class DecodeInstance:
             self.stats.intervals.append((T0, d, k, self.n, T_mean))
             self.busy += dt
             self.s += k
-            self.peak_kv = max(self.peak_kv, float(np.max(self._load()[1])))
+            self.peak_kv = max(self.peak_kv, float(self._load()[1].max()))
         self.t = now
         self._complete(now, done)
         while self.pending and self.pending[0][0] <= now + 1e-12:
@@ -215,7 +230,7 @@ class DecodeInstance:
             del self.live[rid]
             r = self.rank_of.pop(rid)
             self.n_r[r] -= 1
-            self.A_r[r] -= req.prompt[rid] + self.extra.pop(rid, 0.0) - self.mu * self.admit_step.pop(rid)
+            self.A_r[r] -= self.q.prompt[rid] + self.extra.pop(rid, 0.0) - self.mu * self.admit_step.pop(rid)
             self._release(rid, r)
             self.n -= 1
             req.finish_s[rid] = now
@@ -230,15 +245,15 @@ class DecodeInstance:
     def _join(self, rid: int, r: int, now: float, done: list) -> None:
         """Request ``rid`` joins the batch on rank ``r`` (its first token reaches the client now)."""
         req = self.req
-        if np.isnan(req.first_token_s[rid]):  # a recomputed request streamed its first token before
+        if math.isnan(req.first_token_s[rid]):  # a recomputed request streamed its first token before
             req.first_token_s[rid] = now
-        steps = self.steps_left.pop(rid, req.steps[rid])
+        steps = self.steps_left.pop(rid, self.q.steps[rid])
         if steps <= 0:
             req.finish_s[rid] = now
             done.append(rid)
             return
         self.n_r[r] += 1
-        self.A_r[r] += req.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.s
+        self.A_r[r] += self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.s
         self.reserved[rid] = self._reserve(rid, steps)
         self.W_r[r] += self.reserved[rid]
         self.n += 1
@@ -266,8 +281,8 @@ class DecodeInstance:
         its whole context, prompt + output (+ the tokens it generated before a preemption), or
         the KV its ``steps`` reach at mu tokens a step when more (a drawn step count above the
         mean): no request outgrows its reservation."""
-        base = self.req.prompt[rid] + self.extra.get(rid, 0.0)
-        return base + max(self.req.output[rid], self.mu * steps)
+        base = self.q.prompt[rid] + self.extra.get(rid, 0.0)
+        return base + max(self.q.output[rid], self.mu * steps)
 
     def _rank_for(self, rid: int) -> int | None:
         """The rank a new request goes to (round robin or least KV), among ranks with room for
@@ -279,14 +294,14 @@ class DecodeInstance:
         and one step's, the rank preempting when it outgrows (CoLocatedInstance._preempt)."""
         n_r, kv = self._load()
         if self.reserve_output:
-            used, need = self.W_r, self._reserve(rid, self.steps_left.get(rid, self.req.steps[rid]))
+            used, need = self.W_r, self._reserve(rid, self.steps_left.get(rid, self.q.steps[rid]))
         else:
-            used, need = kv, self.req.prompt[rid] + self.extra.get(rid, 0.0) + self.mu
+            used, need = kv, self.q.prompt[rid] + self.extra.get(rid, 0.0) + self.mu
         ok = (n_r < self.cap_n) & ((used + need <= self.cap_kv) | (n_r == 0))
         if not ok.any():
             return None
         if self.policy == "least_kv":
-            return int(np.argmin(np.where(ok, kv, np.inf)))
+            return int(np.where(ok, kv, np.inf).argmin())
         for j in range(self.R):
             r = (self.rr + j) % self.R
             if ok[r]:
@@ -342,13 +357,12 @@ class CoLocatedInstance(DecodeInstance):
             return math.inf
         room = self.cap_kv - self.A_r[busy] - self.held_kv[busy]
         s_full = room / (self.n_r[busy] * self.mu) - self.s
-        return float(max(math.ceil(float(np.min(s_full))), 1.0))
+        return float(max(math.ceil(float(s_full.min())), 1.0))
 
     def _preempt(self) -> None:
         """vLLM's recompute preemption: while a rank's KV exceeds what it holds, its newest request
         (the latest admitted) leaves the batch, its KV dropped; it waits at the head of the queue
         to recompute its prompt and the tokens it had generated, then resumes its remaining steps."""
-        req = self.req
         while True:
             n_r, kv = self._load()
             over = np.flatnonzero((kv > self.cap_kv + 1e-6) & (self.n_r > 1))
@@ -360,7 +374,7 @@ class CoLocatedInstance(DecodeInstance):
             left = self.live.pop(rid) - self.s
             self.rank_of.pop(rid)
             self.n_r[r] -= 1
-            self.A_r[r] -= req.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.admit_step.pop(rid)
+            self.A_r[r] -= self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.admit_step.pop(rid)
             self._release(rid, r)
             self.n -= 1
             self.extra[rid] = self.extra.get(rid, 0.0) + self.mu * done_steps
@@ -388,7 +402,7 @@ class CoLocatedInstance(DecodeInstance):
             if e[2] <= 0:
                 rid, r = e[0], e[1]
                 self.held_n[r] -= 1
-                self.held_kv[r] -= req.prompt[rid] + self.extra.get(rid, 0.0)
+                self.held_kv[r] -= self.q.prompt[rid] + self.extra.get(rid, 0.0)
                 req.prefill_end_s[rid] = req.kv_arrive_s[rid] = now
                 self._join(rid, r, now, done)
         self.filling = [e for e in self.filling if e[2] > 0]
@@ -410,7 +424,7 @@ class CoLocatedInstance(DecodeInstance):
             room -= take
         while self.waiting and room > 0 and len(self.filling) < self.budget_requests:
             rid = self.waiting[0]
-            c = max(req.prompt[rid] - req.cached[rid], 1.0) + self.extra.get(rid, 0.0)  # a preempted one recomputes
+            c = max(self.q.prompt[rid] - self.q.cached[rid], 1.0) + self.extra.get(rid, 0.0)  # a preempted one recomputes
             if not self.chunked and c > room and chunk:
                 break
             r = self._rank_for(rid)
@@ -418,10 +432,10 @@ class CoLocatedInstance(DecodeInstance):
                 break
             self.waiting.popleft()
             self.held_n[r] += 1
-            self.held_kv[r] += req.prompt[rid] + self.extra.get(rid, 0.0)
+            self.held_kv[r] += self.q.prompt[rid] + self.extra.get(rid, 0.0)
             e = [rid, r, c]
             self.filling.append(e)
-            if np.isnan(req.prefill_start_s[rid]):
+            if math.isnan(req.prefill_start_s[rid]):
                 req.prefill_start_s[rid] = now
             take = min(c, room) if self.chunked else c
             chunk.append((e, take))
@@ -432,7 +446,7 @@ class CoLocatedInstance(DecodeInstance):
         b = self.n / self.pred.npus
         if self.n > 0:
             kv = self.A_r + self.n_r * self.mu * self.s
-            hot, mean = float(np.max(kv)) / (self.n / self.R), float(np.sum(kv)) / self.n
+            hot, mean = float(kv.max()) / (self.n / self.R), float(kv.sum()) / self.n
         else:
             hot = mean = 16.0
         T = self.pred.step(b, hot, tokens)
@@ -468,6 +482,8 @@ class Simulation:
         self.rr_decode = 0
         order = np.argsort(req.arrival_s, kind="stable")
         self.order = order
+        self.q = req.lists()  # the requests' inputs, read per request
+        self._order = order.tolist()
 
     def _push(self, t: float, kind: str, obj, version: int = 0) -> None:
         self.seq += 1
@@ -479,7 +495,7 @@ class Simulation:
             self._push(t, "boundary", d, d.version)
 
     def run(self, progress=None) -> None:
-        req, order, n = self.req, self.order, len(self.req.prompt)
+        req, order, n, arrival = self.req, self._order, len(self.req.prompt), self.q.arrival_s
         now = 0.0
         tick = max(n // 100, 1)
         sent = 0
@@ -487,12 +503,12 @@ class Simulation:
             t_heap = self.heap[0][0] if self.heap else math.inf
             t_send = math.inf
             if self.next_send < n and self.in_flight < self.C:
-                t_send = max(req.arrival_s[order[self.next_send]], now)
+                t_send = max(arrival[order[self.next_send]], now)
             if t_send == math.inf and t_heap == math.inf:
                 break
             if t_send <= t_heap:
                 now = t_send
-                rid = int(order[self.next_send])
+                rid = order[self.next_send]
                 self.next_send += 1
                 self.in_flight += 1
                 req.send_s[rid] = now
@@ -534,21 +550,21 @@ class Simulation:
     def _start_pass(self, p: PrefillInstance, now: float) -> None:
         """The next pass of ``p``: FCFS from the queue within its token and request budgets
         (the first prompt whatever its length); its time from the batch's sums."""
-        req = self.req
+        req, q = self.req, self.q
         batch, tokens, sq, cC, pool_B, blocks, kv_B, write_B, write_blocks = [], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
         while self.queue and (not batch or (len(batch) < p.budget_requests
-                                            and tokens + req.prompt[self.queue[0]] - req.cached[self.queue[0]] <= p.budget_tokens)):
+                                            and tokens + q.prompt[self.queue[0]] - q.cached[self.queue[0]] <= p.budget_tokens)):
             rid = self.queue.popleft()
-            c = req.prompt[rid] - req.cached[rid]
+            c = q.prompt[rid] - q.cached[rid]
             batch.append(rid)
             tokens += c
             sq += c * c
-            cC += c * req.cached[rid]
-            pool_B += req.pool_B[rid]
-            blocks += req.blocks[rid]
-            kv_B += req.kv_B[rid]
-            write_B += req.write_B[rid]
-            write_blocks += req.write_blocks[rid]
+            cC += c * q.cached[rid]
+            pool_B += q.pool_B[rid]
+            blocks += q.blocks[rid]
+            kv_B += q.kv_B[rid]
+            write_B += q.write_B[rid]
+            write_blocks += q.write_blocks[rid]
         pass_s, xfer_s = p.pred.times(tokens, sq / tokens, cC / tokens, len(batch), pool_B, blocks, kv_B,
                                       write_B, write_blocks)
         for rid in batch:
@@ -561,12 +577,12 @@ class Simulation:
     def _pass_end(self, p: PrefillInstance, now: float) -> None:
         """Each prompt's KV leaves over the instance's link in turn (its share of the
         transfer by its bytes), then waits for its decode instance."""
-        req = self.req
-        total = sum(req.kv_B[rid] for rid in p.batch) or 1.0
+        req, q = self.req, self.q
+        total = sum(q.kv_B[rid] for rid in p.batch) or 1.0
         for rid in p.batch:
             req.prefill_end_s[rid] = now
             start = max(now, p.link_free)
-            p.link_free = start + p.transfer_s * (req.kv_B[rid] / total if req.kv_B[rid] > 0 else 1.0 / len(p.batch))
+            p.link_free = start + p.transfer_s * (q.kv_B[rid] / total if q.kv_B[rid] > 0 else 1.0 / len(p.batch))
             req.kv_arrive_s[rid] = p.link_free
             d = self._decode_for(rid)
             d.add_pending(p.link_free, rid)
