@@ -48,6 +48,42 @@ def test_chunked_prefill_by_hand():
     assert (r.prefill_end_s == r.first_token_s).all() and (r.kv_arrive_s == r.prefill_end_s).all()
 
 
+def test_a_colocated_iteration_reads_its_prompts_cached_prefixes_from_the_pool_by_hand():
+    """A co-located instance pays the pool as a prefill instance does (cost/pool.pass_with_pool_s:
+    read + max(compute, write)). Two requests of 1,000 prompt tokens, 600 of them cached in the
+    pool (6 MB in 6 blocks each), 400 new tokens' blocks (4 MB) written back; by hand a die reads
+    at 1 ms per MB plus 0.1 ms a block and writes at 2 ms per MB; one rank of 1 die, chunked
+    prefill off, budget 500 tokens: iteration 1 runs request 0's 400 computed tokens (14 ms)
+    after its read (6 + 0.6 ms), its 8 ms write hidden: first token at 20.6 ms; iteration 2
+    request 1 (20.6 ms more, with request 0's first step): 41.2 ms. Without the pool: 14 and
+    28 ms. A budget of 1,000 takes both in one iteration: 12 MB in 12 blocks read by the one
+    die (13.2 ms), then 18 ms of compute over the 16 ms write: 31.2 ms each."""
+    class Pooled(_Step):
+        dies_per_rank = 1.0
+
+        @staticmethod
+        def pool_read_s(B, n):
+            return 1e-3 * B / 1e6 + 1e-4 * n
+
+        @staticmethod
+        def pool_write_s(B, n):
+            return 2e-3 * B / 1e6
+
+    def run(pred, pooled, budget=500.0):
+        z = np.zeros(2)
+        req = Requests(arrival_s=z, prompt=np.array([1000.0, 1000.0]), output=np.array([3.0, 3.0]),
+                       cached=np.array([600.0, 600.0]), steps=np.array([2, 2]),
+                       pool_B=z + 6e6 * pooled, blocks=z + 6 * pooled, write_B=z + 4e6 * pooled, write_blocks=z + 4 * pooled)
+        stats = Stats()
+        inst = CoLocatedInstance(0, pred, 1, 1.0, math.inf, "round_robin", req, stats, budget, math.inf, False)
+        Simulation(req, [], [inst], math.inf, stats).run()
+        return req.first_token_s
+
+    assert run(Pooled(), True) == pytest.approx([0.0206, 0.0412])
+    assert run(_Step(), False) == pytest.approx([0.014, 0.028])
+    assert run(Pooled(), True, 1000.0) == pytest.approx([0.0312, 0.0312])
+
+
 def test_whole_prompts_without_chunked_prefill_by_hand():
     """Chunked prefill off, budget 600: a prompt goes in whole (the first even over the
     budget): iteration 1 request 0 (20 ms, its first token); iteration 2 request 1 with request

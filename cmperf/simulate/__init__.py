@@ -74,6 +74,8 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     policy = st.dp_balance if st is not None else "round_robin"
     computed = np.maximum(prompt - cached, 1.0)
     made = []  # (group, predictor, ranks, cap, co-located budgets) of each decode group
+    # the dies that may read the pool at once: every co-located die (they prefill their own prompts)
+    coloc_readers = sum(g.count * float(g.inputs["dies"]) for g in deployment.decode) if deployment.colocated else None
     for g in deployment.decode:
         # the instance's layout: the grid's own rows resolve what it leaves unset (one predict), unless
         # its TP is unknown, which sizes the grid
@@ -89,7 +91,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
             kw = {"chunks": tuple(geometric(64.0, budget_t / npus, 2.0)), "chunk_prompt": float(np.sum(computed ** 2) / np.sum(computed))}
             budgets = (budget_t, budget_r, chunked)
         pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
-                                ref_kv=float(workload.decode_kv_len), sweeps=sweeps, **kw)
+                                ref_kv=float(workload.decode_kv_len), sweeps=sweeps, pool_readers=coloc_readers, **kw)
         made.append((g, pred if sweeps else [pred], ranks, cap, budgets))
     dec_inputs = [preds[0].inputs for _, preds, _, _, _ in made]
     k = int(dec_inputs[0]["mtp_k"]) if dec_inputs[0].get("mtp") else 0

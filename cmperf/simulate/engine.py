@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .predictor import DecodePredictor, PrefillPredictor
+from ..cost.pool import pass_with_pool_s
+from .predictor import DecodePredictor, PrefillPredictor, pool_traffic_s
 
 
 def mtp_tokens_per_step(k: int, a: float) -> tuple[float, float]:
@@ -416,6 +417,7 @@ class CoLocatedInstance(DecodeInstance):
         req = self.req
         room = self.budget_tokens
         chunk = []
+        new, pool_B, blocks, write_B, write_blocks = 0, 0.0, 0.0, 0.0, 0.0  # the prompts this iteration starts
         for e in self.filling:
             take = min(e[2], room) if self.chunked else (e[2] if e[2] <= room or not chunk else 0.0)
             if take <= 0:
@@ -437,6 +439,11 @@ class CoLocatedInstance(DecodeInstance):
             self.filling.append(e)
             if math.isnan(req.prefill_start_s[rid]):
                 req.prefill_start_s[rid] = now
+            new += 1
+            pool_B += self.q.pool_B[rid]
+            blocks += self.q.blocks[rid]
+            write_B += self.q.write_B[rid]
+            write_blocks += self.q.write_blocks[rid]
             take = min(c, room) if self.chunked else c
             chunk.append((e, take))
             room -= take
@@ -449,8 +456,16 @@ class CoLocatedInstance(DecodeInstance):
             hot, mean = float(kv.max()) / (self.n / self.R), float(kv.sum()) / self.n
         else:
             hot = mean = 16.0
-        T = self.pred.step(b, hot, tokens)
-        self.iteration = (now + T, T, self.pred.step(b, mean, tokens), chunk)
+        T, T_mean = self.pred.step(b, hot, tokens), self.pred.step(b, mean, tokens)
+        if new and (pool_B > 0 or write_B > 0):
+            # the prompts it starts read their cached prefixes from the pool before the pass and
+            # write their new blocks back during it (as a prefill pass: cost/pool.pass_with_pool_s),
+            # over the dies of the ranks they go to
+            share = min(new, self.R) * self.pred.dies_per_rank
+            read, write = pool_traffic_s(self.pred.pool_read_s, self.pred.pool_write_s, share, pool_B, blocks,
+                                         write_B, write_blocks)
+            T, T_mean = float(pass_with_pool_s(T, read, write)), float(pass_with_pool_s(T_mean, read, write))
+        self.iteration = (now + T, T, T_mean, chunk)
 
 
 class PrefillInstance:
