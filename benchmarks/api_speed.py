@@ -9,7 +9,7 @@ the defaults (no specs given: CloudMatrix384, DeepSeek-R1, read once per process
 read, the cost model's modules imported), then CPU and wall time per warm call, their median
 over blocks of 100 calls, and the same with the specs passed in (``load_specs()`` once); the
 same calls on the uncached path (``cmperf.specs.view.uncached``: nothing a call derived is kept,
-the cost of a question whose GEMM shapes and instance are all new); a warm prefill call. The
+the cost of a question whose instance and stage constants are all new); a warm prefill call. The
 target (issue 24): a warm call in at most 1 ms of CPU. Where the time goes:
 ``python -m cProfile -s tottime benchmarks/api_speed.py --calls 200``.
 """

@@ -351,21 +351,21 @@ class Prediction:
         pick = lambda x: float(np.broadcast_to(np.asarray(x, dtype=float), (n,))[row])
         ops = []
         for p in sched.parts:
-            t = p.t
             calls = pick(p.calls)
             if calls == 0:
                 continue
-            per = pick(t.time_s)
-            ops.append({
-                "section": p.section, "stream": p.stream, "op": t.name, "engine": t.engine,
-                "calls": calls, "time_us": per * 1e6, "total_ms": per * calls * 1e3,
-                "compute_us": pick(t.compute_s) * 1e6, "vector_us": pick(t.vector_s) * 1e6,
-                "memory_us": pick(t.memory_s) * 1e6,
-                "network_us": pick(t.network_s) * 1e6, "latency_us": pick(t.latency_s) * 1e6,
-                "bound": str(np.broadcast_to(t.bound(), (n,))[row]),
-                "flops": pick(t.flops), "hbm_bytes": pick(t.hbm_bytes), "weight_bytes": pick(t.weight_bytes),
-                "net_bytes": pick(t.net_bytes),
-            })
+            for t in p.t.ops():
+                per = pick(t.time_s)
+                ops.append({
+                    "section": p.section, "stream": p.stream, "op": t.name, "engine": t.engine,
+                    "calls": calls, "time_us": per * 1e6, "total_ms": per * calls * 1e3,
+                    "compute_us": pick(t.compute_s) * 1e6, "vector_us": pick(t.vector_s) * 1e6,
+                    "memory_us": pick(t.memory_s) * 1e6,
+                    "network_us": pick(t.network_s) * 1e6, "latency_us": pick(t.latency_s) * 1e6,
+                    "bound": str(np.broadcast_to(t.bound, (n,))[row]),
+                    "flops": pick(t.flops), "hbm_bytes": pick(t.hbm_bytes), "weight_bytes": pick(t.weight_bytes),
+                    "net_bytes": pick(t.net_bytes),
+                })
         sections = []
         for s in sched.sections:
             count = pick(s.count)

@@ -1,5 +1,5 @@
-"""A warm prediction answers exactly as a first one (issue 24: the Python API's kept GEMM times,
-tilings, fused-kernel runs, weights per die and spec views; cmperf/specs/view.py ``remember``).
+"""A warm prediction answers exactly as a first one (issue 24: the Python API's kept stage
+constants, fused-kernel runs, weights per die and spec views; cmperf/specs/view.py ``remember``).
 
 The matrix (every system x model, decode and prefill at their defaults) is walked in one process:
 each question first on the uncached path (``uncached()``: nothing kept, nothing reused), then
@@ -83,8 +83,8 @@ def test_a_what_if_after_a_warm_call_changes_the_answer():
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_one_row_equals_its_row_of_a_grid(phase):
-    """The one-row path (numpy scalars, kept GEMM times) and the vectorised grid (arrays,
-    nothing kept) give each configuration the same numbers, to rounding (numpy's array loops
+    """The one-row path (numpy scalars, one-row tables of operators) and the vectorised grid
+    (arrays over the rows) give each configuration the same numbers, to rounding (numpy's array loops
     of exp, log and power may round the last bit unlike its scalar ones)."""
     key, values = ("batch", [1, 8, 64, 160]) if phase == "decode" else ("prompt_len", [256, 1024, 4096])
     specs = load_specs()
@@ -94,3 +94,38 @@ def test_one_row_equals_its_row_of_a_grid(phase):
         for c in one.columns:
             if one[c].dtype.kind in "fc":
                 np.testing.assert_allclose(one[c], grid[c][i:i + 1], rtol=1e-12, atol=0, err_msg=f"{v} {c}")
+
+
+@pytest.mark.parametrize("system", ["cloudmatrix384", "h100-cluster"])
+def test_a_layer_timed_as_one_table_equals_its_ops_timed_one_by_one(system):
+    """A MoE layer's stages are one evaluation over a table of operators (docs/model.md §3, on
+    each stream's shares of the cores): every operator's terms are those it has timed alone,
+    on a grid (arrays over the rows) and on one row (numbers); tiled GEMMs, untiled kernels
+    and collectives mixed in one table, each stage on its own shares."""
+    from cmperf.cost.collectives import route_of
+    from cmperf.cost.ops import moe_ops, placement
+    from cmperf.cost.roofline import op_time
+    from cmperf.schedule.common import timed_parts
+    from cmperf.schedule.decode import attention_ops
+    from cmperf.specs.view import HardwareView
+
+    specs = load_specs(system)
+    for batch in ([8.0, 96.0], 64.0):
+        cols = predict("decode", {"batch": batch}, specs).columns.arrays()
+        g = {k: v if np.ndim(batch) else v[0] for k, v in cols.items() if v.dtype.kind in "fbiu"}  # one row: numbers
+        hw, m = specs.views()
+        hw = HardwareView(hw.system, hw.chip, hw.stack)  # no fusion: one kernel per op
+        T = np.asarray(g["batch"], dtype=float) / hw.chip.dies_per_package
+        pl = placement(m, T, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
+                       hw.chip.efficiency.matmul_tile_rows)
+        attn = attention_ops(hw, m, g, T, T)
+        moe = list(moe_ops(m, T, g["ep"], pl, route_of(hw, "decode")))
+        shares = (2 / 3, 1 / 3)
+        tables = timed_parts([(attn, shares[0], shares[0]), (moe, shares[1], shares[1])], hw)
+        for table, ops, share in zip(tables, (attn, moe), shares):
+            for i, op in enumerate(ops):
+                alone = op_time(op, hw, share, share)
+                for f in ("compute_s", "vector_s", "memory_s", "network_s", "latency_s", "pool_compute_s",
+                          "time_s", "load_s"):
+                    np.testing.assert_allclose(np.broadcast_to(getattr(table, f)[i], np.shape(alone.time_s)),
+                                               getattr(alone, f), rtol=1e-15, atol=0, err_msg=f"{system} {op.name} {f}")

@@ -13,9 +13,9 @@ from cmperf.schedule.pipeline import Stage, pipeline
 
 
 def op(t, memory=0.0, network=0.0):
-    """What pipeline() reads of an op: its time on the lane and its pool times (all of one
-    shape, as the cost model's are: pipeline() stacks the pools' sums)."""
-    t, memory, network = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (t, memory, network)))
+    """What pipeline() reads of a stage's table of ops (here one op): its time on the lane and
+    its pool times (ops first, then the grid's rows, as the cost model's tables are)."""
+    t, memory, network = np.broadcast_arrays(*(np.asarray(x, dtype=float)[None] for x in (t, memory, network)))
     zero = np.zeros_like(t)
     return SimpleNamespace(time_s=t, pool_compute_s=zero, pool_vector_s=zero, memory_s=memory, network_s=network)
 

@@ -110,6 +110,11 @@ def test_dispatch_keeps_the_experts_on_the_tokens_own_die(r1):
     assert float(moe_ops(r1, 10.0, 1, pl1)[1].net_messages) == 0
 
 
+def _ops(stage) -> list:
+    """A stage's ops, one by one (its tables' rows)."""
+    return [o for table in stage.ops for o in table.ops()]
+
+
 def test_decode_dispatch_waits_for_attention_gate_and_send(fixed):
     """The barrier before the experts waits for the slowest of the 320 dies' attention, gate
     and send (docs/model.md §4.3): its wait over cv x their load is E[max of 320 normals],
@@ -118,10 +123,11 @@ def test_decode_dispatch_waits_for_attention_gate_and_send(fixed):
 
     hw, m, g = _grid("decode", fixed, {"batch": 96, "microbatches": 1, "expert_imbalance": 1.2})
     a, b = moe_stages(hw, m, g, 96.0, 48.0, 1)
-    names = [o.name for o in a.ops] + [o.name for o in b.ops]
+    ops_a, ops_b = _ops(a), _ops(b)
+    names = [o.name for o in ops_a] + [o.name for o in ops_b]
     assert names == ["mla_prolog", "attention_core", "o_proj", "gate", "dispatch", "experts", "combine"]
-    load_a = sum(num(o.load_s) for o in a.ops + b.ops[:2])
-    load_b = sum(num(o.load_s) for o in b.ops[2:])
+    load_a = sum(num(o.load_s) for o in ops_a + ops_b[:2])
+    load_b = sum(num(o.load_s) for o in ops_b[2:])
     g320 = float(expected_max_normal(320))
     assert 2.85 < g320 < 2.95  # Tippett's table: 2.9 at 320
     assert num(a.wait_s) == pytest.approx(0.1 * g320 * load_a, rel=1e-9)
@@ -137,7 +143,7 @@ def test_prefill_dispatch_waits_for_the_whole_ep_group(fixed):
     stages = layer_stages(hw, m, g, 8192.0, moe=True)
     assert [s.name for s in stages] == ["C1", "M1", "C2", "M2", "C3", "M3", "C4", "M4"]
     for i, group in ((1, 1.0294), (3, 1.0294), (5, 2.0697), (7, 2.0697)):
-        load = sum(num(o.load_s) for o in stages[i - 1].ops + stages[i].ops)
+        load = sum(num(o.load_s) for o in _ops(stages[i - 1]) + _ops(stages[i]))
         assert num(stages[i].wait_s) == pytest.approx(0.1 * group * load, rel=2e-4), stages[i].name
 
 

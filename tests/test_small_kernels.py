@@ -12,7 +12,7 @@ from cmperf.cost.fusion import fuse, merge
 from cmperf.cost.ops import (activation_op, embedding_ops, head_op, head_ops, kv_write_op, logits_gather_op,
                              position_cache_ops, residual_add_op, residual_norm_ops, rmsnorm_op, rope_op, router_topk_op,
                              sampling_op, tp_allreduce_op)
-from cmperf.cost.roofline import op_time
+from cmperf.cost.roofline import columns, op_time, op_times, rows_of
 from cmperf.predict import load_specs, predict
 from cmperf.specs.kernels import KERNELS, SMALL_KERNELS
 
@@ -164,12 +164,12 @@ def test_fused_group_pays_one_launch_and_skips_the_handover(h100):
     re-read the sum the add wrote: 3 + 2 - 1 = 4 x 64 x 8,192 x 2 B (+ the weight)."""
     hw, m = h100.views()
     add, norm = residual_norm_ops(m, 64.0)
-    fused = merge([add, norm])
-    assert fused.name == "residual_add+rmsnorm" and float(fused.launches) == 1.0
-    assert float(fused.hbm_bytes) == 4 * 64 * H * 2 + H * 2
-    assert float(op_time(fused, hw).time_s) < float(op_time(add, hw).time_s + op_time(norm, hw).time_s)
+    fused = columns(merge(rows_of([add, norm]), ((0, 2),)))
+    assert fused.names == ["residual_add+rmsnorm"] and float(fused.num["launches"][0]) == 1.0
+    assert float(fused.num["hbm_bytes"][0]) == 4 * 64 * H * 2 + H * 2
+    assert float(op_times(fused, hw).time_s[0]) < float(op_time(add, hw).time_s + op_time(norm, hw).time_s)
     # a group folded into a GEMM keeps the GEMM's name
-    assert fuse([norm, head_op(m, 64.0)], [("rmsnorm", "lm_head")])[0].name == "lm_head"
+    assert fuse(rows_of([norm, head_op(m, 64.0)]), [("rmsnorm", "lm_head")], [2])[0].names == ["lm_head"]
 
 
 STACKS = ("cloudmatrix-infer", "xdeepserve", "sglang", "vllm", "sglang-ascend", "vllm-ascend")

@@ -44,6 +44,8 @@ def expected_max_normal(group) -> np.ndarray:
     """E[max of G independent standard normal variates], by quadrature, for each G of an
     array (non-integer G rounds up; G <= 1 gives 0)."""
     g = np.ceil(np.asarray(group, dtype=float))
+    if g.ndim == 0:  # one group size (a one-row prediction's)
+        return np.asarray(_expected_max(int(g)))
     values, inverse = np.unique(g, return_inverse=True)
     table = np.array([_expected_max(int(v)) for v in values])
     return table[inverse].reshape(g.shape)

@@ -11,50 +11,81 @@ so its roofline time max(sum of terms) + one launch is never more than the membe
 summed (max of sums <= sum of maxes; fewer bytes and launches), and an intermediate that
 only the group reads is still counted as written once (a conservative bound). It is named
 after its member with the most FLOPs (the GEMM it is folded into: ``mla_prolog``), else its
-members joined by ``+`` (``residual_add+rmsnorm``)."""
+members joined by ``+`` (``residual_add+rmsnorm``); its kind (engine, dtype, FLOP kind) is
+that member's.
+
+The merge works on a stage's ops before their table is made (cmperf/cost/roofline.py
+``OpRows``): each fused run's values are added into one, the others kept."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import functools
 from functools import lru_cache
 
 import numpy as np
 
 from ..specs.view import KEEP
-from .roofline import Gemm, Op, broadcast, maximum, number
+from .roofline import LISTS, NUMERIC, OpRows
+
+SUMMED = tuple(NUMERIC.index(f) for f in ("flops", "outputs", "vector_ops", "weight_bytes"))
+FLOPS, HBM, IN_B, LAUNCHES = (NUMERIC.index(f) for f in ("flops", "hbm_bytes", "in_B", "launches"))
 
 
-def _total(ops, field):
-    return sum(number(getattr(o, field)) for o in ops)
-
-
-def merge(ops: list[Op]) -> Op:
-    """One kernel doing the work of ``ops`` (adjacent, in dataflow order; none a collective)."""
-    host = max(ops, key=lambda o: float(np.max(np.asarray(o.flops, dtype=float))))
-    if not np.any(np.asarray(host.flops, dtype=float) > 0):
-        host = ops[0]
-    gemms = []
-    for o in ops:
-        if o.gemm is not None:
-            gemms += [o.gemm] if isinstance(o.gemm, Gemm) else list(o.gemm)
-    name = host.name if np.any(np.asarray(host.flops, dtype=float) > 0) else "+".join(o.name for o in ops)
-    saved = sum(number(o.in_B) for o in ops[1:])
-    return replace(host, name=name, flops=_total(ops, "flops"), outputs=_total(ops, "outputs"),
-                   vector_ops=_total(ops, "vector_ops"), hbm_bytes=np.maximum(_total(ops, "hbm_bytes") - saved, 0.0),
-                   weight_bytes=_total(ops, "weight_bytes"),
-                   launches=maximum(*broadcast(*(np.asarray(o.launches, dtype=float) for o in ops))),
-                   gemm=None if not gemms else (gemms[0] if len(gemms) == 1 else tuple(gemms)),
-                   in_B=ops[0].in_B)
-
-
-def fuse(ops: list[Op], groups) -> list[Op]:
-    """``ops`` with every run of adjacent ops whose names are a fusion group (in its order)
-    merged into one; the longest group first where several start at an op."""
+def fuse(rows: OpRows, groups, parts: list[int]) -> tuple[OpRows, list[int]]:
+    """The ops ``rows`` (of stages of ``parts`` ops each, in order) with every run of adjacent
+    ops of one stage whose names are a fusion group (in its order) merged into one kernel, the
+    longest group first where several start at an op; and the kernels each stage is left with."""
     if not groups:
-        return list(ops)
+        return rows, parts
     match = fusion_runs if KEEP["on"] else fusion_runs.__wrapped__
-    runs = match(tuple((o.name, o.tier is None) for o in ops), tuple(tuple(g) for g in groups))
-    return [ops[i] if n == 1 else merge(ops[i:i + n]) for i, n in runs]
+    key, runs, sizes, at = tuple(tuple(g) for g in groups), [], [], 0
+    for n in parts:
+        own = match(tuple(zip(rows.names[at:at + n], (t is None for t in rows.tiers[at:at + n]))), key)
+        runs += [(at + i, k) for i, k in own]
+        sizes.append(len(own))
+        at += n
+    if len(runs) == len(rows):  # nothing fused
+        return rows, parts
+    return merge(rows, runs), sizes
+
+
+def merge(rows: OpRows, runs) -> OpRows:
+    """The kernels ``runs`` ((start, length) of each) make of the ops ``rows`` (adjacent, in
+    dataflow order; none a collective): a fused run's values added one after another, the rest
+    its host's (the member with the most FLOPs)."""
+    values, hosts, names, gemms = [], [], [], []
+    for i, n in runs:
+        if n == 1:
+            values.append(rows.values[i])
+            hosts.append(i)
+            names.append(rows.names[i])
+            gemms.append(rows.gemms[i])
+            continue
+        members = rows.values[i:i + n]
+        peak = [float(np.max(v[FLOPS])) for v in members]
+        j = i + int(np.argmax(peak))
+        host = j if peak[j - i] > 0 else i
+        out = list(rows.values[host])
+        for f in SUMMED:
+            out[f] = _sum(v[f] for v in members)
+        out[HBM] = np.maximum(_sum(v[HBM] for v in members) - _sum(v[IN_B] for v in members[1:]), 0.0)
+        out[LAUNCHES] = functools.reduce(np.maximum, (v[LAUNCHES] for v in members))
+        out[IN_B] = members[0][IN_B]
+        values.append(tuple(out))
+        hosts.append(host)
+        names.append(rows.names[host] if peak[host - i] > 0 else "+".join(rows.names[i:i + n]))
+        run = [g for k in range(i, i + n) if rows.gemms[k] is not None for g in rows.gemms[k]]
+        gemms.append(tuple(run) if run else None)
+    return OpRows(names, *([getattr(rows, f)[h] for h in hosts] for f in LISTS[1:-1]), gemms, values)
+
+
+def _sum(values):
+    """The values added one after another (as Python's ``sum`` does, without its 0 + first)."""
+    it = iter(values)
+    out = next(it)
+    for v in it:
+        out = out + v
+    return out
 
 
 @lru_cache(maxsize=4096)

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from ..specs.dtypes import DTYPE_BYTES
-from ..specs.view import KEEP, remember
+from ..specs.view import remember
 
 BOUNDS = ("compute", "vector", "memory", "network", "latency")
 
@@ -178,21 +178,8 @@ def tiling(g: Gemm, units, tile_rows, tile_cols=None) -> Tiling:
     the fullest last wave, then is the largest; TMA multicast of A over two units when the
     GEMM's rows (all groups of a contiguous layout) reach 1,024, N splits into an even number
     of tiles and the layout is not masked with several groups."""
-    shape = [np.asarray(x, dtype=float) for x in (g.m, g.n, g.groups, g.masked, units)]
-    key = one_point(*shape, tile_rows, tile_cols) if KEEP["on"] else None  # one GEMM shape: tiled once per process
-    if key is not None:
-        hit = _TILINGS.get(key)
-        if hit is not None:
-            return hit
-    out = _tiling(*shape, tile_rows, tile_cols)
-    if key is not None:
-        if len(_TILINGS) >= 65536:
-            _TILINGS.clear()
-        _TILINGS[key] = out
-    return out
-
-
-_TILINGS: dict[tuple, Tiling] = {}  # (shapes, values of m, n, groups, masked, units, tile) -> its tiling (read-only)
+    m, n, groups, masked, units = (np.asarray(x, dtype=float) for x in (g.m, g.n, g.groups, g.masked, units))
+    return _tiling(m, n, groups, masked, units, tile_rows, tile_cols)
 
 
 def _tiling(m, n, groups, masked, units, tile_rows, tile_cols) -> Tiling:
@@ -226,14 +213,182 @@ def waves(tiles, units) -> np.ndarray:
     return np.ceil(tiles / units)
 
 
+# --------------------------------------------------------------------------- a stage's ops as one table
+# The ops a stage runs are timed together (docs/model.md §3, "a stage's operators in one
+# evaluation"): their numbers are stacked into arrays whose first axis is the op and whose
+# other axes are the grid's rows, and every term below is one numpy evaluation over that
+# table. A one-row prediction then pays numpy's dispatch once per term and stage, not once per
+# term and op; a search's rows ride along on the axes after the first. The same formulas time
+# one op (``op_time``: a table of one).
+
+NUMERIC = ("flops", "outputs", "hbm_bytes", "weight_bytes", "vector_ops", "tile_efficiency", "launches", "in_B",
+           "net_bytes", "net_messages", "sync_group", "sm_work_s", "comm_units")
+GEMM_FIELDS = ("m", "n", "k", "groups", "masked", "in_B", "out_B", "w_B")
+
+
+def stack(values) -> np.ndarray:
+    """``values`` (numbers or arrays) as one array with a first axis over them: the arrays
+    broadcast together (numbers alone: a 1-d array, made in one call)."""
+    try:
+        return np.array(values, dtype=float)
+    except ValueError:  # numbers and arrays mixed: each put in its row of the common shape
+        shape = np.broadcast_shapes(*(np.shape(v) for v in values))
+        out = np.empty((len(values),) + shape)
+        for i, v in enumerate(values):
+            out[i] = v
+        return out
+
+
+def per_op(a: np.ndarray, ndim: int) -> np.ndarray:
+    """A stacked array (ops first) with axes of length 1 after the first, so that it has
+    ``ndim`` axes in all and broadcasts against the grid's rows from the right."""
+    if a.ndim == ndim:
+        return a
+    return a.reshape(a.shape[:1] + (1,) * (ndim - a.ndim) + a.shape[1:])
+
+
+def total(arrays) -> np.ndarray:
+    """The sum over ops of stacked arrays (a list of them, ops first), added one op after
+    another (as Python's ``sum`` of the ops would: the same rounding)."""
+    if not arrays:
+        return np.asarray(0.0)
+    if arrays[0][0].size <= 64 and (len(arrays) == 1 or max(a[0].size for a in arrays) <= 64):  # a few rows: one call
+        a = arrays[0] if len(arrays) == 1 else np.concatenate(_common(arrays))
+        return a[0] if len(a) == 1 else np.add.accumulate(a, axis=0)[-1]
+    rows = [row for a in arrays for row in a]  # many: row by row (no copy, no array of partial sums)
+    if len(rows) == 1:
+        return rows[0]
+    out = rows[0] + rows[1]
+    for row in rows[2:]:
+        if row.shape == out.shape:
+            out += row
+        else:
+            out = out + row
+    return out
+
+
+def _common(arrays) -> list[np.ndarray]:
+    """Stacked arrays (ops first) of one shape after their first axis, for a concatenation."""
+    shapes = {a.shape[1:] for a in arrays}
+    if len(shapes) == 1:
+        return list(arrays)
+    ndim = max(a.ndim for a in arrays)
+    arrays = [per_op(a, ndim) for a in arrays]
+    shape = np.broadcast_shapes(*(a.shape[1:] for a in arrays))
+    return [np.broadcast_to(a, a.shape[:1] + shape) for a in arrays]
+
+
+@dataclass
+class OpKinds:
+    """The kind of each op of one stage, one list per attribute (``gemms``: each op's tuple of
+    GEMMs, or None)."""
+
+    names: list
+    engines: list
+    dtypes: list
+    flop_kinds: list
+    tiers: list
+    tier_bytes: list
+    collectives: list
+    chained: list
+    gemms: list
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+@dataclass
+class OpColumns(OpKinds):
+    """The ops of one stage as a table: ``num`` maps each of :data:`NUMERIC` to its values
+    stacked (one row per op; a sync group of None is 1, a comm_units of None is 0), views of
+    one array ``block`` (ops x fields) when every value is a number or all are of one shape."""
+
+    num: dict = None
+    block: Any = None
+
+    @property
+    def kinds(self) -> tuple:
+        """What the chip's constants of each op depend on (its kind: :func:`stage_constants`)."""
+        return (tuple(self.dtypes), tuple(self.flop_kinds), tuple(self.engines), tuple(self.tiers),
+                tuple(self.collectives), tuple(None if b is None else tuple(b) for b in self.tier_bytes),
+                tuple(0 if g is None else len(g) for g in self.gemms), tuple(self.chained))
+
+
+@dataclass
+class OpRows(OpKinds):
+    """The ops of one stage before they are stacked: per op, its :data:`NUMERIC` values (a
+    sync group of None is 1, a comm_units of None is 0), so that fused kernels are merged
+    (cmperf/cost/fusion.py) on the values themselves, before the table is made."""
+
+    values: list = None
+
+
+def rows_of(ops: list[Op]) -> OpRows:
+    """``ops`` as :class:`OpRows`."""
+    values = [(o.flops, o.outputs, o.hbm_bytes, o.weight_bytes, o.vector_ops, o.tile_efficiency, o.launches, o.in_B,
+               o.net_bytes, o.net_messages, 1.0 if o.sync_group is None else o.sync_group, o.sm_work_s,
+               0.0 if o.comm_units is None else o.comm_units) for o in ops]
+    gemms = [None if o.gemm is None else (o.gemm,) if isinstance(o.gemm, Gemm) else tuple(o.gemm) for o in ops]
+    return OpRows([o.name for o in ops], [o.engine for o in ops], [o.dtype for o in ops], [o.flop_kind for o in ops],
+                  [o.tier for o in ops], [o.tier_bytes for o in ops], [o.collective for o in ops],
+                  [o.chained for o in ops], gemms, values)
+
+
+def columns(ops) -> OpColumns:
+    """``ops`` (a list of :class:`Op`, or :class:`OpRows`) as a table (:class:`OpColumns`)."""
+    rows = ops if isinstance(ops, OpRows) else rows_of(ops)
+    lists = [getattr(rows, f) for f in LISTS]
+    try:
+        block = np.array(rows.values, dtype=float)  # every value a number (a one-row prediction), or all of one shape
+    except ValueError:
+        return OpColumns(*lists, {f: stack([v[i] for v in rows.values]) for i, f in enumerate(NUMERIC)})
+    return OpColumns(*lists, fields_of(block), block)
+
+
+LISTS = ("names", "engines", "dtypes", "flop_kinds", "tiers", "tier_bytes", "collectives", "chained", "gemms")
+
+
+def fields_of(block: np.ndarray) -> dict:
+    """The fields of a table's ``block`` (ops x fields [x rows]), as views."""
+    return {f: block[:, i] for i, f in enumerate(NUMERIC)}
+
+
 @dataclass
 class OpTime:
-    """Time of one op on its stream. ``*_s`` are the stream's times; ``pool_*_s`` the same
-    work at the whole die's rate, which the pipeline sums per shared resource. Never changed
-    once made: its busy, total and load times are computed on first use and kept."""
+    """Time of one op on its stream (a row of :class:`OpTimes`: its terms, and the busy,
+    total and load times the table derived)."""
 
     name: str
     engine: str
+    compute_s: Any
+    vector_s: Any
+    memory_s: Any
+    network_s: Any
+    latency_s: Any
+    pool_compute_s: Any
+    pool_vector_s: Any
+    activation_memory_s: Any
+    flops: Any
+    hbm_bytes: Any
+    net_bytes: Any
+    weight_bytes: Any
+    stream_s: Any
+    launches: Any
+    busy_s: Any
+    time_s: Any
+    load_s: Any
+    bound: Any
+
+
+@dataclass
+class OpTimes:
+    """Times of a stage's ops on their stream, one row per op (the grid's rows after it).
+    ``*_s`` are the stream's times; ``pool_*_s`` the same work at the whole die's rate, which
+    the pipeline sums per shared resource. Never changed once made: the busy, total and load
+    times are computed on first use and kept."""
+
+    names: tuple
+    engines: tuple
     compute_s: np.ndarray
     vector_s: np.ndarray
     memory_s: np.ndarray
@@ -246,25 +401,40 @@ class OpTime:
     hbm_bytes: np.ndarray
     net_bytes: np.ndarray
     weight_bytes: np.ndarray
+    stream_s: np.ndarray  # a tiled GEMM's operand streaming into its units (0: not tiled)
+    launches: np.ndarray  # kernel launches of one call (the host's count, cmperf/cost/host.py)
+    chained: np.ndarray  # per op: cube and vector phases alternate (see Op.chained)
+    tiled: np.ndarray  # per op: timed tile by tile (its GEMMs' p-norm applies)
+    overlap_p: Any = None  # p of a tiled GEMM's p-norm of compute, memory and stream (None: max)
 
-    chained: bool = False  # cube and vector phases alternate (see Op.chained)
-    stream_s: Any = 0.0  # a tiled GEMM's operand streaming into its units (0: not tiled)
-    overlap_p: Any = None  # p of the GEMM's p-norm of compute, memory and stream (None: max)
+    def __len__(self) -> int:
+        return len(self.names)
 
     def _matmul(self, memory) -> np.ndarray:
-        """The GEMM's compute, memory and operand-stream terms combined: their p-norm, or the max."""
-        if self.overlap_p is None:
-            return maximum(*broadcast(self.compute_s, memory, self.stream_s))
+        """The GEMM's compute, memory and operand-stream terms combined: their p-norm for a
+        tiled op, else (and without p) the max."""
+        top = np.maximum(np.maximum(self.compute_s, memory), self.stream_s)
+        rows = _rows(self.tiled)
+        if self.overlap_p is None or not len(rows):
+            return top
         p = np.asarray(self.overlap_p, dtype=float)
-        return (self.compute_s ** p + memory ** p + np.asarray(self.stream_s, dtype=float) ** p) ** (1 / p)
+        top[rows] = (self.compute_s[rows] ** p + memory[rows] ** p + self.stream_s[rows] ** p) ** (1 / p)
+        return top
+
+    def _engines(self, memory) -> np.ndarray:
+        """The slowest engine (roofline), or for a chained kernel its cube and vector phases
+        one after the other."""
+        out = np.maximum(np.maximum(self._matmul(memory), self.vector_s), self.network_s)
+        rows = _rows(self.chained)
+        if len(rows):
+            out[rows] = np.maximum(np.maximum(self.compute_s[rows] + self.vector_s[rows], memory[rows]),
+                                   self.network_s[rows])
+        return out
 
     @cached_property
     def busy_s(self) -> np.ndarray:
-        """Time the op's engines are busy: the slowest of them (roofline), or for a chained
-        kernel its cube and vector phases one after the other."""
-        if self.chained:
-            return maximum(self.compute_s + self.vector_s, self.memory_s, self.network_s)
-        return maximum(self._matmul(self.memory_s), self.vector_s, self.network_s)
+        """Time the op's engines are busy."""
+        return self._engines(self.memory_s)
 
     @cached_property
     def time_s(self) -> np.ndarray:
@@ -274,18 +444,70 @@ class OpTime:
     def load_s(self) -> np.ndarray:
         """The busy time of the work that grows with the die's tokens: everything but the
         weights read and the latency (the part whose spread across dies makes a barrier wait)."""
-        if self.chained:
-            return maximum(self.compute_s + self.vector_s, self.activation_memory_s, self.network_s)
-        return maximum(self._matmul(self.activation_memory_s), self.vector_s, self.network_s)
+        return self._engines(self.activation_memory_s)
+
+    @cached_property
+    def total_time_s(self) -> np.ndarray:
+        """The stage's ops one after the other."""
+        return total([self.time_s])
 
     def bound(self) -> np.ndarray:
-        """Which term dominates: compute, vector, memory, network or latency (launch + rounds);
-        ``compute+vector`` for a chained kernel whose cube and vector phases, added, do."""
-        first = self.compute_s + self.vector_s if self.chained else self.compute_s
+        """Per op, which term dominates: compute, vector, memory, network or latency (launch +
+        rounds); ``compute+vector`` for a chained kernel whose cube and vector phases, added, do."""
+        first = np.where(self.chained, self.compute_s + self.vector_s, self.compute_s)
         memory = np.maximum(self.memory_s, self.stream_s)  # a tiled GEMM's operand stream is memory traffic
-        stack = np.stack(broadcast(first, self.vector_s, memory, self.network_s, self.latency_s))
-        names = ("compute+vector" if self.chained else "compute",) + BOUNDS[1:]
-        return np.asarray(names, dtype=object)[np.argmax(stack, axis=0)]
+        pick = np.argmax(np.stack(broadcast(first, self.vector_s, memory, self.network_s, self.latency_s)), axis=0)
+        names = np.asarray(BOUNDS, dtype=object)[pick]
+        return np.where(self.chained & (pick == 0), "compute+vector", names)
+
+    def op(self, i: int) -> OpTime:
+        """Op ``i``'s row."""
+        bound = self.bound()
+        return OpTime(self.names[i], self.engines[i], *(getattr(self, f)[i] for f in ROW_FIELDS), bound[i])
+
+    def ops(self) -> list[OpTime]:
+        return [self.op(i) for i in range(len(self))]
+
+    def split(self) -> list["OpTimes"]:
+        """A table of one op for each op."""
+        return self.parts([1] * len(self))
+
+    def parts(self, sizes: list[int]) -> list["OpTimes"]:
+        """The table cut into consecutive tables of ``sizes`` ops."""
+        arrays = [getattr(self, f) for f in TABLE_FIELDS]
+        out, at = [], 0
+        for n in sizes:
+            out.append(OpTimes(self.names[at:at + n], self.engines[at:at + n], *(a[at:at + n] for a in arrays),
+                               overlap_p=self.overlap_p))
+            at += n
+        return out
+
+    @classmethod
+    def idle(cls, name: str, engine: str, latency_s) -> "OpTimes":
+        """One op that holds no engine, only a wait (``latency_s``): a host term, a pool's
+        view of the other pool's stage."""
+        t = np.asarray(latency_s, dtype=float)[None]
+        z = np.zeros_like(t)
+        f = np.zeros((1,) + (1,) * (t.ndim - 1), dtype=bool)
+        return cls((name,), (engine,), z, z, z, z, t, z, z, z, z, z, z, z, z, z, f, f)
+
+
+def _rows(flags: np.ndarray) -> np.ndarray:
+    """The ops (rows) whose per-op flag is set."""
+    return np.flatnonzero(flags.reshape(len(flags), -1)[:, 0]) if flags.any() else np.empty(0, dtype=int)
+
+
+TABLE_FIELDS = ("compute_s", "vector_s", "memory_s", "network_s", "latency_s", "pool_compute_s", "pool_vector_s",
+                "activation_memory_s", "flops", "hbm_bytes", "net_bytes", "weight_bytes", "stream_s", "launches",
+                "chained", "tiled")
+ROW_FIELDS = ("compute_s", "vector_s", "memory_s", "network_s", "latency_s", "pool_compute_s", "pool_vector_s",
+              "activation_memory_s", "flops", "hbm_bytes", "net_bytes", "weight_bytes", "stream_s", "launches",
+              "busy_s", "time_s", "load_s")
+
+
+def sum_ops(tables, field: str = "time_s") -> np.ndarray:
+    """``field`` summed over every op of ``tables`` (stages' tables), one op after another."""
+    return total([getattr(t, field) for t in tables])
 
 
 def tier_bandwidth_Bps(hw, tier: str):
@@ -323,14 +545,14 @@ def sync_round_s(hw, tier: str):
     return 2.0 * hw.system.tiers[tier].latency_s
 
 
-def launch_s(hw, op: Op):
-    """Fixed cost of one launch of ``op``'s kernel: the chip's ``kernel_launch_s`` (what a GEMM
-    kernel pays: the small-GEMM rows measure it), times ``vector_launch_ratio`` for a local
-    elementwise kernel (no GEMM prologue and epilogue, no tensor-map set-up: MSM charges a
-    vector op 2 us against a matrix op's 5 us; docs/model.md §2.9)."""
+def launch_s(hw, engine: str, local: bool):
+    """Fixed cost of one launch of a kernel on ``engine`` (``local``: on no network tier): the
+    chip's ``kernel_launch_s`` (what a GEMM kernel pays: the small-GEMM rows measure it), times
+    ``vector_launch_ratio`` for a local elementwise kernel (no GEMM prologue and epilogue, no
+    tensor-map set-up: MSM charges a vector op 2 us against a matrix op's 5 us; docs/model.md §2.9)."""
     lat = hw.chip.latency
     ratio = getattr(lat, "vector_launch_ratio", None) if "vector_launch_ratio" in lat.keys() else None
-    if op.engine == "vector" and op.tier is None and ratio is not None:
+    if engine == "vector" and local and ratio is not None:
         return lat.kernel_launch_s * ratio
     return lat.kernel_launch_s
 
@@ -392,15 +614,51 @@ def gemm_terms(gemms, hw, dtype: str, cube_share=1.0) -> tuple[np.ndarray, np.nd
     other) on one die (docs/model.md §3): the compute of their waves on the stream's share
     of the matrix units, the same on the whole die (the pool the pipeline sums), and the
     operand stream into the units (0 when the chip has no rate)."""
-    if not isinstance(gemms, Gemm):
-        parts = [gemm_terms(g, hw, dtype, cube_share) for g in gemms]
-        return tuple(sum(p[i] for p in parts) for i in range(3))
-    key = one_point(gemms.m, gemms.n, gemms.k, gemms.groups, gemms.masked, gemms.in_B, gemms.out_B, gemms.w_B, cube_share)
-    if key is None:
-        return _gemm_terms(gemms, hw, dtype, cube_share)
-    # one GEMM shape (a one-row prediction's) is timed once per view of the chip (the arrays
-    # are never written into)
-    return remember(hw.chip, ("gemm_terms", key, dtype), lambda: _gemm_terms(gemms, hw, dtype, cube_share))
+    gemms = [gemms] if isinstance(gemms, Gemm) else list(gemms)
+    terms = _gemm_table(gemms, stack([_unit_rate(hw, dtype)] * len(gemms)), cube_share, hw, ndim=1 + _rows_ndim(hw))
+    return tuple(total([t]) for t in terms)
+
+
+def _gemm_table(gemms: list[Gemm], unit_rate, cube_share, hw, by_op: bool = False, ndim: int = 1) -> tuple:
+    """:func:`gemm_terms` of each of ``gemms`` (``unit_rate``: the achievable rate of each one's
+    dtype on the die, stacked) on a stream that owns ``cube_share`` of the matrix units (with
+    ``by_op``, stacked: each GEMM's), stacked: one row per GEMM."""
+    eff = hw.chip.efficiency
+    units = np.asarray(hw.chip.die.matrix_units, dtype=float)
+    rows = [(g.m, g.n, g.k, g.groups, g.masked, g.in_B, g.out_B, g.in_B if g.w_B is None else g.w_B) for g in gemms]
+    try:
+        a = np.array(rows, dtype=float)
+        fields = a.swapaxes(0, 1)
+    except ValueError:
+        fields = [stack([r[i] for r in rows]) for i in range(8)]
+    ndim = max(max(f.ndim for f in fields), (0 if by_op else 1) + np.ndim(cube_share), np.ndim(unit_rate), ndim)
+    m, n, k, groups, masked, in_B, out_B, w_B = (per_op(f, ndim) for f in fields)
+    per_unit = per_op(unit_rate, ndim) / units
+    share = per_op(cube_share, ndim) if by_op else cube_share
+    k0 = eff.matmul_k_overhead if eff.matmul_k_overhead is not None else 0.0
+    own = np.maximum(stream_units(units, share), 1.0)
+
+    def compute(t, n_waves):
+        return n_waves * 2 * t.block_m * t.block_n * (k + k0) / per_unit
+
+    t = _tiling(m, n, groups, masked, own, eff.matmul_tile_rows, eff.matmul_tile_cols)
+    stream_compute = compute(t, t.waves)
+    if np.all(own == units):  # every stream owns every unit
+        pool = stream_compute
+    elif eff.matmul_tile_cols is not None:  # a fixed tile: the whole die runs the same tiles, in fewer waves
+        pool = compute(t, waves(t.tiles, units))
+    else:
+        pool_t = _tiling(m, n, groups, masked, units, eff.matmul_tile_rows, eff.matmul_tile_cols)
+        pool = compute(pool_t, pool_t.waves)
+    if eff.matmul_stream_Bps is None:
+        return stream_compute, pool, np.zeros_like(pool)
+    tile_B = t.block_m * k / t.multicast * in_B + t.block_n * k * w_B + t.block_m * t.block_n * out_B
+    return stream_compute, pool, t.waves * tile_B / eff.matmul_stream_Bps
+
+
+def _unit_rate(hw, dtype: str):
+    """The achievable GEMM rate of a die in ``dtype``: peak x its GEMM efficiency."""
+    return getattr(hw.chip.die.peak_flops_per_s, dtype) * matmul_dtype(hw, dtype)[0]
 
 
 def one_point(*values) -> tuple | None:
@@ -418,81 +676,199 @@ def one_point(*values) -> tuple | None:
     return tuple(out)
 
 
-def _gemm_terms(g: Gemm, hw, dtype: str, cube_share) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`gemm_terms` of one GEMM."""
+@dataclass
+class StageConstants:
+    """What the chip and system make of the kinds of a stage's ops (:meth:`OpColumns.kinds`),
+    stacked one row per op: derived once per view of the specs and sequence of kinds."""
+
+    rate: Any  # peak x the kind's efficiency (the untiled ops' compute)
+    k0: Any  # reduction steps each output pays (matmul_k_overhead; 0 for attention)
+    launch: Any  # one launch: the kernel's, plus its dtype's extra fixed cost for a cube kernel
+    flags: np.ndarray  # (2, ops): chained (cube and vector phases alternate), tiled
+    tiled: list  # the ops timed tile by tile
+    untiled: list  # the others
+    unit_rate: Any  # per GEMM of the tiled ops: its dtype's achievable rate on the die
+    net: list  # the ops on a network tier
+    owner: list  # per link (op, tier) of those: its op's position in ``net``
+    bandwidth: Any  # per link: the tier's bandwidth per die
+    round_s: Any  # per op of ``net``: one synchronisation round on its tier
+    floor_s: Any  # per op of ``net``: a collective's per-call floor (0: none)
+    collective: Any  # per op of ``net``: a collective
+    ndim: int = 1  # axes of a stacked table on this chip: 1 + the grid's rows' in a swept number (0: none)
+
+
+def _rows_ndim(hw) -> int:
+    """Axes of the grid's rows in the chip's and system's numbers the roofline reads directly
+    (0 unless one of them is swept: then an array over the rows)."""
+    die, eff = hw.chip.die, hw.chip.efficiency
+    values = (hbm_rate_Bps(hw), die.vector_ops_per_s, die.matrix_units, hw.system.collectives.message_issue_s,
+              eff.matmul_k_overhead, eff.matmul_stream_Bps)
+    return max(np.ndim(v) for v in values if v is not None)
+
+
+def stage_constants(hw, kinds: tuple) -> StageConstants:
+    """:class:`StageConstants` of ``kinds`` (:meth:`OpColumns.kinds`) on ``hw``."""
+    dtypes, flop_kinds, engines, tiers, collectives, tier_keys, n_gemms, chained = kinds
     eff = hw.chip.efficiency
-    units = np.asarray(hw.chip.die.matrix_units, dtype=float)
-    rate, _ = matmul_dtype(hw, dtype)
-    per_unit = getattr(hw.chip.die.peak_flops_per_s, dtype) * rate / units
-    k0 = eff.matmul_k_overhead if eff.matmul_k_overhead is not None else 0.0
-    k = np.asarray(g.k, dtype=float)
-    own = np.maximum(stream_units(units, cube_share), 1.0)
+    rate, k0, launch = [], [], []
+    for dtype, kind, engine, tier in zip(dtypes, flop_kinds, engines, tiers):
+        peak = getattr(hw.chip.die.peak_flops_per_s, dtype)
+        matmul_rate, fixed = matmul_dtype(hw, dtype) if kind == "matmul" else (None, 0.0)
+        rate.append(peak * (eff.attention_compute if kind == "attention" else matmul_rate))
+        k0.append(eff.matmul_k_overhead if kind == "matmul" and eff.matmul_k_overhead is not None else 0.0)
+        launch.append(launch_s(hw, engine, tier is None) + (fixed if engine == "cube" else 0.0))
+    tiled = [i for i, n in enumerate(n_gemms) if n]
+    flags = np.zeros((2, len(dtypes)), dtype=bool)
+    flags[0] = np.array(chained, dtype=bool) & (eff.attention_phases == "chained")
+    flags[1, tiled] = True
+    unit_rate = stack([_unit_rate(hw, dtypes[i]) for i in tiled for _ in range(n_gemms[i])]) if tiled else None
+    net = [i for i, t in enumerate(tiers) if t is not None]
+    owner, bandwidth = [], []
+    for j, i in enumerate(net):
+        for t in tier_keys[i] if tier_keys[i] is not None else (tiers[i],):
+            owner.append(j)
+            bandwidth.append(tier_bandwidth_Bps(hw, t))
+    floors = [call_floor_s(hw, collectives[i], tiers[i]) if collectives[i] is not None else 0.0 for i in net]
+    untiled = [i for i, n in enumerate(n_gemms) if not n]
+    rounds = [sync_round_s(hw, tiers[i]) for i in net]
+    out = StageConstants(stack(rate), stack(k0), stack(launch), flags, tiled, untiled, unit_rate, net, owner,
+                         stack(bandwidth) if net else None, stack(rounds) if net else None,
+                         stack(floors) if net else None, np.array([collectives[i] is not None for i in net]))
+    swept = (out.rate, out.k0, out.launch, out.unit_rate, out.bandwidth, out.round_s, out.floor_s)
+    out.ndim = max(1 + _rows_ndim(hw), *(np.ndim(a) for a in swept if a is not None))
+    return out
 
-    def compute(t, n_waves):
-        return n_waves * 2 * t.block_m * t.block_n * (k + k0) / per_unit
 
-    t = tiling(g, own, eff.matmul_tile_rows, eff.matmul_tile_cols)
-    stream_compute = compute(t, t.waves)
-    if own.shape == units.shape and np.all(own == units):  # the stream owns every unit
-        pool = stream_compute
-    elif eff.matmul_tile_cols is not None:  # a fixed tile: the whole die runs the same tiles, in fewer waves
-        pool = compute(t, waves(t.tiles, units))
+def op_times(c: OpColumns, hw, cube_share=1.0, vector_share=1.0, by_op: bool = False) -> OpTimes:
+    """Roofline times (module docstring) of the ops of table ``c`` on one die whose stream owns
+    ``cube_share`` of the cube cores and ``vector_share`` of the vector cores (1, 1 when it
+    runs alone; numbers or arrays over the grid's rows; ``by_op``: a list of each op's), all
+    ops in one evaluation."""
+    die, eff = hw.chip.die, hw.chip.efficiency
+    kinds = c.kinds
+    k = remember(hw, ("stage", kinds), lambda: stage_constants(hw, kinds))
+    x = c.num
+    if by_op:
+        cube_share, vector_share = stack(cube_share), stack(vector_share)
+    lead = 0 if by_op else 1  # the shares' axes before the grid's rows
+    ndim = max(c.block.ndim - 1 if c.block is not None else max(a.ndim for a in x.values()), k.ndim,
+               lead + np.ndim(cube_share), lead + np.ndim(vector_share))
+    if ndim > 1:
+        x = {f: per_op(a, ndim) for f, a in x.items()}
+    if by_op:
+        cube_share, vector_share = per_op(cube_share, ndim), per_op(vector_share, ndim)
+    hbm = hbm_rate_Bps(hw)
+    memory = x["hbm_bytes"] / hbm
+    activation_memory = (x["hbm_bytes"] - x["weight_bytes"]) / hbm
+    pool_vector = x["vector_ops"] / die.vector_ops_per_s
+    latency = x["launches"] * per_op(k.launch, ndim)
+    n, tiled, untiled = len(c), k.tiled, k.untiled
+    if untiled:
+        u = untiled if tiled else slice(None)
+        pool_compute = ratio(x["flops"][u] + per_op(k.k0, ndim)[u] * x["outputs"][u],
+                             per_op(k.rate, ndim)[u] * x["tile_efficiency"][u])
+        compute = pool_compute / (cube_share[u] if by_op else cube_share)
+    stream = 0.0
+    if tiled:  # timed tile by tile
+        terms = _op_gemms(c, k, hw, cube_share, ndim, by_op)
+        if not untiled:
+            compute, pool_compute, stream = terms
+        else:
+            compute, pool_compute = (_join(n, (tiled, t), (untiled, z)) for t, z in zip(terms, (compute, pool_compute)))
+            stream = _scatter(terms[2], tiled, n)
+    network, net_bytes = 0.0, x["net_bytes"]
+    if k.net:
+        network, latency, net_bytes = _network(c, x, k, hw, latency, ndim)
+    vector = pool_vector / vector_share
+    arrays = broadcast(compute, vector, memory, network, latency, pool_compute, pool_vector, activation_memory,
+                       stream)
+    flags = k.flags.reshape(k.flags.shape + (1,) * (ndim - 1))
+    return OpTimes(tuple(c.names), tuple(c.engines), *arrays[:8],
+                   flops=x["flops"], hbm_bytes=x["hbm_bytes"], net_bytes=net_bytes, weight_bytes=x["weight_bytes"],
+                   stream_s=arrays[8], launches=x["launches"], chained=flags[0], tiled=flags[1],
+                   overlap_p=eff.matmul_overlap_exponent if tiled else None)
+
+
+def _join(n: int, *parts) -> np.ndarray:
+    """``n`` stacked rows from ``parts`` ((rows, their values stacked) each)."""
+    shape = np.broadcast_shapes(*(a.shape[1:] for _, a in parts))
+    out = np.empty((n,) + shape)
+    for rows, a in parts:
+        out[rows] = a
+    return out
+
+
+def _scatter(a: np.ndarray, rows: list[int], n: int) -> np.ndarray:
+    """Stacked ``a`` (one row per op of ``rows``) as ``n`` rows, zero elsewhere."""
+    out = np.zeros((n,) + a.shape[1:])
+    out[rows] = a
+    return out
+
+
+def _op_gemms(c: OpColumns, k: StageConstants, hw, cube_share, ndim: int, by_op: bool) -> tuple:
+    """(compute, pool compute, stream) of the tiled ops of ``c``, one row each: their GEMMs
+    timed in one table (:func:`_gemm_table`), each op's one after the other."""
+    gemms = [g for i in k.tiled for g in c.gemms[i]]
+    if by_op:  # each op's share: each GEMM its op's
+        cube_share = cube_share[[i for i in k.tiled for _ in c.gemms[i]]]
+    terms = [per_op(t, ndim) for t in _gemm_table(gemms, k.unit_rate, cube_share, hw, by_op, ndim)]
+    if len(gemms) == len(k.tiled):  # one GEMM each
+        return terms
+    out, at = [], 0
+    for i in k.tiled:
+        n = len(c.gemms[i])
+        out.append([t[at] if n == 1 else total([t[at:at + n]]) for t in terms])
+        at += n
+    return tuple(stack([o[j] for o in out]) if ndim == 1 else np.stack(broadcast(*(o[j] for o in out)))
+                 for j in range(3))
+
+
+def _network(c: OpColumns, x: dict, k: StageConstants, hw, latency, ndim: int) -> tuple:
+    """(network time, latency, network bytes) of every op of ``c``, the ops on a tier given
+    their network terms and barrier rounds (module docstring)."""
+    net = k.net
+    messages, work, units, group, launches = (x[f][net] for f in ("net_messages", "sm_work_s", "comm_units",
+                                                                  "sync_group", "launches"))
+    engine = messages * hw.system.collectives.message_issue_s
+    sms = ratio(work, units)  # its own SMs' work (0 where it runs on none)
+    if len(k.owner) == len(net) and all(c.tier_bytes[i] is None for i in net):
+        b = x["net_bytes"][net]  # each op's bytes, on its one tier
     else:
-        pool_t = tiling(g, units, eff.matmul_tile_rows, eff.matmul_tile_cols)
-        pool = compute(pool_t, pool_t.waves)
-    if eff.matmul_stream_Bps is None:
-        return stream_compute, pool, np.zeros_like(pool)
-    w_B = g.in_B if g.w_B is None else g.w_B
-    tile_B = t.block_m * k / t.multicast * np.asarray(g.in_B, dtype=float) + t.block_n * k * np.asarray(w_B, dtype=float) \
-        + t.block_m * t.block_n * np.asarray(g.out_B, dtype=float)
-    return stream_compute, pool, t.waves * tile_B / eff.matmul_stream_Bps
+        b = per_op(stack([v for i in net for v in (c.tier_bytes[i] or {None: x["net_bytes"][i]}).values()]), ndim)
+    link = b / per_op(k.bandwidth, ndim)
+    if len(k.owner) == len(net):  # one tier each
+        top, sent = link, b
+    else:
+        top, sent = _per_owner(link, k.owner, len(net), np.maximum), _per_owner(b, k.owner, len(net), None)
+    network = np.maximum(np.maximum(engine, sms), top)
+    lat = latency[net] + sync_rounds(group) * per_op(k.round_s, ndim)
+    if k.collective.any():  # a collective is never faster per call than measured
+        floor = np.where(group > 1, per_op(k.floor_s, ndim), 0.0)
+        lat = np.where(per_op(k.collective, ndim), np.maximum(lat, launches * floor), lat)
+    return _scatter(network, net, len(c)), _put(latency, net, lat), _put(x["net_bytes"], net, sent)
+
+
+def _per_owner(a: np.ndarray, owner: list[int], n: int, reduce) -> np.ndarray:
+    """Rows of ``a`` combined per owner (``owner[i]``: the row's, in order): the largest
+    (``reduce`` np.maximum) or the sum, one after another."""
+    groups = [[i for i, o in enumerate(owner) if o == j] for j in range(n)]
+    rows = [a[g[0]] if len(g) == 1 else (reduce.reduce(a[g], axis=0) if reduce is not None else total([a[g]]))
+            for g in groups]
+    return np.stack(rows)
+
+
+def _put(a: np.ndarray, rows: list[int], values: np.ndarray) -> np.ndarray:
+    """A copy of stacked ``a`` with ``values`` in ``rows``."""
+    shape = a.shape[1:] if a.shape[1:] == values.shape[1:] else np.broadcast_shapes(a.shape[1:], values.shape[1:])
+    out = np.array(np.broadcast_to(a, a.shape[:1] + shape)) if shape != a.shape[1:] else a.copy()
+    out[rows] = values
+    return out
 
 
 def op_time(op: Op, hw, cube_share=1.0, vector_share=1.0) -> OpTime:
     """Roofline time of ``op`` on one die whose stream owns ``cube_share`` of the cube
     cores and ``vector_share`` of the vector cores (1, 1 when it runs alone)."""
-    die, eff, coll = hw.chip.die, hw.chip.efficiency, hw.system.collectives
-    peak = getattr(die.peak_flops_per_s, op.dtype)
-    matmul_rate, fixed = matmul_dtype(hw, op.dtype) if op.flop_kind == "matmul" else (None, 0.0)
-    kind_eff = eff.attention_compute if op.flop_kind == "attention" else matmul_rate
-    flops = number(op.flops)
-    # each output tile pays a prologue/epilogue worth `matmul_k_overhead` reduction steps
-    k0 = eff.matmul_k_overhead if op.flop_kind == "matmul" and eff.matmul_k_overhead is not None else 0.0
-    memory = number(op.hbm_bytes) / hbm_rate_Bps(hw)
-    activation_memory = (number(op.hbm_bytes) - number(op.weight_bytes)) / hbm_rate_Bps(hw)
-    pool_vector = number(op.vector_ops) / die.vector_ops_per_s
-    latency = number(op.launches) * (launch_s(hw, op) + (fixed if op.engine == "cube" else 0.0))
-    stream, overlap_p = 0.0, None
-    if op.gemm is not None:  # timed tile by tile
-        compute, pool_compute, stream = gemm_terms(op.gemm, hw, op.dtype, cube_share)
-        overlap_p = eff.matmul_overlap_exponent
-    else:
-        work = flops + k0 * number(op.outputs)
-        pool_compute = ratio(work, peak * kind_eff * number(op.tile_efficiency))
-        compute = pool_compute / cube_share
-    net_bytes = number(op.net_bytes)
-    if op.tier is not None:
-        engine = number(op.net_messages) * coll.message_issue_s
-        per_tier = op.tier_bytes if op.tier_bytes is not None else {op.tier: net_bytes}
-        links = [number(b) / tier_bandwidth_Bps(hw, t) for t, b in per_tier.items()]
-        sms = 0.0 if op.comm_units is None else ratio(op.sm_work_s, op.comm_units)  # its own SMs' work
-        network = maximum(*broadcast(engine, sms, *links))
-        net_bytes = sum(number(b) for b in per_tier.values())
-        if op.sync_group is not None:
-            latency = latency + sync_rounds(op.sync_group) * sync_round_s(hw, op.tier)
-        if op.collective is not None and op.sync_group is not None:  # never faster per call than measured
-            floor = np.where(number(op.sync_group) > 1, call_floor_s(hw, op.collective, op.tier), 0.0)
-            latency = np.maximum(latency, number(op.launches) * floor)
-    else:
-        network = np.zeros_like(memory)
-    vector = pool_vector / vector_share
-    arrays = broadcast(compute, vector, memory, network, latency, pool_compute, pool_vector, activation_memory)
-    return OpTime(op.name, op.engine, *arrays,
-                  flops=flops, hbm_bytes=number(op.hbm_bytes),
-                  net_bytes=net_bytes, weight_bytes=number(op.weight_bytes),
-                  chained=op.chained and eff.attention_phases == "chained",
-                  stream_s=stream if np.shape(stream) == arrays[0].shape else np.broadcast_to(stream, arrays[0].shape),
-                  overlap_p=overlap_p)
+    return op_times(columns([op]), hw, cube_share, vector_share).op(0)
 
 
 def dtype_bytes(name: str) -> int:

@@ -54,7 +54,7 @@ from ..cost.collectives import route_of
 from ..cost.host import decode_host
 from ..cost.ops import (Bytes, Placement, activation_op, attention_decode_kernels, dense_ffn_op, embedding_ops, head_ops,
                         moe_ops, mtp_proj_op, placement, residual_norm_ops, router_topk_op)
-from ..cost.roofline import OpTime
+from ..cost.roofline import OpTimes, sum_ops
 from .common import LayerMix, Schedule, layer_section, timed, tokens_per_s_per_tflops, wait_after
 from .decode import draft_tokens, emitted_tokens
 from .pipeline import Pipeline, Stage, pipeline
@@ -65,23 +65,22 @@ RULE = ("max(n x each lane, one microbatch's trip attention + a2e + experts + e2
         "n microbatches across the attention and expert pools")
 
 
-def slower(a: OpTime, b: OpTime, name: str) -> OpTime:
-    """Per row, the side of a transfer that finishes last (the transfer ends when both have)."""
+def slower(a: OpTimes, b: OpTimes, name: str) -> OpTimes:
+    """Per row, the side of a transfer (a table of one op each) that finishes last (the
+    transfer ends when both have)."""
     pick = np.asarray(a.time_s >= b.time_s)
 
-    def field(f):  # a time or an amount (an array, or a number on a one-row grid), each row its side's
+    def field(f):  # a time or an amount, each row its side's
         return np.where(pick, getattr(a, f), getattr(b, f))
 
-    kept = ("name", "engine", "chained", "overlap_p")
-    return replace(a, **{f.name: field(f.name) for f in fields(OpTime) if f.name not in kept}, name=name)
+    kept = ("names", "engines", "chained", "tiled", "overlap_p")
+    return replace(a, **{f.name: field(f.name) for f in fields(OpTimes) if f.name not in kept}, names=(name,))
 
 
-def elsewhere(time_s) -> OpTime:
+def elsewhere(time_s) -> OpTimes:
     """A stage as a die of the other pool sees it: time on the lane that holds none of this
     die's cores, HBM or port (all of it latency)."""
-    t = np.asarray(time_s, dtype=float)
-    idle = {f.name: np.zeros_like(t) for f in fields(OpTime) if f.name not in ("name", "engine", "chained", "overlap_p")}
-    return OpTime(**{**idle, "latency_s": t}, name="other pool", engine="remote")
+    return OpTimes.idle("other pool", "remote", time_s)
 
 
 class Layer:
@@ -107,18 +106,18 @@ class Layer:
         # the gate and top-k (docs/model.md §2.9); the expert die's: experts and SwiGLU
         self.attention = timed(residual_norm_ops(m, T) + attention_decode_kernels(m, T, R, g["kv_len"], kind=kind)
                                + residual_norm_ops(m, T) + [gate, router_topk_op(m, T)], hw)
-        send_t, gather_t = timed([send, gather], hw)
-        receive_t, scatter_t = timed([receive, scatter], hw)
+        send_t, gather_t = timed([send, gather], hw).split()
+        receive_t, scatter_t = timed([receive, scatter], hw).split()
         self.expert_ops = timed([experts, activation_op(m, self.placement.rows, m.moe.expert_intermediate_size,
                                                         Bytes.of(m).expert)], hw)
-        self.expert_stage_s = sum(o.time_s for o in self.expert_ops)
+        self.expert_stage_s = self.expert_ops.total_time_s
         self.a2e = slower(send_t, receive_t, "a2e")
         self.e2a = slower(gather_t, scatter_t, "e2a")
-        wait_a2e = wait_after(self.attention + [send_t], A, hw)  # experts wait for the slowest attention die
-        wait_e2a = wait_after(self.expert_ops + [scatter_t], E, hw)  # attention waits for the slowest expert die
-        stages = [Stage("attention", LANES[0], self.attention), Stage("a2e", LANES[1], [self.a2e], wait_a2e),
-                  Stage("experts", LANES[2], self.expert_ops), Stage("e2a", LANES[3], [self.e2a], wait_e2a)]
-        own = {"attention": (self.attention, []), "a2e": ([send_t], [receive_t]), "experts": ([], self.expert_ops),
+        wait_a2e = wait_after([self.attention, send_t], A, hw)  # experts wait for the slowest attention die
+        wait_e2a = wait_after([self.expert_ops, scatter_t], E, hw)  # attention waits for the slowest expert die
+        stages = [Stage("attention", LANES[0], [self.attention]), Stage("a2e", LANES[1], [self.a2e], wait_a2e),
+                  Stage("experts", LANES[2], [self.expert_ops]), Stage("e2a", LANES[3], [self.e2a], wait_e2a)]
+        own = {"attention": ([self.attention], []), "a2e": ([send_t], [receive_t]), "experts": ([], [self.expert_ops]),
                "e2a": ([gather_t], [scatter_t])}
         views = [pipeline([replace(s, ops=self._seen(own[s.name][side], s.time_s)) for s in stages], n) for side in (0, 1)]
         self.pipe = Pipeline(n=n, stages=stages, period_s=np.maximum(*(v.period_s for v in views)),
@@ -126,9 +125,9 @@ class Layer:
                              pool_floor_s=np.maximum(*(v.pool_floor_s for v in views)))
 
     @staticmethod
-    def _seen(ops: list[OpTime], stage_s) -> list[OpTime]:
+    def _seen(ops: list[OpTimes], stage_s) -> list[OpTimes]:
         """One die's view of a stage: its own ops, the rest of the stage's time elsewhere."""
-        return ops + [elsewhere(stage_s - sum(o.time_s for o in ops))]
+        return ops + [elsewhere(stage_s - sum_ops(ops))]
 
 
 def iteration(hw, m, g, n: int) -> tuple[np.ndarray, Schedule, LayerMix]:
@@ -193,7 +192,7 @@ def afd(hw, m, g) -> dict:
         "layer_us": per_layer(lambda x: x.pipe.period_s) * 1e6,
         "attention_stage_us": per_layer(lambda x: x.pipe.stages[0].time_s) * 1e6,
         "expert_stage_us": per_layer(lambda x: x.expert_stage_s) * 1e6,
-        "transfer_us": per_layer(lambda x: x.a2e.time_s + x.e2a.time_s) * 1e6,
+        "transfer_us": per_layer(lambda x: x.a2e.total_time_s + x.e2a.total_time_s) * 1e6,
         "barrier_wait_us": per_layer(lambda x: x.pipe.wait_s) * 1e6,
         "expert_rows": per_layer(lambda x: x.placement.rows),
         "tokens_per_iteration": emitted_tokens(g),

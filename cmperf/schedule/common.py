@@ -11,34 +11,42 @@ import numpy as np
 from ..cost import host
 from ..cost.collectives import barrier_wait_s
 from ..cost.fusion import fuse
-from ..cost.roofline import Op, OpTime, op_time
+from ..cost.roofline import Op, OpTimes, columns, op_times, rows_of, sum_ops, total
 from .pipeline import Pipeline
 
 
-def timed(ops: list[Op], hw, cube_share=1.0, vector_share=1.0) -> list[OpTime]:
-    """The ops of one stage timed on the stream's shares, adjacent kernels the serving stack
-    fuses (``hw.fusion``) merged first (cmperf/cost/fusion.py); each keeps its op's
-    ``launches`` (the host's launch count of a step, cmperf/cost/host.py)."""
-    out = []
-    for o in fuse(ops, getattr(hw, "fusion", ())):
-        t = op_time(o, hw, cube_share, vector_share)
-        t.launches = o.launches
-        out.append(t)
-    return out
+def timed(ops: list[Op], hw, cube_share=1.0, vector_share=1.0) -> OpTimes:
+    """The ops of one stage timed together on the stream's shares (one table:
+    cmperf/cost/roofline.py ``op_times``), adjacent kernels the serving stack fuses
+    (``hw.fusion``) merged first (cmperf/cost/fusion.py); each keeps its op's ``launches``
+    (the host's launch count of a step, cmperf/cost/host.py)."""
+    return timed_parts([(ops, cube_share, vector_share)], hw)[0]
 
 
-def launches_of(t: OpTime):
-    """Kernel launches of one call of a timed op (1 for a time not built by :func:`timed`:
-    a transfer's slower side)."""
-    return getattr(t, "launches", 1.0)
+def timed_parts(parts: list[tuple], hw) -> list[OpTimes]:
+    """:func:`timed` of each of ``parts`` ((ops, cube share, vector share): the stages of a
+    layer, each on its stream's shares), all in one evaluation; kernels fuse within a part."""
+    rows, sizes = fuse(rows_of([o for ops, _, _ in parts for o in ops]), getattr(hw, "fusion", ()),
+                       [len(ops) for ops, _, _ in parts])
+    table = columns(rows)
+    if all(_same(p[i], parts[0][i]) for p in parts for i in (1, 2)):
+        times = op_times(table, hw, parts[0][1], parts[0][2])
+    else:
+        shares = tuple([p[i] for p, n in zip(parts, sizes) for _ in range(n)] for i in (1, 2))
+        times = op_times(table, hw, *shares, by_op=True)
+    return [times] if len(parts) == 1 else times.parts(sizes)
 
 
-def wait_after(ops: list[OpTime], group, hw) -> np.ndarray:
-    """Expected barrier wait at the end of ``ops``, the work a die did since the previous
-    barrier: the spread of its load-dependent part across ``group`` dies (docs/model.md §4.3;
-    weights, launches and barrier rounds are the same on every die)."""
-    load = np.asarray(sum(o.load_s for o in ops), dtype=float)
-    return barrier_wait_s(load, group, hw.system.collectives.step_time_cv)
+def _same(a, b) -> bool:
+    """Whether two shares are the same (one object, or equal numbers)."""
+    return a is b or (np.ndim(a) == 0 and np.ndim(b) == 0 and a == b)
+
+
+def wait_after(tables: list[OpTimes], group, hw) -> np.ndarray:
+    """Expected barrier wait at the end of the ops of ``tables``, the work a die did since the
+    previous barrier: the spread of its load-dependent part across ``group`` dies
+    (docs/model.md §4.3; weights, launches and barrier rounds are the same on every die)."""
+    return barrier_wait_s(sum_ops(tables, "load_s"), group, hw.system.collectives.step_time_cv)
 
 
 def choose(microbatches, one, two) -> np.ndarray:
@@ -61,13 +69,13 @@ def tokens_per_s_per_tflops(throughput_per_npu, hw, m) -> np.ndarray:
 
 @dataclass
 class Part:
-    """One operator as scheduled: which section and stream, how often per step."""
+    """The ops of one stage as scheduled: which section and stream, how often per step."""
 
     section: str
     stream: str
     calls: object  # calls per step (scalar or array): layers x microbatches
-    t: OpTime
-    launches: object = 1.0  # kernel launches per call (0: a host term, no kernel)
+    t: OpTimes  # its ops (a stage's table)
+    launches: object = 1.0  # kernel launches per call of all its ops (0: a host term, no kernel)
 
 
 @dataclass
@@ -86,10 +94,12 @@ class Schedule:
     sections: list[Section] = field(default_factory=list)
     host_s: object = 0.0  # the step's host time (launches + serial terms; :meth:`with_host`)
 
-    def serial(self, section: str, ops: list[OpTime], count, rule: str, extra_s=0.0) -> None:
-        """Record ops that run one after another on all cores (plus a fixed ``extra_s``)."""
-        t = np.asarray(sum(o.time_s for o in ops) + extra_s, dtype=float)
-        self.parts += [Part(section, "serial", count, o, launches_of(o)) for o in ops]
+    def serial(self, section: str, ops, count, rule: str, extra_s=0.0) -> None:
+        """Record ops (a stage's table, or a list of them) that run one after another on all
+        cores (plus a fixed ``extra_s``)."""
+        tables = [ops] if isinstance(ops, OpTimes) else list(ops)
+        t = np.asarray((sum_ops(tables) if tables else 0.0) + extra_s, dtype=float)
+        self.parts += [Part(section, "serial", count, o, total([o.launches])) for o in tables]
         self.sections.append(Section(section, rule, t, count))
 
     def stack(self, section: str, pipe: Pipeline, layers, repeats=1, rule: str = "", share=1.0) -> None:
@@ -99,7 +109,7 @@ class Schedule:
         layer (hybrid attention): the run fills and drains once, each kind for its share."""
         layers = np.asarray(layers, dtype=float)
         for st in pipe.stages:
-            self.parts += [Part(section, st.lane, layers * repeats * pipe.n, o, launches_of(o)) for o in st.ops]
+            self.parts += [Part(section, st.lane, layers * repeats * pipe.n, o, total([o.launches])) for o in st.ops]
         run = pipe.total_s(layers)
         self.sections.append(Section(section, rule, pipe.period_s, layers * repeats))
         self.sections.append(Section(f"{section}_fill_drain", "first and last layer of a run beyond the steady state",
@@ -140,11 +150,9 @@ HOST_RULES = {"launch": "host launches beyond the device's time: max(device, hos
               "dispatch_syncs": "device-to-host syncs of normal-mode dispatch: the device waits"}
 
 
-def host_time(name: str, time_s) -> OpTime:
+def host_time(name: str, time_s) -> OpTimes:
     """A host term as a breakdown row: time the device waits (its latency), no work."""
-    t = np.asarray(time_s, dtype=float)
-    z = np.zeros_like(t)
-    return OpTime(name, "host", z, z, z, z, t, z, z, z, z, z, z, z)
+    return OpTimes.idle(name, "host", time_s)
 
 
 def layer_section(base: str, kind: str) -> str:

@@ -25,8 +25,8 @@ from ..cost.ops import (activation_op, attention_decode_kernels, chunk_attention
 from ..cost.ops import Bytes, vocab_tp
 from ..cost.host import decode_host
 from ..cost.roofline import core_split_fits, tier_for_group
-from .common import (LayerMix, Part, Schedule, Section, choose, layer_section, select, timed, tokens_per_s_per_tflops,
-                     wait_after)
+from .common import (LayerMix, Part, Schedule, Section, choose, layer_section, select, timed, timed_parts,
+                     tokens_per_s_per_tflops, wait_after)
 from .pipeline import Pipeline, Stage, pipeline
 
 LANES = {1: ("serial", "serial"), 2: ("A (attention)", "B (moe)")}
@@ -118,48 +118,67 @@ def moe_stages(hw, m, g, tokens, requests, n: int, chunk=0.0, overlap=None, kind
     if overlap.style == "core-split":
         share = attention_share(hw, g, overlap) if n == 2 else 1.0
         other = 1.0 - share if n == 2 else 1.0
-        attn = timed(attn_ops, hw, share, share)
-        send = timed(route + [dispatch], hw, other, other)
-        work = timed(expert_ops + [combine], hw, other, other)
+        attn, send, work = timed_parts([(attn_ops, share, share), (route + [dispatch], other, other),
+                                        (expert_ops + [combine], other, other)], hw)
         lane_a, lane_b = LANES[n]
         # dispatch waits for the slowest die's attention, gate and send; combine for its experts
-        return [Stage("attention", lane_a, attn, wait_after(attn + send, ep, hw)),
-                Stage("moe", lane_b, send + work, wait_after(work, ep, hw))]
+        return [Stage("attention", lane_a, [attn], wait_after([attn, send], ep, hw)),
+                Stage("moe", lane_b, [send, work], wait_after([work], ep, hw))]
     compute, comm = comm_shares(hw, n, overlap)
-    c1 = timed(attn_ops + route, hw, compute, compute)
-    m1 = timed([dispatch], hw, comm, comm)
-    c2 = timed(expert_ops, hw, compute, compute)
-    m2 = timed([combine], hw, comm, comm)
+    c1, m1, c2, m2 = timed_parts([(attn_ops + route, compute, compute), ([dispatch], comm, comm),
+                                  (expert_ops, compute, compute), ([combine], comm, comm)], hw)
     lane_c, lane_m = ("serial", "serial") if n == 1 else ("compute", "comm")
-    return [Stage("attention", lane_c, c1), Stage("dispatch", lane_m, m1, wait_after(c1 + m1, ep, hw)),
-            Stage("experts", lane_c, c2), Stage("combine", lane_m, m2, wait_after(c2 + m2, ep, hw))]
+    return [Stage("attention", lane_c, [c1]), Stage("dispatch", lane_m, [m1], wait_after([c1, m1], ep, hw)),
+            Stage("experts", lane_c, [c2]), Stage("combine", lane_m, [m2], wait_after([c2, m2], ep, hw))]
 
 
 def rule(n: int, overlap) -> str:
     return RULES[n] if n == 1 or overlap.style == "core-split" else RULES["compute-comm"]
 
 
-def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pipeline]:
-    """Iteration time with ``n`` microbatches in the MoE layers, overlapped as ``overlap``
-    says (default: the system's decode overlap); returns (time, schedule, the main stack's
-    pipeline)."""
-    overlap = overlap or hw.system.overlap.decode
-    sched = Schedule()
+def shared_ops(hw, m, g) -> dict:
+    """The timed ops of an iteration that do not depend on its microbatches (:func:`iteration`):
+    the dense layers' (one table per attention kind), the MTP module's eh_proj and head (the
+    first draft step's with a chunk's prompt tokens, then a plain step's), and the embedding
+    and head ends; timed once for every microbatch count."""
     R_die = g["batch"] / hw.chip.dies_per_package
-    k = draft_tokens(g)
-    T_die = R_die * (1 + k)
+    T_die = R_die * (1 + draft_tokens(g))
     chunk = chunk_geometry(hw, g)
     C = chunk["tokens"]  # co-located prompt tokens per die, in the same pass (0: decode only)
     tp = g["tp"]
     tp_tier = tier_for_group(hw, tp)
     emb_tp, head_tp = vocab_tp(g, "decode")  # the embedding's and the head's split (memory holds the same)
+    out = {"dense": []}
     if m.first_dense_layers:
         ffn = [dense_ffn_op(m, (T_die + C) * tp, tp), activation_op(m, (T_die + C) * tp, m.dense_ffn.intermediate_size / tp)]
         if np.any(np.asarray(tp) > 1):
             ffn.append(tp_allreduce_op(m, (T_die + C) * tp, tp, tp_tier, "ffn_allreduce"))
         for kind, count in arch.layer_counts(m, "dense").items():
-            sched.serial(layer_section("dense_layer", kind), timed(attention_ops(hw, m, g, T_die, R_die, C, kind) + ffn, hw),
-                         count, "sum of all ops (all cores; no barrier to hide)")
+            out["dense"].append((kind, count, timed(attention_ops(hw, m, g, T_die, R_die, C, kind) + ffn, hw)))
+    if m.mtp.modules:
+        head = head_ops(m, R_die * head_tp, head_tp, tp_tier, "mtp_head")
+        if np.any(C > 0):
+            out["mtp_first"] = timed([mtp_proj_op(m, R_die + C)] + head, hw)
+        out["mtp"] = timed([mtp_proj_op(m, R_die)] + head, hw)
+    ends = (embedding_ops(m, (T_die + C) * emb_tp, emb_tp, tp_tier)
+            + head_ops(m, (T_die + chunk["prompts"]) * head_tp, head_tp, tp_tier))
+    out["ends"] = timed(ends, hw)
+    return out
+
+
+def iteration(hw, m, g, n: int, overlap=None, shared: dict | None = None) -> tuple[np.ndarray, Schedule, Pipeline]:
+    """Iteration time with ``n`` microbatches in the MoE layers, overlapped as ``overlap``
+    says (default: the system's decode overlap); returns (time, schedule, the main stack's
+    pipeline). ``shared``: the ops that do not depend on ``n`` (:func:`shared_ops`), timed once."""
+    overlap = overlap or hw.system.overlap.decode
+    shared = shared or shared_ops(hw, m, g)
+    sched = Schedule()
+    R_die = g["batch"] / hw.chip.dies_per_package
+    k = draft_tokens(g)
+    T_die = R_die * (1 + k)
+    C = chunk_geometry(hw, g)["tokens"]  # co-located prompt tokens per die, in the same pass (0: decode only)
+    for kind, count, ops in shared["dense"]:
+        sched.serial(layer_section("dense_layer", kind), ops, count, "sum of all ops (all cores; no barrier to hide)")
     main = None
     if m.moe is not None:
         counts = arch.layer_counts(m, "moe")
@@ -173,20 +192,17 @@ def iteration(hw, m, g, n: int, overlap=None) -> tuple[np.ndarray, Schedule, Pip
     if m.mtp.modules:
         # MTP: k draft steps, each one token per request through eh_proj, one MoE block and the head;
         # a chunk's prompt tokens run through the module once (its layer's cache), in the first step
-        head = head_ops(m, R_die * head_tp, head_tp, tp_tier, "mtp_head")
         if np.any(C > 0):
             first = np.minimum(k, 1.0) * (C > 0)
-            sched.serial("mtp", timed([mtp_proj_op(m, R_die + C)] + head, hw), first,
+            sched.serial("mtp", shared["mtp_first"], first,
                          "eh_proj + head, the first draft step with the chunk's prompt tokens")
             sched.stack("mtp_layer", pipeline(moe_stages(hw, m, g, R_die, R_die, n, C, overlap), n), 1, repeats=first,
                         rule=rule(n, overlap))
             k = k - first
-        sched.serial("mtp", timed([mtp_proj_op(m, R_die)] + head, hw), k, "eh_proj + head, once per draft step")
+        sched.serial("mtp", shared["mtp"], k, "eh_proj + head, once per draft step")
         draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n, overlap=overlap), n)
         sched.stack("mtp_layer", draft, 1, repeats=k, rule=rule(n, overlap))
-    ends = (embedding_ops(m, (T_die + C) * emb_tp, emb_tp, tp_tier)
-            + head_ops(m, (T_die + chunk["prompts"]) * head_tp, head_tp, tp_tier))
-    sched.serial("per_iteration", timed(ends, hw), 1,
+    sched.serial("per_iteration", shared["ends"], 1,
                  "embedding + final norm + vocab-parallel LM head, logits gather and sampling over all tokens "
                  "(a chunk: the last token of each prompt it finishes) + iteration overhead",
                  hw.chip.latency.iteration_overhead_s)
@@ -257,10 +273,11 @@ def decode(hw, m, g) -> dict:
     prefill work when the chunk is large: its two microbatches may also run the way the
     system overlaps a prefill pass (compute of one under communication of the other), and
     the faster of the two overlaps is its two-microbatch schedule."""
-    it1, s1, p1 = iteration(hw, m, g, 1)
+    shared = shared_ops(hw, m, g)
+    it1, s1, p1 = iteration(hw, m, g, 1, shared=shared)
     if m.moe is None:  # a dense model has no barrier for a second microbatch to hide
         return _dense_model(hw, m, g, it1, s1)
-    it2, s2, p2 = iteration(hw, m, g, 2)
+    it2, s2, p2 = iteration(hw, m, g, 2, shared=shared)
     if hw.system.overlap.decode.style == "core-split":  # no second stream where a die's cores cannot be split
         it2 = np.where(core_split_fits(hw, attention_share(hw, g)), it2, np.inf)
     lanes = LANE_NAMES[hw.system.overlap.decode.style]
@@ -268,7 +285,7 @@ def decode(hw, m, g) -> dict:
     chunked = np.asarray(g["chunk_tokens"], dtype=float) > 0
     prefill_overlap = hw.system.overlap.prefill
     if np.any(chunked) and prefill_overlap.style != hw.system.overlap.decode.style:
-        it3, s3, p3 = iteration(hw, m, g, 2, prefill_overlap)
+        it3, s3, p3 = iteration(hw, m, g, 2, prefill_overlap, shared)
         other = LANE_NAMES[prefill_overlap.style]
         use = chunked & (it3 < it2)
         alt = {"period": p3.period_s, "wait": p3.wait_s, "a": p3.lane_s(other[0]), "b": p3.lane_s(other[1]) + p3.wait_s}

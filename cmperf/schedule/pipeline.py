@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost.roofline import OpTime, broadcast, maximum
+from ..cost.roofline import OpTimes, broadcast, maximum, sum_ops
 
 POOLS = ("pool_compute_s", "pool_vector_s", "memory_s", "network_s")
 WARM_LAYERS = 4  # layers simulated; the steady state is reached after one or two
@@ -45,17 +45,17 @@ WARM_LAYERS = 4  # layers simulated; the steady state is reached after one or tw
 
 @dataclass
 class Stage:
-    """One stage of a layer: the ops one microbatch runs on ``lane``, and the barrier wait
-    that follows them (0 when the stage ends in no barrier)."""
+    """One stage of a layer: the ops one microbatch runs on ``lane`` (tables of them), and
+    the barrier wait that follows them (0 when the stage ends in no barrier)."""
 
     name: str
     lane: str
-    ops: list[OpTime]
+    ops: list[OpTimes]
     wait_s: object = 0.0
 
     @property
     def time_s(self) -> np.ndarray:
-        return np.asarray(sum(o.time_s for o in self.ops), dtype=float)
+        return sum_ops(self.ops)
 
 
 @dataclass
@@ -100,7 +100,8 @@ def pipeline(stages: list[Stage], n: int) -> Pipeline:
                 lane_free[stage.lane] = end
                 ready[b] = end + w
         ends.append(np.maximum.reduce(ready) if n > 1 else ready[0])
-    pools = [sum(np.asarray(getattr(o, p), dtype=float) for s in stages for o in s.ops) for p in POOLS]
+    tables = [t for s in stages for t in s.ops]
+    pools = [sum_ops(tables, p) for p in POOLS]
     floor = n * maximum(*broadcast(*pools, zero))
     period = np.maximum(ends[-1] - ends[-2], floor)
     ends = [np.maximum(e, k * floor) for k, e in enumerate(ends)]

@@ -29,7 +29,7 @@ from ..cost.collectives import route_of
 from ..cost.host import prefill_host
 from ..cost.pool import pass_with_pool_s, pool_read_s, pool_write_s, tail_bytes, written_blocks
 from ..cost.roofline import tier_bandwidth_Bps, tier_for_group
-from .common import Schedule, choose, layer_section, select, timed, tokens_per_s_per_tflops, wait_after
+from .common import Schedule, choose, layer_section, select, timed, timed_parts, tokens_per_s_per_tflops, wait_after
 from .pipeline import Stage, pipeline
 
 RULES = {1: "one microbatch: every stage and barrier wait in series",
@@ -81,15 +81,15 @@ def layer_stages(hw, m, g, T, moe: bool, kind: str = "full") -> list[Stage]:
         act = activation_op(m, pl.rows, m.moe.expert_intermediate_size, Bytes.of(m).expert)
         return [c1, gather, c2, a2a, [*o_proj, gate, router_topk_op(m, t)], [dispatch], [experts, act], [combine]]
 
-    timed_stages = [timed(ops, hw) for ops in build(T)]
+    timed_stages = timed_parts([(ops, 1.0, 1.0) for ops in build(T)], hw)  # every stage in one evaluation
     groups = [g["attn_tp"], g["attn_tp"], g["ep"] if moe else g["attn_tp"], g["ep"]]
     stages = []
     for i, ops in enumerate(timed_stages):
         if i % 2 == 0:  # compute stage: its load counts toward the next barrier
-            stages.append(Stage(f"C{i // 2 + 1}", "compute", ops))
+            stages.append(Stage(f"C{i // 2 + 1}", "compute", [ops]))
         else:
-            wait = wait_after(timed_stages[i - 1] + ops, groups[i // 2], hw)
-            stages.append(Stage(f"M{i // 2 + 1}", "comm", ops, wait))
+            wait = wait_after([timed_stages[i - 1], ops], groups[i // 2], hw)
+            stages.append(Stage(f"M{i // 2 + 1}", "comm", [ops], wait))
     return stages
 
 

@@ -87,7 +87,7 @@ KEEP = {"on": True}  # off inside :func:`uncached`
 
 @contextmanager
 def uncached():
-    """Within it, nothing derived is kept or reused (:func:`remember`, the GEMM tilings, the
+    """Within it, nothing derived is kept or reused (:func:`remember`, the stages' constants, the
     fused kernels' runs, the specs' views): the path a first prediction takes, for tests that
     hold a warm call's answer to it."""
     before = KEEP["on"]
@@ -100,7 +100,7 @@ def uncached():
 
 def memo(view) -> dict | None:
     """A dict kept with ``view`` (a SpecView or HardwareView) for what the cost model derives
-    from it alone or with numbers of one configuration (a GEMM's time, a model's weights per
+    from it alone or with numbers of one configuration (a stage's constants, a model's weights per
     die): a view is a read-only snapshot of its specs and overrides, so what it gave once it
     gives again, and a what-if (--set, a sweep) is read through views of its own. None for
     anything else (a validated model passed in directly: nothing is kept)."""
