@@ -9,7 +9,8 @@ constants that no micro-benchmark publishes (the file's ``fit:``) are fitted to 
 Speed: a run's simulation is ~0.3 s of step-time grids (``predict``) and up to 0.5 s of engine
 (the HT run's 3,328 requests). The fit evaluates its points in batches: one simulate call per
 run with the batch as a zipped sweep of stack paths, whose grids come from one vectorised
-``predict`` per instance (``simulate(..., sweeps=)``), every point once (:class:`_Points`).
+``predict`` per instance (``simulate(..., sweeps=)``), every (run, point) once and only where a
+fold needs it: not the run it leaves out, nor a run no fit sees (:class:`_Points`).
 """
 
 from __future__ import annotations
@@ -132,8 +133,10 @@ def _residuals(ref: dict, sim: dict[str, np.ndarray], runs) -> np.ndarray:
 
 
 class _Points:
-    """Simulated metrics of every run at the points asked for so far (unit coordinates of the
-    parameters' log ranges), evaluated in batches, each point once."""
+    """Simulated metrics of the runs at the points asked for so far (unit coordinates of the
+    parameters' log ranges), evaluated in batches, each (run, point) once and only where a
+    fold asks for it: a fold's candidates need the runs it fits, not the run it leaves out
+    nor a run no fit sees (``not_fitted``), which are simulated at the fold's minimum alone."""
 
     def __init__(self, ref: dict, params: list[dict], seed: int):
         self.ref, self.params, self.seed = ref, params, seed
@@ -145,19 +148,31 @@ class _Points:
         x = np.exp(self.lo + np.clip(np.asarray(u, dtype=float), 0.0, 1.0) * (self.hi - self.lo))
         return {p["path"]: float(v) for p, v in zip(self.params, x)}
 
-    def need(self, us) -> None:
-        new = [u for u in dict.fromkeys(tuple(round(float(c), 9) for c in u) for u in us) if u not in self.sim]
-        if not new:
-            return
-        vals = [self.values(u) for u in new]
-        sweeps = {p["path"]: [v[p["path"]] for v in vals] for p in self.params}
-        batch = simulated(self.ref, sweeps, self.seed)
-        for i, u in enumerate(new):
-            self.sim[u] = {rid: m[:, i:i + 1] for rid, m in batch.items()}
+    @staticmethod
+    def key(u) -> tuple:
+        return tuple(round(float(c), 9) for c in u)
+
+    def need(self, us, runs=None) -> None:
+        """The metrics of ``runs`` (ids; default: every run of the file) at the points ``us``."""
+        self.need_all([(us, runs)])
+
+    def need_all(self, asks) -> None:
+        """Every ``(points, runs)`` of ``asks``, in one simulate call per run (of the points
+        that lack it): a call's step-time grids cost about as much as its engine runs."""
+        for r in self.ref["rows"]:
+            new = [u for us, runs in asks if runs is None or r["id"] in runs for u in map(self.key, us)
+                   if r["id"] not in self.sim.get(u, {})]
+            new = list(dict.fromkeys(new))
+            if not new:
+                continue
+            vals = [self.values(u) for u in new]
+            sweeps = {p["path"]: [v[p["path"]] for v in vals] for p in self.params}
+            m = simulated({**self.ref, "rows": [r]}, sweeps, self.seed)[r["id"]]
+            for i, u in enumerate(new):
+                self.sim.setdefault(u, {})[r["id"]] = m[:, i:i + 1]
 
     def cost(self, u, runs) -> float:
-        key = tuple(round(float(c), 9) for c in u)
-        return float((_residuals(self.ref, self.sim[key], runs) ** 2).sum())
+        return float((_residuals(self.ref, self.sim[self.key(u)], runs) ** 2).sum())
 
 
 def _fold_search(pts: _Points, folds: dict[str, set]) -> dict[str, np.ndarray]:
@@ -167,14 +182,14 @@ def _fold_search(pts: _Points, folds: dict[str, set]) -> dict[str, np.ndarray]:
     d = len(pts.params)
     axis = (np.arange(COARSE) + 0.5) / COARSE
     grid = np.stack(np.meshgrid(*[axis] * d, indexing="ij"), axis=-1).reshape(-1, d)
-    pts.need(grid)
+    pts.need(grid, set().union(*folds.values()))
     best = {f: min(grid, key=lambda u: pts.cost(u, runs)) for f, runs in folds.items()}
     step = {f: 0.5 / COARSE for f in folds}
     moves = np.vstack([np.eye(d), -np.eye(d)])
     while any(x > MIN_STEP for x in step.values()):
         live = [f for f in folds if step[f] > MIN_STEP]
         cand = {f: np.clip(best[f] + step[f] * moves, 0.0, 1.0) for f in live}
-        pts.need(np.vstack(list(cand.values())))
+        pts.need_all([(cand[f], folds[f]) for f in live])
         for f in live:
             c = min(cand[f], key=lambda u: pts.cost(u, folds[f]))
             if pts.cost(c, folds[f]) < pts.cost(best[f], folds[f]) - 1e-12:
@@ -211,11 +226,13 @@ def fit_serving(path: Path, seed: int = 0) -> dict:
     pts = _Points(ref, params, seed)
     best = _fold_search(pts, folds)
     values = {f: pts.values(u) for f, u in best.items()}
+    # each run at the fit that did not see it, and every run at the fit to all (in sample)
+    pts.need_all([([best[f"without {rid}"]], {rid}) for rid in runs] + [([best["all runs"]], None)])
     rows = []
     for r in ref["rows"]:
         fitted = not r.get("not_fitted")  # a run the fit never sees: the full fit predicts it
-        held = pts.sim[tuple(round(float(c), 9) for c in best[f"without {r['id']}" if fitted else "all runs"])][r["id"]]
-        full = pts.sim[tuple(round(float(c), 9) for c in best["all runs"])][r["id"]]
+        held = pts.sim[pts.key(best[f"without {r['id']}" if fitted else "all runs"])][r["id"]]
+        full = pts.sim[pts.key(best["all runs"])][r["id"]]
         for j, (metric, measured) in enumerate(r["measured"].items()):
             row = _row(ref, r["id"], metric, measured, float(held[j, 0]))
             row["in_sample_error_pct"] = 100 * (float(full[j, 0]) / measured - 1) if fitted else float("nan")
@@ -235,13 +252,11 @@ def _moves(ref: dict, pts: _Points, params: list[dict], u) -> dict[str, list[str
     +-10 %)."""
     out = {}
     width = pts.hi - pts.lo
+    shift = np.diag(np.log(1.1) / width)  # row j: constant j moved by 10 %
+    ups, downs = np.asarray(u, dtype=float) + shift, np.asarray(u, dtype=float) - shift
+    pts.need(np.vstack([ups, downs]))
     for j, p in enumerate(params):
-        up, down = np.array(u, dtype=float), np.array(u, dtype=float)
-        up[j] += np.log(1.1) / width[j]
-        down[j] -= np.log(1.1) / width[j]
-        pts.need([up, down])
-        a = pts.sim[tuple(round(float(c), 9) for c in up)]
-        b = pts.sim[tuple(round(float(c), 9) for c in down)]
+        a, b = pts.sim[pts.key(ups[j])], pts.sim[pts.key(downs[j])]
         moved = []
         for r in ref["rows"]:
             e = np.log(a[r["id"]][:, 0] / b[r["id"]][:, 0]) / (2 * np.log(1.1))
