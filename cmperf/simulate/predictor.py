@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..cost.pool import pass_with_pool_s
+from ..cost.pool import pass_with_pool_s, pool_read_s, pool_write_s
 from ..errors import ConfigError
 from ..predict import Specs, predict
 
@@ -50,8 +50,10 @@ def whole_prompt_tokens(per_prompt: float, lo: float, hi: float) -> np.ndarray:
     waves: h200-cluster's 8-GPU pass of 2,048-token prompts jumps ~40 ms every 4 prompts), so a
     line between geometric points misses the step by up to 8 %, differently under each budget.
     Empty when there are more than WHOLE_PROMPT_POINTS of them."""
+    if not per_prompt > 0:
+        return np.empty(0)
     k_lo, k_hi = math.ceil(lo / per_prompt - 1e-9), math.floor(hi / per_prompt + 1e-9)
-    if per_prompt <= 0 or k_hi - k_lo + 1 > WHOLE_PROMPT_POINTS:
+    if k_hi - k_lo + 1 > WHOLE_PROMPT_POINTS:
         return np.empty(0)
     return np.round(np.arange(max(k_lo, 1), k_hi + 1) * per_prompt, 6)
 
@@ -223,8 +225,6 @@ def decode_predictor(specs: Specs, instance: Mapping[str, Any], max_batch: float
     kv_rank = max_b * npus / ranks * ref
     # a co-located instance reads its prompts' cached prefixes from the pool and writes their new
     # blocks back as a prefill instance does, ``pool_readers`` dies at the pool at once
-    from ..cost.pool import pool_read_s, pool_write_s
-
     dies = float(instance[npus_key])
     readers = float(pool_readers or dies)
     pool = {"dies_per_rank": dies / ranks, "pool_read_s": _pool_fn(hw, pool_read_s, readers),
@@ -279,7 +279,6 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
     prompt_len c + C, cached_len C, less the row's own pool read (a batch's is from its own
     bytes: :meth:`PrefillPredictor.times`). With ``sweeps``, a list of one predictor per point
     (as :func:`decode_predictor`)."""
-    from ..cost.pool import pool_read_s, pool_write_s
     from ..schedule.prefill import kv_send_s
 
     hw, _ = specs.views()
