@@ -61,8 +61,8 @@ def simulate_cmd(
     at the rate the planner promises for it). Example: cmperf simulate --max-concurrency 832
     --num-prompts 3328 --request-rate inf --prompt-len 3500 --output-len 1500"""
     from ..predict import load_specs, system_model
-    from ..report import check_format, check_parent_dir, note_line, print_json, print_table, provenance, warn, write_csv
-    from ..simulate import Traffic, simulate
+    from ..report import check_format, check_parent_dir, note_line, warn
+    from ..simulate import Traffic
     from ..simulate.requests import check_seed, check_warmup
     from ..simulate.deployment import check, given
     from .plan import _workload

@@ -14,10 +14,14 @@ same configuration. From them:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..predict import Specs, predict
+
+if TYPE_CHECKING:  # pandas is imported where a table is made (run): a simulation reads this module without it
+    import pandas as pd
 
 
 @dataclass
