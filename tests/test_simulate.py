@@ -270,3 +270,22 @@ def test_a_simulation_at_a_given_rate_loads_neither_pandas_nor_scipy():
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert json.loads(r.stdout)["completed"] == 20, r.stderr
     assert r.stderr.strip().splitlines()[-1] == "[]", r.stderr
+
+
+def test_a_pass_of_whole_prompts_is_the_cost_models_under_every_budget():
+    """A prefill pass of k whole 2,048-token prompts on 8 H200s costs what ``predict`` says
+    for k x 2,048 / 8 tokens per GPU, whether the instance's budget is 16 or 64 prompts: the
+    cost model steps with a GEMM's waves between the plan's budgets (benchmarks/pass_staircase.py),
+    which a line between grid points missed by up to 8 %, differently under each budget (16
+    prompts: 308.5 ms under a 16-prompt budget, 332.0 under 64)."""
+    from cmperf.predict import predict
+    from cmperf.simulate.predictor import prefill_predictor
+
+    s = load_specs("h200-cluster", "deepseek-r1")
+    inst, P, ks = {"dies": 8, "ep": 8}, 2048.0, (8, 9, 13, 15, 16)
+    want = predict("prefill", rows=[{**inst, "tokens_per_npu": k * P / 8, "prompt_len": int(P)} for k in ks],
+                   specs=s).columns["forward_ms"] / 1e3
+    for budget in (16, 64):
+        pred = prefill_predictor(s, inst, budget * P, np.array([P]))
+        got = [pred.times(k * P, P, prompts=k)[0] for k in ks]
+        assert got == pytest.approx(list(want), rel=1e-9), budget
