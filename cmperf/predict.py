@@ -460,7 +460,10 @@ def _scalar_if_constant(col: np.ndarray):
     if col.dtype.kind not in "biuf" or not len(col):
         return col
     first = col[0]
-    return first if len(col) == 1 or bool((col == first).all()) else col
+    if len(col) == 1 or bool((col == first).all()):
+        return first
+    # an input left unset in every row (NaN: the system's attention share, ...) is one value too
+    return first if first != first and bool(np.isnan(col).all()) else col
 
 
 def inert_fields(table, inputs: Iterable[str], fields: Iterable[str], outputs: Iterable[str]) -> list[str]:

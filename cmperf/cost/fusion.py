@@ -14,8 +14,12 @@ after its member with the most FLOPs (the GEMM it is folded into: ``mla_prolog``
 members joined by ``+`` (``residual_add+rmsnorm``); its kind (engine, dtype, FLOP kind) is
 that member's.
 
-The merge works on a stage's ops before their table is made (cmperf/cost/roofline.py
-``OpRows``): each fused run's values are added into one, the others kept."""
+The merge works on a stage's ops before their timed table is made (cmperf/cost/roofline.py
+``OpRows``): each fused run's values are added into one, the others kept. Where every value
+is a number or all are of one shape (a one-row prediction's), they are one block (ops x
+fields [x rows]) and the runs are merged on it by numpy, a few calls for all of them
+(:func:`merge_block`); otherwise value by value (:func:`merge`). Both add a run's members one
+after another, in order: the same numbers."""
 
 from __future__ import annotations
 
@@ -25,10 +29,28 @@ from functools import lru_cache
 import numpy as np
 
 from ..specs.view import KEEP
-from .roofline import LISTS, NUMERIC, OpRows
+from .roofline import LISTS, NUMERIC, OpColumns, OpRows, columns, fields_of
 
 SUMMED = tuple(NUMERIC.index(f) for f in ("flops", "outputs", "vector_ops", "weight_bytes"))
 FLOPS, HBM, IN_B, LAUNCHES = (NUMERIC.index(f) for f in ("flops", "hbm_bytes", "in_B", "launches"))
+
+
+def fused_table(rows: OpRows, groups, parts: list[int]) -> tuple[OpColumns, list[int]]:
+    """The table (:func:`cmperf.cost.roofline.columns`) of the kernels :func:`fuse` makes of
+    the ops ``rows`` (of stages of ``parts`` ops each), and the kernels each stage is left with."""
+    if not groups:
+        return columns(rows), parts
+    runs, sizes = fusion_of(rows, groups, parts)
+    if len(runs) == len(rows):  # nothing fused
+        return columns(rows), parts
+    try:
+        block = np.array(rows.values, dtype=float)  # every value a number, or all of one shape
+    except ValueError:
+        return columns(merge(rows, runs)), sizes
+    block, hosts, names = merge_block(block, runs, rows.names)
+    lists = [names] + [[getattr(rows, f)[h] for h in hosts] for f in LISTS[1:-1]]
+    gemms = [rows.gemms[i] if n == 1 else _run_gemms(rows.gemms, i, n) for i, n in runs]
+    return OpColumns(*lists, gemms, fields_of(block), block), sizes
 
 
 def fuse(rows: OpRows, groups, parts: list[int]) -> tuple[OpRows, list[int]]:
@@ -37,6 +59,15 @@ def fuse(rows: OpRows, groups, parts: list[int]) -> tuple[OpRows, list[int]]:
     longest group first where several start at an op; and the kernels each stage is left with."""
     if not groups:
         return rows, parts
+    runs, sizes = fusion_of(rows, groups, parts)
+    if len(runs) == len(rows):  # nothing fused
+        return rows, parts
+    return merge(rows, runs), sizes
+
+
+def fusion_of(rows: OpRows, groups, parts: list[int]) -> tuple[list, list[int]]:
+    """(start, length) of each kernel the fusion ``groups`` make of the ops ``rows`` (of stages
+    of ``parts`` ops each: kernels fuse within a stage), and the kernels of each stage."""
     match = fusion_runs if KEEP["on"] else fusion_runs.__wrapped__
     key, runs, sizes, at = tuple(tuple(g) for g in groups), [], [], 0
     for n in parts:
@@ -44,9 +75,53 @@ def fuse(rows: OpRows, groups, parts: list[int]) -> tuple[OpRows, list[int]]:
         runs += [(at + i, k) for i, k in own]
         sizes.append(len(own))
         at += n
-    if len(runs) == len(rows):  # nothing fused
-        return rows, parts
-    return merge(rows, runs), sizes
+    return runs, sizes
+
+
+def merge_block(block: np.ndarray, runs, names: list) -> tuple[np.ndarray, list[int], list[str]]:
+    """:func:`merge` on the ops' values as one ``block`` (ops x fields [x rows]): the summed
+    fields of every fused run added member after member (:func:`run_sums`, a numpy call per
+    member position for all runs), the HBM bytes less what each member after a run's first is
+    handed over, the largest launch count, the first member's input; the other fields its
+    host's. Returns (the kernels' block, each kernel's host op, each kernel's name)."""
+    peak = block[:, FLOPS].reshape(len(block), -1).max(axis=1)  # each op's FLOPs (its largest row's)
+    hosts, out_names = [], []
+    for i, n in runs:
+        if n == 1:
+            hosts.append(i)
+            out_names.append(names[i])
+            continue
+        j = i + int(np.argmax(peak[i:i + n]))
+        hosts.append(j if peak[j] > 0 else i)
+        out_names.append(names[j] if peak[j] > 0 else "+".join(names[i:i + n]))
+    out = block[hosts]
+    fused = [k for k, (_, n) in enumerate(runs) if n > 1]
+    starts = np.array([runs[k][0] for k in fused])
+    lengths = np.array([runs[k][1] for k in fused])
+    for f in SUMMED:
+        out[fused, f] = run_sums(block[:, f], starts, lengths)
+    handed = run_sums(block[:, IN_B], starts + 1, lengths - 1)  # what each member after the first is handed
+    out[fused, HBM] = np.maximum(run_sums(block[:, HBM], starts, lengths) - handed, 0.0)
+    out[fused, LAUNCHES] = run_sums(block[:, LAUNCHES], starts, lengths, np.maximum)
+    out[fused, IN_B] = block[starts, IN_B]
+    return out, hosts, out_names
+
+
+def run_sums(a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, add=np.add) -> np.ndarray:
+    """Per run of ``a``'s rows (``lengths[i]`` rows from ``starts[i]``, each at least one), its
+    rows added (``add``) one after another, as :func:`_sum` does: one call per position in the
+    runs, for all runs at once (``np.add.reduceat`` adds a long run pairwise: other roundings)."""
+    out = a[starts]
+    for k in range(1, int(lengths.max())):
+        more = lengths > k
+        out[more] = add(out[more], a[starts[more] + k])
+    return out
+
+
+def _run_gemms(gemms: list, i: int, n: int):
+    """The GEMMs of a fused run of ``n`` ops from op ``i``, one after the other (None: none)."""
+    run = [g for k in range(i, i + n) if gemms[k] is not None for g in gemms[k]]
+    return tuple(run) if run else None
 
 
 def merge(rows: OpRows, runs) -> OpRows:
@@ -74,8 +149,7 @@ def merge(rows: OpRows, runs) -> OpRows:
         values.append(tuple(out))
         hosts.append(host)
         names.append(rows.names[host] if peak[host - i] > 0 else "+".join(rows.names[i:i + n]))
-        run = [g for k in range(i, i + n) if rows.gemms[k] is not None for g in rows.gemms[k]]
-        gemms.append(tuple(run) if run else None)
+        gemms.append(_run_gemms(rows.gemms, i, n))
     return OpRows(names, *([getattr(rows, f)[h] for h in hosts] for f in LISTS[1:-1]), gemms, values)
 
 

@@ -475,10 +475,13 @@ class OpTimes:
     def parts(self, sizes: list[int]) -> list["OpTimes"]:
         """The table cut into consecutive tables of ``sizes`` ops."""
         arrays = [getattr(self, f) for f in TABLE_FIELDS]
+        derived = [(f, getattr(self, f)) for f in DERIVED]  # derived once for the whole table, each part its rows
         out, at = [], 0
         for n in sizes:
-            out.append(OpTimes(self.names[at:at + n], self.engines[at:at + n], *(a[at:at + n] for a in arrays),
-                               overlap_p=self.overlap_p))
+            part = OpTimes(self.names[at:at + n], self.engines[at:at + n], *(a[at:at + n] for a in arrays),
+                           overlap_p=self.overlap_p)
+            part.__dict__.update((f, a[at:at + n]) for f, a in derived)
+            out.append(part)
             at += n
         return out
 
@@ -500,6 +503,7 @@ def _rows(flags: np.ndarray) -> np.ndarray:
 TABLE_FIELDS = ("compute_s", "vector_s", "memory_s", "network_s", "latency_s", "pool_compute_s", "pool_vector_s",
                 "activation_memory_s", "flops", "hbm_bytes", "net_bytes", "weight_bytes", "stream_s", "launches",
                 "chained", "tiled")
+DERIVED = ("busy_s", "time_s", "load_s")  # what a table derives (kept), elementwise per op
 ROW_FIELDS = ("compute_s", "vector_s", "memory_s", "network_s", "latency_s", "pool_compute_s", "pool_vector_s",
               "activation_memory_s", "flops", "hbm_bytes", "net_bytes", "weight_bytes", "stream_s", "launches",
               "busy_s", "time_s", "load_s")
