@@ -17,7 +17,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
@@ -606,19 +606,27 @@ def output_problems(table: Columns, inputs: list[str]) -> np.ndarray:
     produces (a bandwidth or peak of 1e-300 overflows a time to inf). The safety net behind the
     input checks: no NaN, inf or negative time ever reaches a table."""
     reason = np.full(len(table), "", dtype=object)
-    for c in table.columns:
-        if c in inputs or c in EMPTY_BY_DESIGN or c.endswith(("_lo", "_hi")) or table[c].dtype.kind not in "iuf":
-            continue
-        x = table[c].to_numpy(dtype=float)
-        wrong = ~np.isfinite(x)
-        if c in POSITIVE:
-            wrong |= x <= 0
-        elif c.endswith(NON_NEGATIVE):
-            wrong |= x < 0
-        for i in np.flatnonzero(wrong & (reason == "")):
-            reason[i] = (f"the predicted {c} is {x[i]:g}: an input or spec value lies outside the model's range "
-                         f"(e.g. a bandwidth, peak or efficiency near zero)")
+    names = [c for c in table.columns if not (c in inputs or c in EMPTY_BY_DESIGN or c.endswith(("_lo", "_hi"))
+                                              or table[c].dtype.kind not in "iuf")]
+    if not names or not len(table):
+        return reason
+    x = np.array([table[c] for c in names], dtype=float)  # outputs x rows, checked at once
+    positive, non_negative = _signs(tuple(names))
+    wrong = ~np.isfinite(x) | ((x <= 0) & positive) | ((x < 0) & non_negative)
+    if not wrong.any():
+        return reason
+    for i in np.flatnonzero(wrong.any(axis=0)):  # each such row: its first output (in order) that is wrong
+        j = int(np.argmax(wrong[:, i]))
+        reason[i] = (f"the predicted {names[j]} is {x[j, i]:g}: an input or spec value lies outside the model's range "
+                     f"(e.g. a bandwidth, peak or efficiency near zero)")
     return reason
+
+
+@lru_cache(maxsize=64)
+def _signs(names: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Per output of ``names`` (a column each): (must be positive, must be non-negative)."""
+    positive = np.array([[c in POSITIVE] for c in names])
+    return positive, np.array([[c not in POSITIVE and c.endswith(NON_NEGATIVE)] for c in names])
 
 
 def _needed_dtypes(m) -> dict[str, str]:

@@ -182,7 +182,10 @@ def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(
     reason = np.full(len(df), "", dtype=object)
 
     def check(bad, msg):
-        bad = np.asarray(bad, dtype=bool) & (reason == "")
+        bad = np.asarray(bad, dtype=bool)
+        if not bad.any():  # most checks find nothing: the rows' reasons are not read
+            return
+        bad = bad & (reason == "")
         if bad.any():
             reason[bad] = [msg(i) for i in np.flatnonzero(bad)]
 

@@ -24,7 +24,7 @@ from ..cost.ops import (activation_op, attention_decode_kernels, chunk_attention
                         moe_ops, mtp_proj_op, placement, residual_norm_ops, router_topk_op, tp_allreduce_op)
 from ..cost.ops import Bytes, vocab_tp
 from ..cost.host import decode_host
-from ..cost.roofline import core_split_fits, tier_for_group
+from ..cost.roofline import core_split_fits, number, tier_for_group
 from .common import (LayerMix, Part, Schedule, Section, Timing, choose, grid_rows, layer_section, select, timed_parts,
                      tokens_per_s_per_tflops, wait_after)
 from .pipeline import Pipeline, Stage, pipeline
@@ -59,7 +59,7 @@ def attention_ops(hw, m, g, T, R, C=0.0, kind: str = "full") -> list:
     add and this block's RMSNorm before, the attention's residual add and the FFN's RMSNorm
     after the all-reduce, on the group's tokens (the residual stream is replicated over TP)."""
     tp = g["tp"]
-    C = np.asarray(C, dtype=float)
+    C = number(C)
     rows = (T + C) * tp
     ops = attention_decode_kernels(m, T * tp, R * tp, g["kv_len"], tp, kind)
     if np.any(C > 0):
@@ -82,8 +82,8 @@ def chunk_geometry(hw, g) -> dict:
     filled and ``prompts`` = tokens / P finish per iteration. The KV they hold: a prompt
     filled chunk by chunk holds (P + chunk)/2 tokens on average (the mean over its chunks of
     offset + chunk) and P at its end (``decode_memory`` applies the cache's shape to both)."""
-    T = np.asarray(g["chunk_tokens"], dtype=float) / hw.chip.dies_per_package
-    P = np.asarray(g["prompt_len"], dtype=float)
+    T = number(g["chunk_tokens"]) / hw.chip.dies_per_package
+    P = number(g["prompt_len"])
     k = np.minimum(T, P)
     flight = np.where(T > 0, T / np.where(k > 0, k, 1.0), 0.0)
     return {"tokens": T, "chunk": k, "prompts": T / P, "in_flight": flight}
@@ -246,7 +246,7 @@ def iteration(hw, m, g, n: int, overlap=None, shared: dict | None = None,
 
 def dp_ranks(g) -> np.ndarray:
     """DP-attention ranks of a decode instance: its dies over the attention TP degree."""
-    return np.asarray(g["dies"], dtype=float) / np.asarray(g["tp"], dtype=float)
+    return number(g["dies"]) / number(g["tp"])
 
 
 def _dense_model(hw, m, g, it, sched) -> dict:
@@ -274,7 +274,7 @@ def emitted_tokens(g) -> np.ndarray:
     """Tokens a request emits per iteration: 1 + a + a^2 + ... + a^k (each draft is kept only
     if all before it were accepted; docs/model.md §5.3)."""
     k = draft_tokens(g)
-    a = np.asarray(g["mtp_acceptance"], dtype=float)
+    a = number(g["mtp_acceptance"])
     geometric = np.where(np.isclose(a, 1.0), k, a * (1 - a ** k) / np.where(np.isclose(a, 1.0), 1.0, 1 - a))
     return 1.0 + geometric
 
@@ -312,7 +312,7 @@ def decode(hw, m, g) -> dict:
     timing = Timing(hw, grid_rows(g))
     shared = shared_ops(hw, m, g, timing)
     decode_overlap, prefill_overlap = hw.system.overlap.decode, hw.system.overlap.prefill
-    chunked = np.asarray(g["chunk_tokens"], dtype=float) > 0
+    chunked = number(g["chunk_tokens"]) > 0
     runs = {1: moe_layers(hw, m, g, 1, decode_overlap, timing)}
     if m.moe is not None:
         runs[2] = moe_layers(hw, m, g, 2, decode_overlap, timing)

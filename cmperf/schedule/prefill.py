@@ -28,7 +28,7 @@ from ..cost.ops import (Bytes, vocab_tp, activation_op, attention_prefill_ops, d
 from ..cost.collectives import route_of
 from ..cost.host import prefill_host
 from ..cost.pool import pass_with_pool_s, pool_read_s, pool_write_s, tail_bytes, written_blocks
-from ..cost.roofline import tier_bandwidth_Bps, tier_for_group
+from ..cost.roofline import number, tier_bandwidth_Bps, tier_for_group
 from .common import Schedule, choose, layer_section, select, timed, timed_parts, tokens_per_s_per_tflops, wait_after
 from .pipeline import Stage, pipeline
 
@@ -39,7 +39,7 @@ RULES = {1: "one microbatch: every stage and barrier wait in series",
 def ffn_tp(m, g):
     """TP degree of the dense FFN in prefill: data-parallel (1) in a MoE model's few dense
     layers (paper §4.3.1), the attention's TP degree in a dense model (Megatron style)."""
-    return g["attn_tp"] if m.moe is None else np.ones_like(np.asarray(g["attn_tp"], dtype=float))
+    return g["attn_tp"] if m.moe is None else np.ones_like(number(g["attn_tp"]))
 
 
 def split_at_collectives(ops) -> list[list]:
@@ -105,7 +105,7 @@ def forward(hw, m, g, n: int) -> tuple[np.ndarray, Schedule]:
             sched.stack(layer_section(f"{part}_layer", kind), pipeline(layer_stages(hw, m, g, T, moe, kind), n), count,
                         rule=RULES[n], share=count / sum(counts.values()))
     if m.mtp.modules:
-        mtp = np.asarray(g["mtp"], dtype=float)
+        mtp = number(g["mtp"])
         sched.serial("mtp", timed([mtp_proj_op(m, T_die)], hw), mtp, "eh_proj over all prompt tokens")
         sched.stack("mtp_layer", pipeline(layer_stages(hw, m, g, T, moe=True), n), 1, repeats=mtp, rule=RULES[n])
     seqs = prompts_per_die(hw, g)
@@ -121,7 +121,7 @@ def forward(hw, m, g, n: int) -> tuple[np.ndarray, Schedule]:
     if np.any(np.asarray(g["pool_len"]) > 0):
         sched.serial("pool_load", [], 1, "the cached prefixes' pool-held tails read from the pool before the pass",
                      pool_load_s(hw, m, g))
-    moe = (arch.moe_layers(m) + (np.asarray(g["mtp"], dtype=float) if m.mtp.modules else 0.0)) if m.moe is not None else 0.0
+    moe = (arch.moe_layers(m) + (number(g["mtp"]) if m.mtp.modules else 0.0)) if m.moe is not None else 0.0
     return sched.with_host(prefill_host(hw.stack, sched.launches(), moe, n, T)), sched
 
 
@@ -135,9 +135,9 @@ def pool_reads(hw, m, g) -> tuple[np.ndarray, np.ndarray]:
     """(bytes, blocks) of the pool-held part of a die's cached prefixes (each prefix's last
     ``pool_len`` tokens; the head is in HBM), all layers (docs/model.md §1.2: KV per token,
     window layers' last window, linear layers' state), in whole blocks."""
-    kv = kv_cache(m, Bytes.of(m).kv, np.asarray(g["mtp"], dtype=float))
-    C = np.asarray(g["cached_len"], dtype=float)
-    L = np.minimum(np.asarray(g["pool_len"], dtype=float), C)
+    kv = kv_cache(m, Bytes.of(m).kv, number(g["mtp"]))
+    C = number(g["cached_len"])
+    L = np.minimum(number(g["pool_len"]), C)
     seqs = prompts_per_die(hw, g)
     blocks = seqs * np.ceil(L / hw.system.memory_pool.block_tokens)
     return seqs * tail_bytes(kv, C, L), blocks
@@ -153,10 +153,10 @@ def pool_load_s(hw, m, g) -> np.ndarray:
 def pool_writes(hw, m, g) -> tuple[np.ndarray, np.ndarray]:
     """(bytes, blocks) a die writes back to the pool: its prompts' new whole blocks, while
     caching is in use (a cached prefix asked); none without a pool (docs/model.md §9.5)."""
-    zero = 0.0 * np.asarray(g["cached_len"], dtype=float)
+    zero = 0.0 * number(g["cached_len"])
     if hw.system.memory_pool is None:
         return zero, zero
-    kv = kv_cache(m, Bytes.of(m).kv, np.asarray(g["mtp"], dtype=float))
+    kv = kv_cache(m, Bytes.of(m).kv, number(g["mtp"]))
     bytes_, blocks = written_blocks(kv, g["prompt_len"], g["cached_len"], hw.system.memory_pool.block_tokens)
     seqs = prompts_per_die(hw, g)
     on = np.asarray(g["cached_len"]) > 0
@@ -176,7 +176,7 @@ def kv_transfer_s(hw, m, g) -> np.ndarray:
     """Whole cache of a die's prompts (cached prefix included; §1.2) sent once to the decode
     instance over the system's KV-transfer tier (RDMA in the paper, §4.1): bytes / bandwidth
     + latency (docs/model.md §4.4)."""
-    kv = kv_cache(m, Bytes.of(m).kv, np.asarray(g["mtp"], dtype=float))
+    kv = kv_cache(m, Bytes.of(m).kv, number(g["mtp"]))
     return kv_send_s(hw, prompts_per_die(hw, g) * kv.bytes(g["prompt_len"]))
 
 
@@ -184,7 +184,7 @@ def kv_send_s(hw, bytes_):
     """``bytes_`` of KV sent by one die over the system's KV-transfer tier: bytes / bandwidth
     + latency (docs/model.md §4.4)."""
     tier = hw.system.kv_transfer_tier
-    return np.asarray(bytes_, dtype=float) / tier_bandwidth_Bps(hw, tier) + hw.system.tiers[tier].latency_s
+    return number(bytes_) / tier_bandwidth_Bps(hw, tier) + hw.system.tiers[tier].latency_s
 
 
 def prefill(hw, m, g) -> dict:
