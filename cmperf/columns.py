@@ -140,6 +140,8 @@ class Columns:
 def product(cols: Mapping[str, list]) -> Columns:
     """Cartesian product of the value lists (first column slowest, like itertools.product)."""
     n = math.prod(len(v) for v in cols.values())
+    if n == 1:  # one configuration: each value its column
+        return Columns({k: infer(v) for k, v in cols.items()}, 1)
     data, inner = {}, n
     for k, v in cols.items():
         values = infer(v)

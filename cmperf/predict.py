@@ -393,7 +393,7 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     sweep_cols = {k: list(v) for k, v in (sweeps or {}).items()}
     given = set(values) if rows is None else set().union(*(set(r) for r in rows)) if rows else set()
     hw0, m0 = specs.views(phase=phase)
-    st = specs.stack_view()
+    st = hw0.stack  # the serving stack's view (no sweeps in it: specs.stack_view())
     if rows is None:  # the instance the system runs the model with, for what is not given
         values = deployment.with_instance(phase, check_inputs(phase, stack.input_defaults(phase, st, values)), hw0, m0)
     else:
