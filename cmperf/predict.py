@@ -437,7 +437,8 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     n = len(g)
     for k, v in {**out, **mem}.items():
         if not k.startswith("_"):
-            table[k] = np.broadcast_to(np.asarray(v), (n,))
+            v = np.asarray(v)
+            table[k] = v if v.shape == (n,) else v.reshape(1) if n == 1 else np.broadcast_to(v, (n,))
     table.insert(0, "phase", phase)
     add_bands(table, phase, hw0.system.name, m0.name)
     bad = output_problems(table, list(grid.columns))

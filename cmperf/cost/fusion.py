@@ -29,7 +29,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..specs.view import KEEP
-from .roofline import LISTS, NUMERIC, OpColumns, OpRows, columns, fields_of
+from .roofline import LISTS, NUMERIC, OpColumns, OpRows, columns, fields_of, run_sums
 
 SUMMED = tuple(NUMERIC.index(f) for f in ("flops", "outputs", "vector_ops", "weight_bytes"))
 FLOPS, HBM, IN_B, LAUNCHES = (NUMERIC.index(f) for f in ("flops", "hbm_bytes", "in_B", "launches"))
@@ -105,17 +105,6 @@ def merge_block(block: np.ndarray, runs, names: list) -> tuple[np.ndarray, list[
     out[fused, LAUNCHES] = run_sums(block[:, LAUNCHES], starts, lengths, np.maximum)
     out[fused, IN_B] = block[starts, IN_B]
     return out, hosts, out_names
-
-
-def run_sums(a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, add=np.add) -> np.ndarray:
-    """Per run of ``a``'s rows (``lengths[i]`` rows from ``starts[i]``, each at least one), its
-    rows added (``add``) one after another, as :func:`_sum` does: one call per position in the
-    runs, for all runs at once (``np.add.reduceat`` adds a long run pairwise: other roundings)."""
-    out = a[starts]
-    for k in range(1, int(lengths.max())):
-        more = lengths > k
-        out[more] = add(out[more], a[starts[more] + k])
-    return out
 
 
 def _run_gemms(gemms: list, i: int, n: int):

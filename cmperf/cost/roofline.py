@@ -698,6 +698,7 @@ class StageConstants:
     round_s: Any  # per op of ``net``: one synchronisation round on its tier
     floor_s: Any  # per op of ``net``: a collective's per-call floor (0: none)
     collective: Any  # per op of ``net``: a collective
+    gemm_runs: tuple = None  # (first GEMM, GEMMs) of each tiled op in the stage's GEMM table
     ndim: int = 1  # axes of a stacked table on this chip: 1 + the grid's rows' in a swept number (0: none)
 
 
@@ -738,6 +739,8 @@ def stage_constants(hw, kinds: tuple) -> StageConstants:
     out = StageConstants(stack(rate), stack(k0), stack(launch), flags, tiled, untiled, unit_rate, net, owner,
                          stack(bandwidth) if net else None, stack(rounds) if net else None,
                          stack(floors) if net else None, np.array([collectives[i] is not None for i in net]))
+    lengths = np.array([n_gemms[i] for i in tiled], dtype=int)
+    out.gemm_runs = (np.cumsum(lengths) - lengths, lengths)
     swept = (out.rate, out.k0, out.launch, out.unit_rate, out.bandwidth, out.round_s, out.floor_s)
     out.ndim = max(1 + _rows_ndim(hw), *(np.ndim(a) for a in swept if a is not None))
     return out
@@ -818,13 +821,20 @@ def _op_gemms(c: OpColumns, k: StageConstants, hw, cube_share, ndim: int, by_op:
     terms = [per_op(t, ndim) for t in _gemm_table(gemms, k.unit_rate, cube_share, hw, by_op, ndim)]
     if len(gemms) == len(k.tiled):  # one GEMM each
         return terms
-    out, at = [], 0
-    for i in k.tiled:
-        n = len(c.gemms[i])
-        out.append([t[at] if n == 1 else total([t[at:at + n]]) for t in terms])
-        at += n
-    return tuple(stack([o[j] for o in out]) if ndim == 1 else np.stack(broadcast(*(o[j] for o in out)))
-                 for j in range(3))
+    starts, lengths = k.gemm_runs  # each tiled op's GEMMs, added one after another
+    return tuple(run_sums(t, starts, lengths) for t in terms)
+
+
+def run_sums(a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, add=np.add) -> np.ndarray:
+    """Per run of ``a``'s rows (``lengths[i]`` rows from ``starts[i]``, each at least one), its
+    rows added (``add``) one after another, as :func:`total` adds a table's: one call per
+    position in the runs, for all runs at once (``np.add.reduceat`` adds a long run pairwise,
+    which rounds otherwise)."""
+    out = a[starts]
+    for k in range(1, int(lengths.max())):
+        more = lengths > k
+        out[more] = add(out[more], a[starts[more] + k])
+    return out
 
 
 def _network(c: OpColumns, x: dict, k: StageConstants, hw, latency, ndim: int) -> tuple:

@@ -337,7 +337,8 @@ def decode(hw, m, g) -> dict:
         s2.host_s = host2
     choice = choose(g["microbatches"], it1, it2)
     it = select(choice, it1, it2)
-    tpot = it / emitted_tokens(g)
+    emitted = emitted_tokens(g)
+    tpot = it / emitted
     throughput = g["batch"] / tpot
     two = choice == 2
     return {
@@ -348,7 +349,7 @@ def decode(hw, m, g) -> dict:
         "barrier_wait_us": select(choice, p1.wait_s, 2 * two_mb["wait"]) * 1e6,
         "stream_a_us": np.where(two, two_mb["a"], np.nan) * 1e6,
         "stream_b_us": np.where(two, two_mb["b"], np.nan) * 1e6,
-        "tokens_per_iteration": emitted_tokens(g),
+        "tokens_per_iteration": emitted,
         "throughput_per_npu": throughput,
         "tokens_per_s_per_user": 1.0 / tpot,
         "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),
