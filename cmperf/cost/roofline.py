@@ -252,6 +252,12 @@ def total(arrays) -> np.ndarray:
     another (as Python's ``sum`` of the ops would: the same rounding)."""
     if not arrays:
         return np.asarray(0.0)
+    if all(a.ndim == 1 and a.dtype == np.float64 for a in arrays):  # one row: the ops' numbers, in Python
+        numbers = arrays[0].tolist() if len(arrays) == 1 else [x for a in arrays for x in a.tolist()]
+        out = numbers[0]
+        for x in numbers[1:]:
+            out += x
+        return np.float64(out)
     if arrays[0][0].size <= 64 and (len(arrays) == 1 or max(a[0].size for a in arrays) <= 64):  # a few rows: one call
         a = arrays[0] if len(arrays) == 1 else np.concatenate(_common(arrays))
         return a[0] if len(a) == 1 else np.add.accumulate(a, axis=0)[-1]
@@ -473,17 +479,30 @@ class OpTimes:
         return self.parts([1] * len(self))
 
     def parts(self, sizes: list[int]) -> list["OpTimes"]:
-        """The table cut into consecutive tables of ``sizes`` ops."""
-        arrays = [getattr(self, f) for f in TABLE_FIELDS]
-        derived = [(f, getattr(self, f)) for f in DERIVED]  # derived once for the whole table, each part its rows
+        """The table cut into consecutive tables of ``sizes`` ops: each a view of its rows, its
+        derived times cut from the whole table's (derived once) and every other field cut
+        from the table's when first read (:meth:`__getattr__`)."""
+        derived = [(f, getattr(self, f)) for f in DERIVED]
         out, at = [], 0
         for n in sizes:
-            part = OpTimes(self.names[at:at + n], self.engines[at:at + n], *(a[at:at + n] for a in arrays),
-                           overlap_p=self.overlap_p)
-            part.__dict__.update((f, a[at:at + n]) for f, a in derived)
+            part = OpTimes.__new__(OpTimes)
+            d = part.__dict__
+            d["names"], d["engines"], d["overlap_p"] = self.names[at:at + n], self.engines[at:at + n], self.overlap_p
+            d["_rows_of"] = (self, at, at + n)
+            for f, a in derived:
+                d[f] = a[at:at + n]
             out.append(part)
             at += n
         return out
+
+    def __getattr__(self, name: str):
+        """A field of a part (:meth:`parts`) not read before: its rows of the whole table's."""
+        rows = self.__dict__.get("_rows_of")
+        if rows is None or name not in TABLE_FIELDS:
+            raise AttributeError(name)
+        table, start, stop = rows
+        value = self.__dict__[name] = getattr(table, name)[start:stop]
+        return value
 
     @classmethod
     def idle(cls, name: str, engine: str, latency_s) -> "OpTimes":
@@ -698,7 +717,7 @@ class StageConstants:
     round_s: Any  # per op of ``net``: one synchronisation round on its tier
     floor_s: Any  # per op of ``net``: a collective's per-call floor (0: none)
     collective: Any  # per op of ``net``: a collective
-    gemm_runs: tuple = None  # (first GEMM, GEMMs) of each tiled op in the stage's GEMM table
+    gemm_runs: Any = None  # each tiled op's GEMMs in the stage's GEMM table (:class:`Runs`)
     ndim: int = 1  # axes of a stacked table on this chip: 1 + the grid's rows' in a swept number (0: none)
 
 
@@ -740,7 +759,7 @@ def stage_constants(hw, kinds: tuple) -> StageConstants:
                          stack(bandwidth) if net else None, stack(rounds) if net else None,
                          stack(floors) if net else None, np.array([collectives[i] is not None for i in net]))
     lengths = np.array([n_gemms[i] for i in tiled], dtype=int)
-    out.gemm_runs = (np.cumsum(lengths) - lengths, lengths)
+    out.gemm_runs = Runs(np.cumsum(lengths) - lengths, lengths)
     swept = (out.rate, out.k0, out.launch, out.unit_rate, out.bandwidth, out.round_s, out.floor_s)
     out.ndim = max(1 + _rows_ndim(hw), *(np.ndim(a) for a in swept if a is not None))
     return out
@@ -821,20 +840,28 @@ def _op_gemms(c: OpColumns, k: StageConstants, hw, cube_share, ndim: int, by_op:
     terms = [per_op(t, ndim) for t in _gemm_table(gemms, k.unit_rate, cube_share, hw, by_op, ndim)]
     if len(gemms) == len(k.tiled):  # one GEMM each
         return terms
-    starts, lengths = k.gemm_runs  # each tiled op's GEMMs, added one after another
-    return tuple(run_sums(t, starts, lengths) for t in terms)
+    return tuple(k.gemm_runs.sums(t) for t in terms)  # each tiled op's GEMMs, added one after another
 
 
-def run_sums(a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, add=np.add) -> np.ndarray:
-    """Per run of ``a``'s rows (``lengths[i]`` rows from ``starts[i]``, each at least one), its
-    rows added (``add``) one after another, as :func:`total` adds a table's: one call per
-    position in the runs, for all runs at once (``np.add.reduceat`` adds a long run pairwise,
-    which rounds otherwise)."""
-    out = a[starts]
-    for k in range(1, int(lengths.max())):
-        more = lengths > k
-        out[more] = add(out[more], a[starts[more] + k])
-    return out
+class Runs:
+    """Runs of consecutive rows of a stacked array (``lengths[i]`` rows from ``starts[i]``, each
+    at least one), whose rows :meth:`sums` adds run by run."""
+
+    def __init__(self, starts, lengths):
+        self.starts = np.asarray(starts, dtype=int)
+        lengths = np.asarray(lengths, dtype=int)
+        # per position k >= 1 in the runs: the runs that reach it, and their row there
+        self.steps = [(more, self.starts[more] + k) for k in range(1, int(lengths.max(initial=1)))
+                      for more in [lengths > k]]
+
+    def sums(self, a: np.ndarray, add=np.add) -> np.ndarray:
+        """Per run, its rows of ``a`` added (``add``) one after another, as :func:`total` adds a
+        table's: one call per position in the runs, for all runs at once (``np.add.reduceat``
+        adds a long run pairwise, which rounds otherwise)."""
+        out = a[self.starts]
+        for more, rows in self.steps:
+            out[more] = add(out[more], a[rows])
+        return out
 
 
 def _network(c: OpColumns, x: dict, k: StageConstants, hw, latency, ndim: int) -> tuple:
