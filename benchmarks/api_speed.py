@@ -10,7 +10,9 @@ read, the cost model's modules imported), then CPU and wall time per warm call, 
 over blocks of 100 calls, and the same with the specs passed in (``load_specs()`` once); the
 same calls on the uncached path (``cmperf.specs.view.uncached``: nothing a call derived is kept,
 the cost of a question whose instance and stage constants are all new); a warm prefill call. The
-target (issue 24): a warm call in at most 1 ms of CPU. Where the time goes:
+target (issue 24): a warm call in at most 1 ms of CPU. ``--phases``: where a warm decode call's
+CPU time goes, phase by phase (each phase's functions timed from outside; the rest of predict()
+is its grid and table bookkeeping). Function by function:
 ``python -m cProfile -s tottime benchmarks/api_speed.py --calls 200``.
 """
 
@@ -34,10 +36,68 @@ def per_call(fn, calls: int, block: int = 100) -> tuple[float, float]:
     return statistics.median(cpu), statistics.median(wall)
 
 
+PHASES = [  # (label, module, function): timed from outside, in the order a call runs them
+    ("inputs: stack defaults, instance", "cmperf.deployment", "with_instance"),
+    ("grid: product, defaults", "cmperf.predict", "make_grid"),
+    ("grid: MTP, expert layout", "cmperf.deployment", "resolve"),
+    ("validation", "cmperf.predict", "validate"),
+    ("cost model: one table timed", "cmperf.schedule.common", "timed_parts"),
+    ("cost model: ops, schedules, pipelines", "cmperf.predict", "decode"),
+    ("memory", "cmperf.predict", "decode_memory"),
+    ("bands", "cmperf.predict", "add_bands"),
+    ("output checks", "cmperf.predict", "output_problems"),
+]
+
+
+def phases(calls: int) -> None:
+    """CPU time per warm decode call of each phase of :data:`PHASES` (the cost model's table
+    taken out of the schedules' line)."""
+    import importlib
+
+    from cmperf import predict
+    import cmperf.predict
+
+    spent = {label: 0.0 for label, _, _ in PHASES}
+
+    def timed(label, fn):
+        def run(*a, **k):
+            t = time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[label] += time.process_time() - t
+        return run
+
+    for label, module, name in PHASES:
+        mod = importlib.import_module(module)
+        if name == "decode":
+            cmperf.predict.RUN["decode"] = timed(label, cmperf.predict.RUN["decode"])
+        else:
+            setattr(mod, name, timed(label, getattr(mod, name)))
+    for b in range(1, 21):
+        predict("decode", {"batch": b})
+    spent.update((k, 0.0) for k in spent)
+    t = time.process_time()
+    for i in range(calls):
+        predict("decode", {"batch": 1 + i % 256})
+    total = (time.process_time() - t) / calls
+    each = {k: v / calls for k, v in spent.items()}
+    each["cost model: ops, schedules, pipelines"] -= each["cost model: one table timed"]
+    print(f"a warm decode call, {total * 1e3:.2f} ms CPU ({calls:,} calls, each phase timed from outside):")
+    for label, v in each.items():
+        print(f"  {label:40s} {v * 1e3:6.3f} ms  {v / total:5.1%}")
+    rest = total - sum(each.values())
+    print(f"  {'the rest of predict() (grid, table)':40s} {rest * 1e3:6.3f} ms  {rest / total:5.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=1000, help="warm calls timed")
+    ap.add_argument("--phases", action="store_true", help="only: where a warm decode call's time goes")
     args = ap.parse_args()
+    if args.phases:
+        phases(args.calls)
+        return
 
     t = time.perf_counter()
     from cmperf import load_specs, predict

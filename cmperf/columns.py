@@ -29,7 +29,15 @@ class Col(np.ndarray):
         return np.asarray(self)
 
     def isin(self, values: Iterable[Any]) -> np.ndarray:
-        return np.isin(np.asarray(self), list(values))
+        """Whether each value is one of ``values`` (a few: compared one by one, as ``np.isin``
+        answers without its sort)."""
+        a, values = np.asarray(self), list(values)
+        if len(values) > 8:
+            return np.isin(a, values)
+        out = np.zeros(a.shape, dtype=bool)
+        for v in values:
+            out |= a == v
+        return out
 
     def to_numpy(self, dtype: Any = None) -> np.ndarray:
         return np.asarray(self, dtype=dtype)
@@ -140,6 +148,8 @@ class Columns:
 def product(cols: Mapping[str, list]) -> Columns:
     """Cartesian product of the value lists (first column slowest, like itertools.product)."""
     n = math.prod(len(v) for v in cols.values())
+    if n == 1:  # one configuration: each value its column
+        return Columns({k: infer(v) for k, v in cols.items()}, 1)
     data, inner = {}, n
     for k, v in cols.items():
         values = infer(v)

@@ -17,7 +17,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
@@ -324,6 +324,9 @@ class Prediction:
     columns: Columns  # inputs + outputs, one row per configuration (valid rows only)
     invalid_columns: Columns  # rows rejected by validation, with their reason
     schedules: Any = field(repr=False, default=None)
+    # where a row's schedules are when the rows of several microbatch counts shared them
+    # (:func:`microbatch_blocks`): (counts, rows of a count, each row's position in count order)
+    schedule_rows: Any = field(repr=False, default=None)
 
     @cached_property
     def table(self):
@@ -348,7 +351,11 @@ class Prediction:
         n = len(self.columns)
         choice = int(self.columns["microbatches_used"].iat[row])
         sched = self.schedules[choice - 1]  # one schedule per microbatch count
-        pick = lambda x: float(np.broadcast_to(np.asarray(x, dtype=float), (n,))[row])
+        shape, at = (n,), row
+        if self.schedule_rows is not None:  # the schedules of the rows of each microbatch count, shared
+            k, u, where = self.schedule_rows
+            shape, at = (k, u), divmod(int(where[row]), u)
+        pick = lambda x: float(np.broadcast_to(np.asarray(x, dtype=float), shape)[at])
         ops = []
         for p in sched.parts:
             calls = pick(p.calls)
@@ -362,7 +369,7 @@ class Prediction:
                     "compute_us": pick(t.compute_s) * 1e6, "vector_us": pick(t.vector_s) * 1e6,
                     "memory_us": pick(t.memory_s) * 1e6,
                     "network_us": pick(t.network_s) * 1e6, "latency_us": pick(t.latency_s) * 1e6,
-                    "bound": str(np.broadcast_to(t.bound, (n,))[row]),
+                    "bound": str(np.broadcast_to(t.bound, shape)[at]),
                     "flops": pick(t.flops), "hbm_bytes": pick(t.hbm_bytes), "weight_bytes": pick(t.weight_bytes),
                     "net_bytes": pick(t.net_bytes),
                 })
@@ -393,7 +400,7 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     sweep_cols = {k: list(v) for k, v in (sweeps or {}).items()}
     given = set(values) if rows is None else set().union(*(set(r) for r in rows)) if rows else set()
     hw0, m0 = specs.views(phase=phase)
-    st = specs.stack_view()
+    st = hw0.stack  # the serving stack's view (no sweeps in it: specs.stack_view())
     if rows is None:  # the instance the system runs the model with, for what is not given
         values = deployment.with_instance(phase, check_inputs(phase, stack.input_defaults(phase, st, values)), hw0, m0)
     else:
@@ -427,17 +434,28 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         cols["expert_imbalance"] = np.where(cols.pop("_default_imbalance"), default, cols["expert_imbalance"]).astype(float)
         g = g.drop(["_default_imbalance"])
         g["expert_imbalance"] = cols["expert_imbalance"]
+    n = len(g)
+    blocks = microbatch_blocks(cols) if phase in ("decode", "prefill", "afd") else None
+    if blocks is not None:  # the rows of each microbatch count share one evaluation of the others' schedules
+        order, counts, u = blocks
+        cols = {k: v[order[:u]] for k, v in cols.items()}
+        cols["microbatches"] = counts.reshape(-1, 1)  # (counts, 1): the choice is made for each count
+        if sweep_cols:
+            hw, m = specs.views({k: cols[k].astype(float) for k in sweep_cols}, phase)
     if phase in ("decode", "prefill", "afd"):
-        cols = {k: _scalar_if_constant(v) for k, v in cols.items()}
+        cols = {k: v if k == "microbatches" and blocks is not None else _scalar_if_constant(v) for k, v in cols.items()}
     with np.errstate(all="ignore"):  # an overflow is found in the outputs below and named, not printed
         out = RUN[phase](hw, m, cols)
         mem = (decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
                if phase == "prefill" else afd_memory(hw, m, cols) if phase == "afd" else {})
     table = g.copy()
-    n = len(g)
     for k, v in {**out, **mem}.items():
         if not k.startswith("_"):
-            table[k] = np.broadcast_to(np.asarray(v), (n,))
+            v = np.asarray(v)
+            if blocks is not None:
+                table[k] = _in_row_order(v, blocks)
+            else:
+                table[k] = v if v.shape == (n,) else v.reshape(1) if n == 1 else np.broadcast_to(v, (n,))
     table.insert(0, "phase", phase)
     add_bands(table, phase, hw0.system.name, m0.name)
     bad = output_problems(table, list(grid.columns))
@@ -448,7 +466,52 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         dropped["reason"] = bad[bad != ""]
         invalid = Columns.from_records(invalid.records() + dropped.records(), invalid.columns)
         table = table.take(bad == "")
-    return Prediction(phase, table, invalid, out["_schedules"])
+        kept = np.flatnonzero(bad == "")
+    else:
+        kept = None
+    schedule_rows = None
+    if blocks is not None:  # where each row's schedules are: (counts, rows of a count, its position)
+        at = np.empty(n, dtype=int)
+        at[blocks[0]] = np.arange(n)
+        schedule_rows = (len(blocks[1]), blocks[2], at if kept is None else at[kept])
+    return Prediction(phase, table, invalid, out["_schedules"], schedule_rows)
+
+
+def microbatch_blocks(cols: Mapping[str, Any]) -> tuple | None:
+    """When the rows of a grid (``cols``: arrays of its rows) are one set of rows repeated for
+    each of several microbatch counts (a search's product over ``microbatches``), (the rows
+    in count order, stably: each count's rows in one block; the counts; the rows of a block);
+    else None. The microbatch count only chooses among schedules every row evaluates (1 and
+    2, AFD's 1..4), so one block's rows give every block's schedules: numpy broadcasts the
+    counts, a (counts, 1) column, against them."""
+    mb = cols.get("microbatches")
+    if not isinstance(mb, np.ndarray) or mb.ndim != 1 or len(mb) < 2:
+        return None
+    counts, sizes = np.unique(mb, return_counts=True)
+    if len(counts) < 2 or (sizes != sizes[0]).any():
+        return None
+    order, u = np.argsort(mb, kind="stable"), int(sizes[0])
+    for k, v in cols.items():
+        if k == "microbatches":
+            continue
+        if not isinstance(v, np.ndarray) or v.dtype.kind not in "biuf" or v.shape != mb.shape:
+            return None
+        x = v[order].reshape(len(counts), u)
+        same = x[1:] == x[:1]
+        if v.dtype.kind == "f":
+            same |= np.isnan(x[1:]) & np.isnan(x[:1])
+        if not same.all():
+            return None
+    return order, counts, u
+
+
+def _in_row_order(v: np.ndarray, blocks: tuple) -> np.ndarray:
+    """An output over (counts, rows of a block) (or broadcast to it), as a column of the grid's rows."""
+    order, counts, u = blocks
+    flat = np.broadcast_to(v, (len(counts), u)).reshape(-1)
+    out = np.empty(len(flat), dtype=flat.dtype)
+    out[order] = flat
+    return out
 
 
 def _scalar_if_constant(col: np.ndarray):
@@ -460,7 +523,10 @@ def _scalar_if_constant(col: np.ndarray):
     if col.dtype.kind not in "biuf" or not len(col):
         return col
     first = col[0]
-    return first if len(col) == 1 or bool((col == first).all()) else col
+    if len(col) == 1 or bool((col == first).all()):
+        return first
+    # an input left unset in every row (NaN: the system's attention share, ...) is one value too
+    return first if first != first and bool(np.isnan(col).all()) else col
 
 
 def inert_fields(table, inputs: Iterable[str], fields: Iterable[str], outputs: Iterable[str]) -> list[str]:
@@ -603,19 +669,27 @@ def output_problems(table: Columns, inputs: list[str]) -> np.ndarray:
     produces (a bandwidth or peak of 1e-300 overflows a time to inf). The safety net behind the
     input checks: no NaN, inf or negative time ever reaches a table."""
     reason = np.full(len(table), "", dtype=object)
-    for c in table.columns:
-        if c in inputs or c in EMPTY_BY_DESIGN or c.endswith(("_lo", "_hi")) or table[c].dtype.kind not in "iuf":
-            continue
-        x = table[c].to_numpy(dtype=float)
-        wrong = ~np.isfinite(x)
-        if c in POSITIVE:
-            wrong |= x <= 0
-        elif c.endswith(NON_NEGATIVE):
-            wrong |= x < 0
-        for i in np.flatnonzero(wrong & (reason == "")):
-            reason[i] = (f"the predicted {c} is {x[i]:g}: an input or spec value lies outside the model's range "
-                         f"(e.g. a bandwidth, peak or efficiency near zero)")
+    names = [c for c in table.columns if not (c in inputs or c in EMPTY_BY_DESIGN or c.endswith(("_lo", "_hi"))
+                                              or table[c].dtype.kind not in "iuf")]
+    if not names or not len(table):
+        return reason
+    x = np.array([table[c] for c in names], dtype=float)  # outputs x rows, checked at once
+    positive, non_negative = _signs(tuple(names))
+    wrong = ~np.isfinite(x) | ((x <= 0) & positive) | ((x < 0) & non_negative)
+    if not wrong.any():
+        return reason
+    for i in np.flatnonzero(wrong.any(axis=0)):  # each such row: its first output (in order) that is wrong
+        j = int(np.argmax(wrong[:, i]))
+        reason[i] = (f"the predicted {names[j]} is {x[j, i]:g}: an input or spec value lies outside the model's range "
+                     f"(e.g. a bandwidth, peak or efficiency near zero)")
     return reason
+
+
+@lru_cache(maxsize=64)
+def _signs(names: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Per output of ``names`` (a column each): (must be positive, must be non-negative)."""
+    positive = np.array([[c in POSITIVE] for c in names])
+    return positive, np.array([[c not in POSITIVE and c.endswith(NON_NEGATIVE)] for c in names])
 
 
 def _needed_dtypes(m) -> dict[str, str]:

@@ -38,6 +38,7 @@ AT_LEAST = {"ep": 1, "dies": 1, "tp": 1, "attn_tp": 1, "kv_len": 1, "shared_copi
             "cached_len": 0, "pool_len": 0, "chunk_tokens": 0, "pool_readers": 1, "attention_dies": 1, "expert_dies": 1, "comm_sms": 0,
             "prompt_len": 1, "output_len": 1, "mtp_k": 1, "batch": 1, "tokens_per_npu": 1, "tokens": 1}
 GIVEN_ALL = ("ep",)  # validate()'s default: name EP as a flag (callers pass what the user gave)
+SCALARS = (str, int, float, np.generic)  # one value (np.ndim 0), told without numpy's call
 MAX_INPUT = 1e9  # requests, tokens, lengths, dies: far above any deployment, far below float overflow
 
 
@@ -133,7 +134,8 @@ def make_grid(phase: str, values: Mapping[str, Any] | None = None) -> Columns:
         v = values.get(k, d.value)
         if v is None:
             v = d.value
-        cols[k] = list(v) if np.ndim(v) > 0 and not isinstance(v, str) else [v]  # a list, array or Series
+        many = not isinstance(v, SCALARS) and np.ndim(v) > 0  # a list, array or Series
+        cols[k] = list(v) if many else [v]
     return resolve_defaults(phase, product(cols))
 
 
@@ -158,8 +160,8 @@ def grid_from_rows(phase: str, rows: list[Mapping[str, Any]]) -> Columns:
 
 
 def resolve_defaults(phase: str, df: Columns) -> Columns:
-    """Fill the inputs whose default depends on other inputs (EP = dies, kv_len)."""
-    df = df.copy()
+    """Fill the inputs whose default depends on other inputs (EP = dies, kv_len), in the
+    columns of ``df`` (a grid just made: its columns are replaced, never written into)."""
     if phase in ("gemm", "attention"):
         return df
     if phase == "collective":
@@ -182,7 +184,10 @@ def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(
     reason = np.full(len(df), "", dtype=object)
 
     def check(bad, msg):
-        bad = np.asarray(bad, dtype=bool) & (reason == "")
+        bad = np.asarray(bad, dtype=bool)
+        if not bad.any():  # most checks find nothing: the rows' reasons are not read
+            return
+        bad = bad & (reason == "")
         if bad.any():
             reason[bad] = [msg(i) for i in np.flatnonzero(bad)]
 

@@ -214,3 +214,13 @@ def test_cli_predict_afd(cli):
 def test_cli_afd_bad_input(cli, args, names):
     code, _, err = cli("predict", "afd", *args)
     one_line_error(code, err, *names)
+
+
+def test_microbatches_alone_as_a_grid(specs):
+    """A grid over the microbatch count alone (every other input one value) is each count's
+    own prediction, auto the fastest of them (it failed to broadcast the count's column
+    against the runs' one-value times)."""
+    t = predict("afd", {"microbatches": [0, 1, 2, 3, 4]}, specs).table
+    each = [predict("afd", {"microbatches": n}, specs).table["tpot_ms"].iat[0] for n in (1, 2, 3, 4)]
+    assert list(t["microbatches_used"]) == [1 + int(np.argmin(each)), 1, 2, 3, 4]
+    assert list(t["tpot_ms"]) == [min(each), *each]

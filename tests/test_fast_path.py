@@ -129,3 +129,23 @@ def test_a_layer_timed_as_one_table_equals_its_ops_timed_one_by_one(system):
                           "time_s", "load_s"):
                     np.testing.assert_allclose(np.broadcast_to(getattr(table, f)[i], np.shape(alone.time_s)),
                                                getattr(alone, f), rtol=1e-15, atol=0, err_msg=f"{system} {op.name} {f}")
+
+
+@pytest.mark.parametrize("phase, values", [
+    ("decode", {"batch": [8, 96], "microbatches": [0, 1, 2]}),
+    ("prefill", {"prompt_len": [1024, 4096], "microbatches": [1, 2, 0]}),
+    ("afd", {"batch": [16, 96], "microbatches": [4, 1, 0]}),
+])
+def test_rows_of_several_microbatch_counts_answer_as_each_alone(phase, values):
+    """A grid that repeats its rows for each microbatch count evaluates their schedules once
+    (predict.microbatch_blocks): every row, and its --breakdown, is that configuration's own
+    prediction to the last bit, in the grid's order."""
+    specs = load_specs()
+    grid = predict(phase, values, specs)
+    assert grid.schedule_rows is not None  # the shared evaluation was taken
+    keys = list(values)
+    for i in range(len(grid.columns)):
+        one = predict(phase, {k: grid.columns[k].iat[i].item() for k in keys}, specs)
+        assert _same({c: np.asarray(one.columns[c]) for c in one.columns.columns},
+                     {c: np.asarray(grid.columns[c])[i:i + 1] for c in grid.columns.columns}), i
+        assert grid.breakdown_records(i) == one.breakdown_records(0), i

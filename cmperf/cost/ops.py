@@ -14,7 +14,7 @@ import numpy as np
 
 from . import arch
 from ..specs.view import remember
-from .roofline import Gemm, Op, dtype_bytes, ratio
+from .roofline import Gemm, Op, dtype_bytes, number, ratio
 
 
 @dataclass
@@ -133,7 +133,7 @@ class Route:
 def distinct_reached(units, k) -> np.ndarray:
     """Expected number of distinct units (dies, nodes) a token reaches when each of its ``k``
     experts sits on one of ``units`` equally likely units: units x (1 - (1 - 1/units)^k)."""
-    units = np.maximum(np.asarray(units, dtype=float), 1.0)
+    units = np.maximum(number(units), 1.0)
     return units * (1 - (1 - 1 / units) ** k)
 
 
@@ -147,8 +147,8 @@ def ep_traffic(route: Route, T, k, remote_fraction, shared_msgs, received_rows, 
     if len(route.tiers) == 1:
         return sent, {route.tiers[0]: link * msg_B}
     inner, outer = route.tiers[0], route.tiers[-1]
-    ep = np.asarray(ep, dtype=float)
-    D = np.minimum(np.asarray(route.inner_dies, dtype=float), ep)
+    ep = number(ep)
+    D = np.minimum(number(route.inner_dies), ep)
     inside = np.where(ep > 1, (D - 1) / np.maximum(ep - 1, 1), 0.0)  # remote peers in the same inner domain
     if route.style == "direct":
         return sent, {inner: link * inside * msg_B, outer: link * (1 - inside) * msg_B}
@@ -185,7 +185,7 @@ def residual_add_op(m, T) -> Op:
     """The residual stream plus a block's output for ``T`` tokens: reads both and writes the
     sum, 3 T h bytes in the hidden dtype; one add per element."""
     b, h = Bytes.of(m), m.hidden_size
-    x = np.asarray(T, dtype=float) * h * b.hidden
+    x = number(T) * h * b.hidden
     return Op("residual_add", "vector", vector_ops=VEC_RESIDUAL * T * h, hbm_bytes=3 * x, in_B=x)
 
 
@@ -194,7 +194,7 @@ def rmsnorm_op(m, T, width=None) -> Op:
     weight, writes the normed vectors, 2 T width + width bytes; VEC_RMSNORM per element."""
     b = Bytes.of(m)
     w = m.hidden_size if width is None else width
-    x = np.asarray(T, dtype=float) * w * b.hidden
+    x = number(T) * w * b.hidden
     return Op("rmsnorm", "vector", vector_ops=VEC_RMSNORM * T * w, hbm_bytes=2 * x + w * b.hidden, in_B=x)
 
 
@@ -203,9 +203,9 @@ def rope_op(m, T, heads, rot_dims) -> Op:
     for ``T`` tokens (the cos/sin table read per token): reads and writes those dims, 2 T
     heads rot_dims bytes in the attention dtype plus T rot_dims x 4 of the table."""
     b = Bytes.of(m)
-    x = np.asarray(T, dtype=float) * heads * rot_dims * b.attn
+    x = number(T) * heads * rot_dims * b.attn
     return Op("rope", "vector", vector_ops=VEC_ROPE * T * heads * rot_dims,
-              hbm_bytes=2 * x + np.asarray(T, dtype=float) * rot_dims * 4, in_B=x)
+              hbm_bytes=2 * x + number(T) * rot_dims * 4, in_B=x)
 
 
 def kv_write_op(m, T, width) -> Op:
@@ -213,7 +213,7 @@ def kv_write_op(m, T, width) -> Op:
     copied into the paged cache: read in the attention dtype, written in the cache dtype
     (a cast where they differ: one operation per element)."""
     b = Bytes.of(m)
-    T = np.asarray(T, dtype=float)
+    T = number(T)
     return Op("kv_write", "vector", vector_ops=T * width, hbm_bytes=T * width * (b.attn + b.kv), in_B=T * width * b.attn)
 
 
@@ -223,7 +223,7 @@ def activation_op(m, rows, intermediate, act=None) -> Op:
     projection's input (``act``: its bytes, default the matmul dtype's; quantised there)."""
     b = Bytes.of(m)
     act = b.act if act is None else act
-    rows = np.asarray(rows, dtype=float)
+    rows = number(rows)
     gate_up = rows * 2 * intermediate * b.hidden
     return Op("activation", "vector", vector_ops=rows * intermediate * (VEC_SWIGLU + (VEC_QUANT if act < b.hidden else 0)),
               hbm_bytes=gate_up + rows * intermediate * act, in_B=gate_up)
@@ -233,14 +233,14 @@ def router_topk_op(m, T) -> Op:
     """The router's scores to each of ``T`` tokens' top-k experts: reads the gate's FP32 logits
     (E per token), writes k expert ids and weights (4 B each); VEC_ROUTING per logit."""
     E, k = m.moe.routed_experts, m.moe.experts_per_token
-    T = np.asarray(T, dtype=float)
+    T = number(T)
     return Op("router_topk", "vector", vector_ops=VEC_ROUTING * T * E, hbm_bytes=T * (E * 4 + 2 * k * 4), in_B=T * E * 4)
 
 
 def sampling_op(m, T) -> Op:
     """Logits to one token for each of ``T`` tokens: reads the logits (hidden dtype) over the
     whole vocabulary, writes the token id; VEC_SAMPLING per logit (the FP32 cast among them)."""
-    T = np.asarray(T, dtype=float)
+    T = number(T)
     V, b = m.vocab_size, Bytes.of(m).hidden
     return Op("sampling", "vector", vector_ops=VEC_SAMPLING * T * V, hbm_bytes=T * (V * b + 4), in_B=T * V * b)
 
@@ -255,14 +255,14 @@ def residual_norm_ops(m, T) -> list[Op]:
 def kv_shards(m, tp) -> np.ndarray:
     """How many ways tensor parallelism splits a token's KV cache: by KV head, up to the
     number of KV heads (GQA); not at all for MLA's single latent (nor DSA's indexer key)."""
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     return np.minimum(tp, m.attention.num_kv_heads) if not arch.is_mla(m) else np.ones_like(tp)
 
 
 def state_shards(m, tp) -> np.ndarray:
     """How many ways tensor parallelism splits a linear layer's heads and state: by key head
     (with the value heads it serves), up to the number of key heads; beyond, replicated."""
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     return np.minimum(tp, m.linear_attention.key_heads) if m.linear_attention is not None else np.ones_like(tp)
 
 
@@ -293,7 +293,7 @@ def position_cache_ops(m, T, tp=1.0, kind: str = "full") -> list[Op]:
     if kind == "linear":
         return []
     a = m.attention
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     if arch.is_mla(m):
         return [rope_op(m, T, a.num_heads / tp + 1, a.qk_rope_head_dim), kv_write_op(m, T, arch.latent_dim(m))]
     Hkv = a.num_kv_heads / kv_shards(m, tp)
@@ -313,7 +313,7 @@ def attention_prefill_ops(m, T, P, tp, tier: str = "ub", cached=0.0, kind: str =
     TP(``tp``) -> SP (paper §4.3.1, docs/model.md §2.2, §2.5-§2.8, §9.5). Returns, in order:
     the SP ops on each die's own tokens, the all-gather, the TP ops (projections and the
     core), the all-to-all, the output projection: the collectives are the ops with a tier."""
-    cached = np.asarray(cached, dtype=float)
+    cached = number(cached)
     if kind == "linear":
         return _deltanet_prefill_ops(m, T, P, tp, tier, cached)
     if arch.is_dsa(m):
@@ -326,7 +326,7 @@ def attention_prefill_ops(m, T, P, tp, tier: str = "ub", cached=0.0, kind: str =
 def attended_tokens(P, cached) -> np.ndarray:
     """Mean keys a computed prompt token attends, causally: the ``cached`` prefix and, of
     the ``P - cached`` new tokens, itself and those before it: cached + (P - cached + 1) / 2."""
-    P, cached = np.asarray(P, dtype=float), np.asarray(cached, dtype=float)
+    P, cached = number(P), number(cached)
     return cached + (P - cached + 1) / 2
 
 
@@ -335,7 +335,7 @@ def capped_tokens(P, cached, cap) -> np.ndarray:
     a DSA top-k): the token at position i (1-based) attends min(i, cap), averaged over
     i = cached + 1 ... P, with S(n) = sum of min(i, cap) for i <= n = n (n + 1) / 2 up to the
     cap and cap (cap + 1) / 2 + (n - cap) cap beyond: (S(P) - S(cached)) / (P - cached)."""
-    P, cached, cap = (np.asarray(x, dtype=float) for x in (P, cached, cap))
+    P, cached, cap = (number(x) for x in (P, cached, cap))
 
     def S(n):
         return np.where(n <= cap, n * (n + 1) / 2, cap * (cap + 1) / 2 + (n - cap) * cap)
@@ -345,8 +345,8 @@ def capped_tokens(P, cached, cap) -> np.ndarray:
 
 def cached_rows(T, P, cached) -> np.ndarray:
     """Cached prefix tokens of the prompts whose ``T`` computed tokens a die holds."""
-    P, cached = np.asarray(P, dtype=float), np.asarray(cached, dtype=float)
-    return np.asarray(T, dtype=float) * cached / (P - cached)
+    P, cached = number(P), number(cached)
+    return number(T) * cached / (P - cached)
 
 
 def _mla_q_weights(m, w) -> int:
@@ -360,7 +360,7 @@ def _mla_decode_ops(m, T, R, L, tp, selected=None) -> list[Op]:
     token, each query token gathering its own selection's latents."""
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
     w = arch.attention_weights(m)
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     lat = arch.latent_dim(m)
     qk_dim = arch.qk_head_dim(m)
     r_q = a.q_lora_rank or 0
@@ -407,7 +407,7 @@ INDEX_B = 4  # one selected key's index (int32) the sparse core reads per query 
 def indexer_runs(m, L) -> np.ndarray:
     """1 where the indexer scores and selects (more cached keys than its top-k), 0 where the
     top-k would keep every key and kernels skip it (TRT-DSV32's short-sequence fast path)."""
-    return np.where(np.asarray(L, dtype=float) > m.attention.indexer.topk, 1.0, 0.0)
+    return np.where(number(L) > m.attention.indexer.topk, 1.0, 0.0)
 
 
 def _indexer_proj_op(m, T, queries: bool = True, keys: bool = True, name: str = "indexer_proj") -> Op:
@@ -445,12 +445,12 @@ def _indexer_select_ops(m, Q, keys, key_rows, runs) -> list[Op]:
     topk_select: the scores read back and a radix select of the top-k (VEC_TOPK per score),
     the indices written."""
     b, ix = Bytes.of(m), m.attention.indexer
-    Q, keys, runs = (np.asarray(x, dtype=float) for x in (Q, keys, runs))
+    Q, keys, runs = (number(x) for x in (Q, keys, runs))
     pairs = Q * keys * runs
     dt = m.precision.indexer or m.precision.attention
     scores = Op("indexer_scores", "cube", flop_kind="attention", dtype=dt, chained=True,
                 flops=2 * ix.heads * ix.head_dim * pairs, vector_ops=VEC_INDEX_SCORE * ix.heads * pairs,
-                hbm_bytes=runs * (np.asarray(key_rows, dtype=float) * arch.indexer_key_B(m, b.indexer)
+                hbm_bytes=runs * (number(key_rows) * arch.indexer_key_B(m, b.indexer)
                                   + Q * ix.heads * (ix.head_dim * b.indexer + 4)) + pairs * 4,
                 launches=runs)
     topk = Op("topk_select", "vector", flop_kind="attention", vector_ops=VEC_TOPK * pairs,
@@ -463,11 +463,11 @@ def _dsa_decode_ops(m, T, R, L, tp) -> list[Op]:
     query token, then the indexer that chose them: its projections, its scores over all ``L``
     cached keys and the top-k selection (skipped where ``L`` <= top-k). The indexer runs on
     every die of a TP group for the group's ``T`` tokens."""
-    selected = np.minimum(np.asarray(L, dtype=float), m.attention.indexer.topk)
+    selected = np.minimum(number(L), m.attention.indexer.topk)
     prolog, core, o_proj = _mla_decode_ops(m, T, R, L, tp, selected=selected)
     runs = indexer_runs(m, L)
     return [prolog, core, o_proj, _indexer_proj_op(m, T),
-            *_indexer_select_ops(m, T, L, np.asarray(R, dtype=float) * L, runs)]
+            *_indexer_select_ops(m, T, L, number(R) * L, runs)]
 
 
 def _mla_down_gather(m, T, tp, tier, extra_B=0.0) -> tuple[Op, Op, int]:
@@ -477,7 +477,7 @@ def _mla_down_gather(m, T, tp, tier, extra_B=0.0) -> tuple[Op, Op, int]:
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
     w = arch.attention_weights(m)
     lat = arch.latent_dim(m)
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     r_q = a.q_lora_rank or 0
     down_w = w.get("q_a", 0) + w["kv_a"]
     compressed = (r_q or h) + lat  # per token, gathered across the TP group (the hidden state when no q LoRA)
@@ -500,7 +500,7 @@ def _mla_out(m, T, tp, tier) -> tuple[Op, Op]:
     """MLA prefill's return to SP: the heads' outputs all-to-all back to their tokens, O-proj."""
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
     w = arch.attention_weights(m)
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     H = a.num_heads
     a2a = Op("attn_alltoall", "dma", launches=1, tier=tier, collective="all_to_all",
              net_bytes=T * (tp - 1) / tp * H * a.v_head_dim * b.hidden, net_messages=0.0,
@@ -525,8 +525,8 @@ def _dsa_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
     b, a, ix = Bytes.of(m), m.attention, m.attention.indexer
     w = arch.attention_weights(m)
     lat, qk = arch.latent_dim(m), arch.qk_head_dim(m)
-    tp = np.asarray(tp, dtype=float)
-    P = np.asarray(P, dtype=float)
+    tp = number(tp)
+    P = number(P)
     r_q, H = a.q_lora_rank, a.num_heads
     idx_key = _indexer_proj_op(m, T, queries=False, name="indexer_k_proj")
     down, gather, _ = _mla_down_gather(m, T, tp, tier, extra_B=arch.indexer_key_B(m, b.indexer) + ix.heads * 4)
@@ -563,7 +563,7 @@ def _gqa_decode_ops(m, T, R, L, tp, window: bool = False) -> list[Op]:
     query projection's outputs and multiplies the attention output by its sigmoid."""
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
     w = arch.attention_weights(m)
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     shards = kv_shards(m, tp)
     d, H, Hkv = a.head_dim, a.num_heads / tp, a.num_kv_heads / shards
     Hq = arch.q_width(m) / d / tp  # query heads' outputs, in head widths (2 H with an output gate)
@@ -594,7 +594,7 @@ def tp_allreduce_op(m, T, tp, tier: str, name: str = "tp_allreduce") -> Op:
     """Sum the partial outputs of a TP group for ``T`` tokens (ring all-reduce: each die
     sends and receives 2 (tp - 1)/tp of the hidden states; nothing when tp = 1)."""
     b = Bytes.of(m)
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     data = T * m.hidden_size * b.hidden
     return Op(name, "dma", tier=tier, collective="all_reduce", net_bytes=2 * (tp - 1) / tp * data,
               hbm_bytes=np.where(tp > 1, 3 * data, 0.0),
@@ -609,7 +609,7 @@ def _mla_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
     b, a = Bytes.of(m), m.attention
     w = arch.attention_weights(m)
     lat, qk = arch.latent_dim(m), arch.qk_head_dim(m)
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     r_q = a.q_lora_rank or 0
     up_w = w.get("q_b", 0) + w.get("q", 0) + w["kv_b_k"] + w["kv_b_v"]
     down, gather, compressed = _mla_down_gather(m, T, tp, tier)
@@ -644,7 +644,7 @@ def _prefix_kv_up(m, C, tp) -> dict:
     b, a = Bytes.of(m), m.attention
     w = arch.attention_weights(m)
     lat, qk = arch.latent_dim(m), arch.qk_head_dim(m)
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     kv_dims = a.qk_nope_head_dim + a.v_head_dim
     return {"flops": 2 * C * (w["kv_b_k"] + w["kv_b_v"]),
             "gemm": Gemm(tp * C, a.num_heads / tp * kv_dims, a.kv_lora_rank, in_B=b.act, w_B=b.weight, out_B=b.hidden),
@@ -666,9 +666,9 @@ def chunk_attention_ops(m, T, P, k, tp=1.0, kind: str = "full") -> list[Op]:
     whose cost depends on the context: the core, DSA's indexer scores and top-k, the linear
     scan): the chunk's own projections run in the decode ops over decode + chunk tokens, one
     GEMM each, so the weights are read once. Nothing (no launch either) where ``T`` is 0."""
-    T = np.asarray(T, dtype=float)
-    P = np.asarray(P, dtype=float)
-    k = np.asarray(k, dtype=float)
+    T = number(T)
+    P = number(P)
+    k = number(k)
     k = np.where(k > 0, np.minimum(k, P), P)  # no chunk: any k; P keeps the terms finite
     cached = (P - k) / 2
     ops = attention_prefill_ops(m, T, cached + k, tp, cached=cached, kind=kind)
@@ -685,7 +685,7 @@ def _hidden_gather(m, T, tp, tier) -> tuple[Op, Op]:
     """GQA's and a linear layer's prefill SP part: RMSNorm and quantisation of each die's own
     ``T`` tokens, then the normed hidden states all-gathered in the TP group."""
     b, h = Bytes.of(m), m.hidden_size
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     down = Op("attn_norm", "vector", vector_ops=T * (VEC_RMSNORM * h + VEC_QUANT * h),
               hbm_bytes=T * h * b.hidden + T * h * b.act)
     gather = Op("attn_allgather", "dma", launches=1, tier=tier, collective="all_gather", net_bytes=(tp - 1) * T * h * b.act,
@@ -700,11 +700,11 @@ def _gqa_prefill_ops(m, T, P, tp, tier, cached, window: bool = False) -> list[Op
     (a ``window`` layer: at most its last window, and each token attends min(i, window))."""
     b, a, h = Bytes.of(m), m.attention, m.hidden_size
     w = arch.attention_weights(m)
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     shards = kv_shards(m, tp)
     d, H, Hkv = a.head_dim, a.num_heads, a.num_kv_heads
     Hq = arch.q_width(m) / d
-    P = np.asarray(P, dtype=float)
+    P = number(P)
     # per die: 1/tp of the q heads and 1/shards of the kv heads for all tp x T tokens of the group
     qkv_w = w["q"] / tp + (w["k"] + w["v"]) / shards
     qkv_flops = 2 * T * tp * qkv_w
@@ -776,7 +776,7 @@ def _deltanet_proj_ops(m, rows, s, out_rows, out_s) -> tuple[Op, Op]:
     heads) and output projection (``out_rows`` tokens on 1/``out_s`` of the heads)."""
     b, h, la, d = Bytes.of(m), m.hidden_size, m.linear_attention, arch.linear_dims(m)
     w = arch.attention_weights(m, "linear")
-    s, out_s = np.asarray(s, dtype=float), np.asarray(out_s, dtype=float)
+    s, out_s = number(s), number(out_s)
     in_w = (w["qkvz"] + w["ba"]) / s
     width = (d["conv"] + d["value"] + 2 * la.value_heads) / s  # q, k, v, z, beta, decay
     gm = partial(Gemm, in_B=b.act, w_B=b.weight, out_B=b.hidden)
@@ -820,13 +820,13 @@ def _deltanet_prefill_ops(m, T, P, tp, tier, cached) -> list[Op]:
     it back (FLA's chunk_gated_delta_rule), reads a cached prefix's state, writes the final
     one: its cost per token does not depend on the prompt's length."""
     b, h = Bytes.of(m), m.hidden_size
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     s = state_shards(m, tp)
     la, d = m.linear_attention, arch.linear_dims(m)
     rows = tp * T  # the group's tokens; this die's 1/s of the heads
     down, gather = _hidden_gather(m, T, tp, tier)
     proj, out = _deltanet_proj_ops(m, rows, s, T, 1.0)
-    prompts = rows / (np.asarray(P, dtype=float) - cached)
+    prompts = rows / (number(P) - cached)
     recurrent = la.value_heads * la.key_head_dim * la.value_head_dim * b.state / s
     state = arch.linear_state_B(m) / s
     scan = Op("linear_scan", "cube", flop_kind="attention", dtype=m.precision.attention,
@@ -862,9 +862,9 @@ def placement(m, T, ep, redundant, shared_copies, imbalance, tile_rows) -> Place
     copies, and the busiest of the two kinds sets the pace. ``imbalance`` (max/mean tokens
     of a die's routed experts) scales the routed rows of the busiest die."""
     mo = m.moe
-    ep = np.asarray(ep, dtype=float)
-    R = mo.routed_experts + np.asarray(redundant, dtype=float)
-    S = np.asarray(shared_copies, dtype=float)
+    ep = number(ep)
+    R = mo.routed_experts + number(redundant)
+    S = number(shared_copies)
     n = (R + S) / ep
     rows_r = T * ep * mo.experts_per_token / R * imbalance
     rows_s = np.where(S > 0, T * ep * mo.shared_experts / np.maximum(S, 1), 0.0)
@@ -896,7 +896,7 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route(), comm_units=None) ->
     dispatch and combine run on (None or 0: not SM-limited)."""
     b, mo, h = Bytes.of(m), m.moe, m.hidden_size
     I = mo.expert_intermediate_size
-    ep = np.asarray(ep, dtype=float)
+    ep = number(ep)
     shared_msgs = np.where(pl.shared_remote, mo.shared_experts, 0.0)
     fanout = mo.experts_per_token * pl.remote_routed_fraction + shared_msgs
     rows_remote = pl.received_rows if pl.received_rows is not None else pl.rows * pl.remote_routed_fraction
@@ -907,7 +907,7 @@ def moe_ops(m, T, ep, pl: Placement, route: Route = Route(), comm_units=None) ->
     c_msgs = rows_remote if route.style == "direct" else d_msgs
     if route.chunked:  # packed buffers: no per-token engine cost
         d_msgs = c_msgs = 0.0
-    sm_work = T * ep * np.asarray(route.sm_pair_s, dtype=float)  # every token visits every rank of the group
+    sm_work = T * ep * number(route.sm_pair_s)  # every token visits every rank of the group
 
     router_w = mo.routed_experts * h  # the gate matrix; its bias is read too
     gate = Op("gate", "cube", flops=2 * T * router_w, dtype=m.precision.hidden, outputs=2 * T * mo.routed_experts,
@@ -941,7 +941,7 @@ def dense_ffn_op(m, T, tp=1.0) -> Op:
     """SwiGLU FFN of a dense layer for ``T`` tokens, its intermediate split ``tp`` ways
     (each die 1/tp of the columns for all the TP group's tokens; tp = 1: data-parallel)."""
     b, h, I = Bytes.of(m), m.hidden_size, m.dense_ffn.intermediate_size
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     w = arch.dense_ffn_params(m) / tp
     Ip = I / tp
     vec = VEC_QUANT * h + VEC_DEQUANT * (2 * Ip + h)
@@ -984,8 +984,8 @@ def vocab_weight_bytes(m, emb_tp, head_tp) -> np.ndarray:
     """Embedding and LM-head weights one die holds under :func:`vocab_tp`'s split: the
     embedding table's 1/``emb_tp`` and the head's 1/``head_tp`` (:func:`head_op`'s weights).
     Tied weights are one table: the die holds the larger of the two shares."""
-    emb = arch.embedding_params(m) * Bytes.of(m).emb / np.asarray(emb_tp, dtype=float)
-    head = np.asarray(head_op(m, 0.0, tp=head_tp).weight_bytes, dtype=float)
+    emb = arch.embedding_params(m) * Bytes.of(m).emb / number(emb_tp)
+    head = number(head_op(m, 0.0, tp=head_tp).weight_bytes)
     return np.maximum(emb, head) if m.tie_word_embeddings else emb + head
 
 
@@ -994,7 +994,7 @@ def head_op(m, T, name: str = "lm_head", tp=1.0) -> Op:
     attention TP group, as vLLM's and SGLang's ParallelLMHead): V h / tp weights read,
     T V / tp logits written in the hidden dtype (cast to FP32 by the sampler)."""
     b, h, V = Bytes.of(m), m.hidden_size, m.vocab_size
-    tp = np.asarray(tp, dtype=float)
+    tp = number(tp)
     Vd = V / tp
     return Op(name, "cube", flops=2 * T * Vd * h, dtype=m.precision.head, outputs=2 * T * Vd,
               gemm=Gemm(T, Vd, h, in_B=b.head, out_B=b.hidden),
@@ -1006,8 +1006,8 @@ def logits_gather_op(m, T, tp, tier: str) -> Op:
     """The vocab-parallel head's logits gathered across its TP group (an all-gather: each die
     receives the other dies' (tp - 1) / tp of T x V logits in the hidden dtype and writes all
     of them; nothing at tp = 1)."""
-    tp = np.asarray(tp, dtype=float)
-    data = np.asarray(T, dtype=float) * m.vocab_size * Bytes.of(m).hidden
+    tp = number(tp)
+    data = number(T) * m.vocab_size * Bytes.of(m).hidden
     return Op("logits_gather", "dma", tier=tier, collective="all_gather", net_bytes=(tp - 1) / tp * data,
               hbm_bytes=np.where(tp > 1, data, 0.0), sync_group=tp, launches=np.where(tp > 1, 1.0, 0.0))
 

@@ -252,6 +252,12 @@ def total(arrays) -> np.ndarray:
     another (as Python's ``sum`` of the ops would: the same rounding)."""
     if not arrays:
         return np.asarray(0.0)
+    if all(a.ndim == 1 and a.dtype == np.float64 for a in arrays):  # one row: the ops' numbers, in Python
+        numbers = arrays[0].tolist() if len(arrays) == 1 else [x for a in arrays for x in a.tolist()]
+        out = numbers[0]
+        for x in numbers[1:]:
+            out += x
+        return np.float64(out)
     if arrays[0][0].size <= 64 and (len(arrays) == 1 or max(a[0].size for a in arrays) <= 64):  # a few rows: one call
         a = arrays[0] if len(arrays) == 1 else np.concatenate(_common(arrays))
         return a[0] if len(a) == 1 else np.add.accumulate(a, axis=0)[-1]
@@ -473,14 +479,30 @@ class OpTimes:
         return self.parts([1] * len(self))
 
     def parts(self, sizes: list[int]) -> list["OpTimes"]:
-        """The table cut into consecutive tables of ``sizes`` ops."""
-        arrays = [getattr(self, f) for f in TABLE_FIELDS]
+        """The table cut into consecutive tables of ``sizes`` ops: each a view of its rows, its
+        derived times cut from the whole table's (derived once) and every other field cut
+        from the table's when first read (:meth:`__getattr__`)."""
+        derived = [(f, getattr(self, f)) for f in DERIVED]
         out, at = [], 0
         for n in sizes:
-            out.append(OpTimes(self.names[at:at + n], self.engines[at:at + n], *(a[at:at + n] for a in arrays),
-                               overlap_p=self.overlap_p))
+            part = OpTimes.__new__(OpTimes)
+            d = part.__dict__
+            d["names"], d["engines"], d["overlap_p"] = self.names[at:at + n], self.engines[at:at + n], self.overlap_p
+            d["_rows_of"] = (self, at, at + n)
+            for f, a in derived:
+                d[f] = a[at:at + n]
+            out.append(part)
             at += n
         return out
+
+    def __getattr__(self, name: str):
+        """A field of a part (:meth:`parts`) not read before: its rows of the whole table's."""
+        rows = self.__dict__.get("_rows_of")
+        if rows is None or name not in TABLE_FIELDS:
+            raise AttributeError(name)
+        table, start, stop = rows
+        value = self.__dict__[name] = getattr(table, name)[start:stop]
+        return value
 
     @classmethod
     def idle(cls, name: str, engine: str, latency_s) -> "OpTimes":
@@ -500,6 +522,7 @@ def _rows(flags: np.ndarray) -> np.ndarray:
 TABLE_FIELDS = ("compute_s", "vector_s", "memory_s", "network_s", "latency_s", "pool_compute_s", "pool_vector_s",
                 "activation_memory_s", "flops", "hbm_bytes", "net_bytes", "weight_bytes", "stream_s", "launches",
                 "chained", "tiled")
+DERIVED = ("busy_s", "time_s", "load_s")  # what a table derives (kept), elementwise per op
 ROW_FIELDS = ("compute_s", "vector_s", "memory_s", "network_s", "latency_s", "pool_compute_s", "pool_vector_s",
               "activation_memory_s", "flops", "hbm_bytes", "net_bytes", "weight_bytes", "stream_s", "launches",
               "busy_s", "time_s", "load_s")
@@ -694,6 +717,7 @@ class StageConstants:
     round_s: Any  # per op of ``net``: one synchronisation round on its tier
     floor_s: Any  # per op of ``net``: a collective's per-call floor (0: none)
     collective: Any  # per op of ``net``: a collective
+    gemm_runs: Any = None  # each tiled op's GEMMs in the stage's GEMM table (:class:`Runs`)
     ndim: int = 1  # axes of a stacked table on this chip: 1 + the grid's rows' in a swept number (0: none)
 
 
@@ -734,6 +758,8 @@ def stage_constants(hw, kinds: tuple) -> StageConstants:
     out = StageConstants(stack(rate), stack(k0), stack(launch), flags, tiled, untiled, unit_rate, net, owner,
                          stack(bandwidth) if net else None, stack(rounds) if net else None,
                          stack(floors) if net else None, np.array([collectives[i] is not None for i in net]))
+    lengths = np.array([n_gemms[i] for i in tiled], dtype=int)
+    out.gemm_runs = Runs(np.cumsum(lengths) - lengths, lengths)
     swept = (out.rate, out.k0, out.launch, out.unit_rate, out.bandwidth, out.round_s, out.floor_s)
     out.ndim = max(1 + _rows_ndim(hw), *(np.ndim(a) for a in swept if a is not None))
     return out
@@ -814,13 +840,28 @@ def _op_gemms(c: OpColumns, k: StageConstants, hw, cube_share, ndim: int, by_op:
     terms = [per_op(t, ndim) for t in _gemm_table(gemms, k.unit_rate, cube_share, hw, by_op, ndim)]
     if len(gemms) == len(k.tiled):  # one GEMM each
         return terms
-    out, at = [], 0
-    for i in k.tiled:
-        n = len(c.gemms[i])
-        out.append([t[at] if n == 1 else total([t[at:at + n]]) for t in terms])
-        at += n
-    return tuple(stack([o[j] for o in out]) if ndim == 1 else np.stack(broadcast(*(o[j] for o in out)))
-                 for j in range(3))
+    return tuple(k.gemm_runs.sums(t) for t in terms)  # each tiled op's GEMMs, added one after another
+
+
+class Runs:
+    """Runs of consecutive rows of a stacked array (``lengths[i]`` rows from ``starts[i]``, each
+    at least one), whose rows :meth:`sums` adds run by run."""
+
+    def __init__(self, starts, lengths):
+        self.starts = np.asarray(starts, dtype=int)
+        lengths = np.asarray(lengths, dtype=int)
+        # per position k >= 1 in the runs: the runs that reach it, and their row there
+        self.steps = [(more, self.starts[more] + k) for k in range(1, int(lengths.max(initial=1)))
+                      for more in [lengths > k]]
+
+    def sums(self, a: np.ndarray, add=np.add) -> np.ndarray:
+        """Per run, its rows of ``a`` added (``add``) one after another, as :func:`total` adds a
+        table's: one call per position in the runs, for all runs at once (``np.add.reduceat``
+        adds a long run pairwise, which rounds otherwise)."""
+        out = a[self.starts]
+        for more, rows in self.steps:
+            out[more] = add(out[more], a[rows])
+        return out
 
 
 def _network(c: OpColumns, x: dict, k: StageConstants, hw, latency, ndim: int) -> tuple:

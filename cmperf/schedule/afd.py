@@ -168,8 +168,9 @@ def afd(hw, m, g) -> dict:
     a2e + e2a of one microbatch, ``barrier_wait_us`` its two waits, ``expert_rows`` the rows
     the busiest expert die computes per microbatch."""
     runs = [iteration(hw, m, g, n) for n in MICROBATCHES]
-    its = np.stack(np.broadcast_arrays(*(r[0] for r in runs)))
-    mb = np.broadcast_to(np.asarray(g["microbatches"]), its.shape[1:])
+    mb = np.asarray(g["microbatches"])  # an array over the rows where it varies and nothing else does
+    its = np.stack(np.broadcast_arrays(*(r[0] for r in runs), mb)[:len(runs)])
+    mb = np.broadcast_to(mb, its.shape[1:])
     choice = np.where(mb == 0, np.argmin(its, axis=0) + 1, mb).astype(int)  # ties: fewer microbatches
 
     def pick(values):

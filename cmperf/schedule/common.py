@@ -10,8 +10,8 @@ import numpy as np
 
 from ..cost import host
 from ..cost.collectives import barrier_wait_s
-from ..cost.fusion import fuse
-from ..cost.roofline import Op, OpTimes, columns, op_times, rows_of, sum_ops, total
+from ..cost.fusion import fused_table
+from ..cost.roofline import Op, OpTimes, op_times, rows_of, sum_ops, total
 from .pipeline import Pipeline
 
 
@@ -26,15 +26,72 @@ def timed(ops: list[Op], hw, cube_share=1.0, vector_share=1.0) -> OpTimes:
 def timed_parts(parts: list[tuple], hw) -> list[OpTimes]:
     """:func:`timed` of each of ``parts`` ((ops, cube share, vector share): the stages of a
     layer, each on its stream's shares), all in one evaluation; kernels fuse within a part."""
-    rows, sizes = fuse(rows_of([o for ops, _, _ in parts for o in ops]), getattr(hw, "fusion", ()),
-                       [len(ops) for ops, _, _ in parts])
-    table = columns(rows)
+    table, sizes = fused_table(rows_of([o for ops, _, _ in parts for o in ops]), getattr(hw, "fusion", ()),
+                               [len(ops) for ops, _, _ in parts])
     if all(_same(p[i], parts[0][i]) for p in parts for i in (1, 2)):
         times = op_times(table, hw, parts[0][1], parts[0][2])
     else:
         shares = tuple([p[i] for p, n in zip(parts, sizes) for _ in range(n)] for i in (1, 2))
         times = op_times(table, hw, *shares, by_op=True)
     return [times] if len(parts) == 1 else times.parts(sizes)
+
+
+ONE_TABLE_ROWS = 64  # a grid of at most this many rows times a whole step's stages as one table
+
+
+class Timing:
+    """The stages of a whole step (both microbatch schedules, every layer kind, the MTP
+    module and the step's ends) gathered first and timed in one evaluation: each :meth:`add`
+    takes a list of parts (as :func:`timed_parts` takes them) and returns a :class:`Timed`
+    whose ``times`` are their tables; the first ``times`` asked for times every part added
+    until then, together. A one-row prediction then pays the table's numpy dispatch once per
+    step, not once per stage. A grid of more than ONE_TABLE_ROWS ``rows`` is timed one added
+    list at a time instead (each table stays small enough for the caches). Either way every
+    op's times are the same numbers: an op's terms are its own, elementwise."""
+
+    def __init__(self, hw, rows: int = 1):
+        self.hw, self.one_table = hw, rows <= ONE_TABLE_ROWS
+        self.pending: list[Timed] = []
+
+    def add(self, parts: list[tuple]) -> "Timed":
+        t = Timed(self, list(parts))
+        self.pending.append(t)
+        return t
+
+    def run(self) -> None:
+        """Time every part added and not yet timed."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        if not self.one_table or len(pending) == 1:
+            for t in pending:
+                t._times = timed_parts(t.parts, self.hw)
+            return
+        times = timed_parts([p for t in pending for p in t.parts], self.hw)
+        at = 0
+        for t in pending:
+            t._times = times[at:at + len(t.parts)]
+            at += len(t.parts)
+
+
+class Timed:
+    """Parts added to a :class:`Timing`; ``times``: their tables (timed on first use)."""
+
+    __slots__ = ("timing", "parts", "_times")
+
+    def __init__(self, timing: Timing, parts: list[tuple]):
+        self.timing, self.parts, self._times = timing, parts, None
+
+    @property
+    def times(self) -> list[OpTimes]:
+        if self._times is None:
+            self.timing.run()
+        return self._times
+
+
+def grid_rows(g) -> int:
+    """Rows of a grid (a mapping of column -> number or array over its rows)."""
+    return max((np.size(v) for v in g.values()), default=1)
 
 
 def _same(a, b) -> bool:

@@ -24,8 +24,8 @@ from ..cost.ops import (activation_op, attention_decode_kernels, chunk_attention
                         moe_ops, mtp_proj_op, placement, residual_norm_ops, router_topk_op, tp_allreduce_op)
 from ..cost.ops import Bytes, vocab_tp
 from ..cost.host import decode_host
-from ..cost.roofline import core_split_fits, tier_for_group
-from .common import (LayerMix, Part, Schedule, Section, choose, layer_section, select, timed, timed_parts,
+from ..cost.roofline import core_split_fits, number, tier_for_group
+from .common import (LayerMix, Part, Schedule, Section, Timing, choose, grid_rows, layer_section, select, timed_parts,
                      tokens_per_s_per_tflops, wait_after)
 from .pipeline import Pipeline, Stage, pipeline
 
@@ -59,7 +59,7 @@ def attention_ops(hw, m, g, T, R, C=0.0, kind: str = "full") -> list:
     add and this block's RMSNorm before, the attention's residual add and the FFN's RMSNorm
     after the all-reduce, on the group's tokens (the residual stream is replicated over TP)."""
     tp = g["tp"]
-    C = np.asarray(C, dtype=float)
+    C = number(C)
     rows = (T + C) * tp
     ops = attention_decode_kernels(m, T * tp, R * tp, g["kv_len"], tp, kind)
     if np.any(C > 0):
@@ -82,8 +82,8 @@ def chunk_geometry(hw, g) -> dict:
     filled and ``prompts`` = tokens / P finish per iteration. The KV they hold: a prompt
     filled chunk by chunk holds (P + chunk)/2 tokens on average (the mean over its chunks of
     offset + chunk) and P at its end (``decode_memory`` applies the cache's shape to both)."""
-    T = np.asarray(g["chunk_tokens"], dtype=float) / hw.chip.dies_per_package
-    P = np.asarray(g["prompt_len"], dtype=float)
+    T = number(g["chunk_tokens"]) / hw.chip.dies_per_package
+    P = number(g["prompt_len"])
     k = np.minimum(T, P)
     flight = np.where(T > 0, T / np.where(k > 0, k, 1.0), 0.0)
     return {"tokens": T, "chunk": k, "prompts": T / P, "in_flight": flight}
@@ -96,11 +96,12 @@ def attention_share(hw, g, overlap=None):
     return np.where(np.isnan(g["attention_share"]), overlap.attention_share, g["attention_share"])
 
 
-def moe_stages(hw, m, g, tokens, requests, n: int, chunk=0.0, overlap=None, kind: str = "full") -> list[Stage]:
-    """The stages of one MoE layer with attention of ``kind`` for one of ``n`` microbatches
-    of a die's ``tokens`` tokens of ``requests`` requests (and ``chunk`` co-located prompt
-    tokens, which run through the same gate, dispatch, experts and combine), timed on the
-    cores their lanes own (docs/model.md §5.2).
+def moe_parts(hw, m, g, tokens, requests, n: int, chunk=0.0, overlap=None, kind: str = "full") -> list[tuple]:
+    """The ops of each stage of one MoE layer with attention of ``kind`` for one of ``n``
+    microbatches of a die's ``tokens`` tokens of ``requests`` requests (and ``chunk``
+    co-located prompt tokens, which run through the same gate, dispatch, experts and
+    combine), with the shares of the cores their lanes own (docs/model.md §5.2), as
+    :func:`timed_parts` takes them; :func:`moe_layer` makes the stages of their tables.
 
     core-split (Ascend): A = attention | B = gate, dispatch, experts, combine, on two streams.
     compute-comm (NVIDIA two-batch overlap): attention + gate | dispatch | experts | combine,
@@ -114,33 +115,46 @@ def moe_stages(hw, m, g, tokens, requests, n: int, chunk=0.0, overlap=None, kind
     gate, dispatch, experts, combine = moe_ops(m, T + C, g["ep"], pl, route_of(hw, "decode"))
     route = [gate, router_topk_op(m, T + C)]
     expert_ops = [experts, activation_op(m, pl.rows, m.moe.expert_intermediate_size, Bytes.of(m).expert)]
-    ep = g["ep"]
     if overlap.style == "core-split":
         share = attention_share(hw, g, overlap) if n == 2 else 1.0
         other = 1.0 - share if n == 2 else 1.0
-        attn, send, work = timed_parts([(attn_ops, share, share), (route + [dispatch], other, other),
-                                        (expert_ops + [combine], other, other)], hw)
+        return [(attn_ops, share, share), (route + [dispatch], other, other), (expert_ops + [combine], other, other)]
+    compute, comm = comm_shares(hw, n, overlap)
+    return [(attn_ops + route, compute, compute), ([dispatch], comm, comm), (expert_ops, compute, compute),
+            ([combine], comm, comm)]
+
+
+def moe_layer(hw, g, n: int, overlap, times: list) -> list[Stage]:
+    """The stages of one MoE layer from the tables of its parts (:func:`moe_parts`): each on
+    its lane, the barriers' waits after dispatch and combine."""
+    ep = g["ep"]
+    if overlap.style == "core-split":
+        attn, send, work = times
         lane_a, lane_b = LANES[n]
         # dispatch waits for the slowest die's attention, gate and send; combine for its experts
         return [Stage("attention", lane_a, [attn], wait_after([attn, send], ep, hw)),
                 Stage("moe", lane_b, [send, work], wait_after([work], ep, hw))]
-    compute, comm = comm_shares(hw, n, overlap)
-    c1, m1, c2, m2 = timed_parts([(attn_ops + route, compute, compute), ([dispatch], comm, comm),
-                                  (expert_ops, compute, compute), ([combine], comm, comm)], hw)
+    c1, m1, c2, m2 = times
     lane_c, lane_m = ("serial", "serial") if n == 1 else ("compute", "comm")
     return [Stage("attention", lane_c, [c1]), Stage("dispatch", lane_m, [m1], wait_after([c1, m1], ep, hw)),
             Stage("experts", lane_c, [c2]), Stage("combine", lane_m, [m2], wait_after([c2, m2], ep, hw))]
+
+
+def moe_stages(hw, m, g, tokens, requests, n: int, chunk=0.0, overlap=None, kind: str = "full") -> list[Stage]:
+    """The stages of one MoE layer (:func:`moe_parts`), timed on the cores their lanes own."""
+    overlap = overlap or hw.system.overlap.decode
+    return moe_layer(hw, g, n, overlap, timed_parts(moe_parts(hw, m, g, tokens, requests, n, chunk, overlap, kind), hw))
 
 
 def rule(n: int, overlap) -> str:
     return RULES[n] if n == 1 or overlap.style == "core-split" else RULES["compute-comm"]
 
 
-def shared_ops(hw, m, g) -> dict:
-    """The timed ops of an iteration that do not depend on its microbatches (:func:`iteration`):
-    the dense layers' (one table per attention kind), the MTP module's eh_proj and head (the
-    first draft step's with a chunk's prompt tokens, then a plain step's), and the embedding
-    and head ends; timed once for every microbatch count."""
+def shared_ops(hw, m, g, timing: Timing) -> dict:
+    """The ops of an iteration that do not depend on its microbatches (:func:`iteration`),
+    added to ``timing``: the dense layers' (one table per attention kind), the MTP module's
+    eh_proj and head (the first draft step's with a chunk's prompt tokens, then a plain
+    step's), and the embedding and head ends; timed once for every microbatch count."""
     R_die = g["batch"] / hw.chip.dies_per_package
     T_die = R_die * (1 + draft_tokens(g))
     chunk = chunk_geometry(hw, g)
@@ -154,39 +168,60 @@ def shared_ops(hw, m, g) -> dict:
         if np.any(np.asarray(tp) > 1):
             ffn.append(tp_allreduce_op(m, (T_die + C) * tp, tp, tp_tier, "ffn_allreduce"))
         for kind, count in arch.layer_counts(m, "dense").items():
-            out["dense"].append((kind, count, timed(attention_ops(hw, m, g, T_die, R_die, C, kind) + ffn, hw)))
+            out["dense"].append((kind, count, timing.add([(attention_ops(hw, m, g, T_die, R_die, C, kind) + ffn, 1.0, 1.0)])))
     if m.mtp.modules:
         head = head_ops(m, R_die * head_tp, head_tp, tp_tier, "mtp_head")
         if np.any(C > 0):
-            out["mtp_first"] = timed([mtp_proj_op(m, R_die + C)] + head, hw)
-        out["mtp"] = timed([mtp_proj_op(m, R_die)] + head, hw)
+            out["mtp_first"] = timing.add([([mtp_proj_op(m, R_die + C)] + head, 1.0, 1.0)])
+        out["mtp"] = timing.add([([mtp_proj_op(m, R_die)] + head, 1.0, 1.0)])
     ends = (embedding_ops(m, (T_die + C) * emb_tp, emb_tp, tp_tier)
             + head_ops(m, (T_die + chunk["prompts"]) * head_tp, head_tp, tp_tier))
-    out["ends"] = timed(ends, hw)
+    out["ends"] = timing.add([(ends, 1.0, 1.0)])
     return out
 
 
-def iteration(hw, m, g, n: int, overlap=None, shared: dict | None = None) -> tuple[np.ndarray, Schedule, Pipeline]:
+def moe_layers(hw, m, g, n: int, overlap, timing: Timing) -> dict:
+    """The MoE layers of an iteration with ``n`` microbatches overlapped as ``overlap`` says,
+    added to ``timing``: the main stack's, one per attention kind ((kind, count, parts)); the
+    MTP module's layer for a draft step with a chunk's prompt tokens and for a plain step."""
+    out = {"main": []}
+    R_die = g["batch"] / hw.chip.dies_per_package
+    T_die = R_die * (1 + draft_tokens(g))
+    C = chunk_geometry(hw, g)["tokens"]
+    if m.moe is not None:
+        for kind, count in arch.layer_counts(m, "moe").items():
+            out["main"].append((kind, count, timing.add(moe_parts(hw, m, g, T_die, R_die, n, C, overlap, kind))))
+    if m.mtp.modules:
+        if np.any(C > 0):
+            out["mtp_first"] = timing.add(moe_parts(hw, m, g, R_die, R_die, n, C, overlap))
+        out["mtp"] = timing.add(moe_parts(hw, m, g, R_die, R_die, n, overlap=overlap))
+    return out
+
+
+def iteration(hw, m, g, n: int, overlap=None, shared: dict | None = None,
+              layers: dict | None = None) -> tuple[np.ndarray, Schedule, Pipeline]:
     """Iteration time with ``n`` microbatches in the MoE layers, overlapped as ``overlap``
     says (default: the system's decode overlap); returns (time, schedule, the main stack's
-    pipeline). ``shared``: the ops that do not depend on ``n`` (:func:`shared_ops`), timed once."""
+    pipeline). ``shared``: the ops that do not depend on ``n`` (:func:`shared_ops`) and
+    ``layers``: the MoE layers (:func:`moe_layers`), added to one :class:`Timing` with every
+    other part of the step (made here when not given)."""
     overlap = overlap or hw.system.overlap.decode
-    shared = shared or shared_ops(hw, m, g)
+    if shared is None or layers is None:
+        timing = Timing(hw, grid_rows(g))
+        shared = shared or shared_ops(hw, m, g, timing)
+        layers = layers or moe_layers(hw, m, g, n, overlap, timing)
     sched = Schedule()
-    R_die = g["batch"] / hw.chip.dies_per_package
     k = draft_tokens(g)
-    T_die = R_die * (1 + k)
     C = chunk_geometry(hw, g)["tokens"]  # co-located prompt tokens per die, in the same pass (0: decode only)
     for kind, count, ops in shared["dense"]:
-        sched.serial(layer_section("dense_layer", kind), ops, count, "sum of all ops (all cores; no barrier to hide)")
+        sched.serial(layer_section("dense_layer", kind), ops.times[0], count, "sum of all ops (all cores; no barrier to hide)")
     main = None
     if m.moe is not None:
-        counts = arch.layer_counts(m, "moe")
+        total = sum(count for _, count, _ in layers["main"])
         parts = []
-        for kind, count in counts.items():  # one stack per attention kind, filled and drained once in all
-            pipe = pipeline(moe_stages(hw, m, g, T_die, R_die, n, C, overlap, kind), n)
-            sched.stack(layer_section("moe_layer", kind), pipe, count, rule=rule(n, overlap),
-                        share=count / sum(counts.values()))
+        for kind, count, timed_layer in layers["main"]:  # one stack per attention kind, filled and drained once in all
+            pipe = pipeline(moe_layer(hw, g, n, overlap, timed_layer.times), n)
+            sched.stack(layer_section("moe_layer", kind), pipe, count, rule=rule(n, overlap), share=count / total)
             parts.append((pipe, count))
         main = LayerMix(parts)
     if m.mtp.modules:
@@ -194,15 +229,15 @@ def iteration(hw, m, g, n: int, overlap=None, shared: dict | None = None) -> tup
         # a chunk's prompt tokens run through the module once (its layer's cache), in the first step
         if np.any(C > 0):
             first = np.minimum(k, 1.0) * (C > 0)
-            sched.serial("mtp", shared["mtp_first"], first,
+            sched.serial("mtp", shared["mtp_first"].times[0], first,
                          "eh_proj + head, the first draft step with the chunk's prompt tokens")
-            sched.stack("mtp_layer", pipeline(moe_stages(hw, m, g, R_die, R_die, n, C, overlap), n), 1, repeats=first,
-                        rule=rule(n, overlap))
+            sched.stack("mtp_layer", pipeline(moe_layer(hw, g, n, overlap, layers["mtp_first"].times), n), 1,
+                        repeats=first, rule=rule(n, overlap))
             k = k - first
-        sched.serial("mtp", shared["mtp"], k, "eh_proj + head, once per draft step")
-        draft = pipeline(moe_stages(hw, m, g, R_die, R_die, n, overlap=overlap), n)
+        sched.serial("mtp", shared["mtp"].times[0], k, "eh_proj + head, once per draft step")
+        draft = pipeline(moe_layer(hw, g, n, overlap, layers["mtp"].times), n)
         sched.stack("mtp_layer", draft, 1, repeats=k, rule=rule(n, overlap))
-    sched.serial("per_iteration", shared["ends"], 1,
+    sched.serial("per_iteration", shared["ends"].times[0], 1,
                  "embedding + final norm + vocab-parallel LM head, logits gather and sampling over all tokens "
                  "(a chunk: the last token of each prompt it finishes) + iteration overhead",
                  hw.chip.latency.iteration_overhead_s)
@@ -211,7 +246,7 @@ def iteration(hw, m, g, n: int, overlap=None, shared: dict | None = None) -> tup
 
 def dp_ranks(g) -> np.ndarray:
     """DP-attention ranks of a decode instance: its dies over the attention TP degree."""
-    return np.asarray(g["dies"], dtype=float) / np.asarray(g["tp"], dtype=float)
+    return number(g["dies"]) / number(g["tp"])
 
 
 def _dense_model(hw, m, g, it, sched) -> dict:
@@ -239,7 +274,7 @@ def emitted_tokens(g) -> np.ndarray:
     """Tokens a request emits per iteration: 1 + a + a^2 + ... + a^k (each draft is kept only
     if all before it were accepted; docs/model.md §5.3)."""
     k = draft_tokens(g)
-    a = np.asarray(g["mtp_acceptance"], dtype=float)
+    a = number(g["mtp_acceptance"])
     geometric = np.where(np.isclose(a, 1.0), k, a * (1 - a ** k) / np.where(np.isclose(a, 1.0), 1.0, 1 - a))
     return 1.0 + geometric
 
@@ -273,19 +308,26 @@ def decode(hw, m, g) -> dict:
     prefill work when the chunk is large: its two microbatches may also run the way the
     system overlaps a prefill pass (compute of one under communication of the other), and
     the faster of the two overlaps is its two-microbatch schedule."""
-    shared = shared_ops(hw, m, g)
-    it1, s1, p1 = iteration(hw, m, g, 1, shared=shared)
+    # every stage of both microbatch schedules (and of a chunk's prefill overlap) in one table
+    timing = Timing(hw, grid_rows(g))
+    shared = shared_ops(hw, m, g, timing)
+    decode_overlap, prefill_overlap = hw.system.overlap.decode, hw.system.overlap.prefill
+    chunked = number(g["chunk_tokens"]) > 0
+    runs = {1: moe_layers(hw, m, g, 1, decode_overlap, timing)}
+    if m.moe is not None:
+        runs[2] = moe_layers(hw, m, g, 2, decode_overlap, timing)
+        if np.any(chunked) and prefill_overlap.style != decode_overlap.style:
+            runs[3] = moe_layers(hw, m, g, 2, prefill_overlap, timing)
+    it1, s1, p1 = iteration(hw, m, g, 1, decode_overlap, shared, runs[1])
     if m.moe is None:  # a dense model has no barrier for a second microbatch to hide
         return _dense_model(hw, m, g, it1, s1)
-    it2, s2, p2 = iteration(hw, m, g, 2, shared=shared)
+    it2, s2, p2 = iteration(hw, m, g, 2, decode_overlap, shared, runs[2])
     if hw.system.overlap.decode.style == "core-split":  # no second stream where a die's cores cannot be split
         it2 = np.where(core_split_fits(hw, attention_share(hw, g)), it2, np.inf)
     lanes = LANE_NAMES[hw.system.overlap.decode.style]
     two_mb = {"period": p2.period_s, "wait": p2.wait_s, "a": p2.lane_s(lanes[0]), "b": p2.lane_s(lanes[1]) + p2.wait_s}
-    chunked = np.asarray(g["chunk_tokens"], dtype=float) > 0
-    prefill_overlap = hw.system.overlap.prefill
-    if np.any(chunked) and prefill_overlap.style != hw.system.overlap.decode.style:
-        it3, s3, p3 = iteration(hw, m, g, 2, prefill_overlap, shared)
+    if 3 in runs:
+        it3, s3, p3 = iteration(hw, m, g, 2, prefill_overlap, shared, runs[3])
         other = LANE_NAMES[prefill_overlap.style]
         use = chunked & (it3 < it2)
         alt = {"period": p3.period_s, "wait": p3.wait_s, "a": p3.lane_s(other[0]), "b": p3.lane_s(other[1]) + p3.wait_s}
@@ -295,7 +337,8 @@ def decode(hw, m, g) -> dict:
         s2.host_s = host2
     choice = choose(g["microbatches"], it1, it2)
     it = select(choice, it1, it2)
-    tpot = it / emitted_tokens(g)
+    emitted = emitted_tokens(g)
+    tpot = it / emitted
     throughput = g["batch"] / tpot
     two = choice == 2
     return {
@@ -306,7 +349,7 @@ def decode(hw, m, g) -> dict:
         "barrier_wait_us": select(choice, p1.wait_s, 2 * two_mb["wait"]) * 1e6,
         "stream_a_us": np.where(two, two_mb["a"], np.nan) * 1e6,
         "stream_b_us": np.where(two, two_mb["b"], np.nan) * 1e6,
-        "tokens_per_iteration": emitted_tokens(g),
+        "tokens_per_iteration": emitted,
         "throughput_per_npu": throughput,
         "tokens_per_s_per_user": 1.0 / tpot,
         "tokens_per_s_per_tflops": tokens_per_s_per_tflops(throughput, hw, m),

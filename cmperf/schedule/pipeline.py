@@ -33,6 +33,7 @@ so ``max(lane work, chain, pools) <= period <= n x (sum of stage times + waits)`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,8 +71,11 @@ class Pipeline:
         """Time of ``layers`` consecutive layers, fill and drain included."""
         layers = np.asarray(layers, dtype=float)
         simulated = len(self.ends_s) - 1
-        k = np.minimum(layers, simulated).astype(int)
-        warm = np.choose(k, np.broadcast_arrays(*self.ends_s))
+        if layers.ndim == 0 and all(np.ndim(e) == 0 for e in self.ends_s):  # one row: the layer's end itself
+            warm = self.ends_s[int(min(layers, simulated))]
+        else:
+            k = np.minimum(layers, simulated).astype(int)
+            warm = np.choose(k, np.broadcast_arrays(*self.ends_s))
         return warm + np.maximum(layers - simulated, 0.0) * self.period_s
 
     def lane_s(self, lane: str) -> np.ndarray:
@@ -85,24 +89,41 @@ class Pipeline:
 
 
 def pipeline(stages: list[Stage], n: int) -> Pipeline:
-    """Steady state and warm-up of ``stages`` with ``n`` microbatches (module docstring)."""
+    """Steady state and warm-up of ``stages`` with ``n`` microbatches (module docstring).
+    One row's times (numbers) are simulated in Python's floats, a grid's as arrays: the same
+    max-plus steps, the same IEEE sums and maxima (:func:`largest`: NaN kept, as numpy's)."""
     times = [s.time_s for s in stages]
-    waits = [np.asarray(s.wait_s, dtype=float) for s in stages]
-    shape = np.broadcast_shapes(*(np.shape(t) for t in times), *(np.shape(w) for w in waits))
-    zero = np.zeros(shape)
+    waits = [s.wait_s for s in stages]
+    tables = [t for s in stages for t in s.ops]
+    pools = [sum_ops(tables, p) for p in POOLS]
+    one = all(type(x) is np.float64 or type(x) is float for x in (*times, *waits, *pools))
+    if one:  # one row
+        times, waits, pools = ([float(x) for x in xs] for xs in (times, waits, pools))
+        zero, mx = 0.0, largest
+    else:
+        waits = [np.asarray(w, dtype=float) for w in waits]
+        zero, mx = np.zeros(np.broadcast_shapes(*(np.shape(x) for x in (*times, *waits)))), np.maximum
     lane_free = {s.lane: zero for s in stages}
     ready = [zero] * n  # when microbatch b may start its next stage
     ends = [zero]
     for _ in range(WARM_LAYERS):
         for stage, t, w in zip(stages, times, waits):
             for b in range(n):
-                end = np.maximum(ready[b], lane_free[stage.lane]) + t
+                end = mx(ready[b], lane_free[stage.lane]) + t
                 lane_free[stage.lane] = end
                 ready[b] = end + w
-        ends.append(np.maximum.reduce(ready) if n > 1 else ready[0])
-    tables = [t for s in stages for t in s.ops]
-    pools = [sum_ops(tables, p) for p in POOLS]
-    floor = n * maximum(*broadcast(*pools, zero))
-    period = np.maximum(ends[-1] - ends[-2], floor)
-    ends = [np.maximum(e, k * floor) for k, e in enumerate(ends)]
+        ends.append(functools.reduce(mx, ready) if n > 1 else ready[0])
+    if one:
+        floor = n * functools.reduce(largest, [*pools, zero])
+    else:
+        floor = n * maximum(*broadcast(*pools, zero))
+    period = mx(ends[-1] - ends[-2], floor)
+    ends = [mx(e, k * floor) for k, e in enumerate(ends)]
+    if one:
+        period, floor, ends = np.float64(period), np.float64(floor), [np.float64(e) for e in ends]
     return Pipeline(n=n, stages=stages, period_s=period, ends_s=ends, pool_floor_s=floor)
+
+
+def largest(a: float, b: float) -> float:
+    """max(a, b) of two floats as ``np.maximum`` takes it: NaN if either is NaN."""
+    return a if a >= b else b if b > a else a + b

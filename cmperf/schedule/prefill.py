@@ -28,8 +28,9 @@ from ..cost.ops import (Bytes, vocab_tp, activation_op, attention_prefill_ops, d
 from ..cost.collectives import route_of
 from ..cost.host import prefill_host
 from ..cost.pool import pass_with_pool_s, pool_read_s, pool_write_s, tail_bytes, written_blocks
-from ..cost.roofline import tier_bandwidth_Bps, tier_for_group
-from .common import Schedule, choose, layer_section, select, timed, timed_parts, tokens_per_s_per_tflops, wait_after
+from ..cost.roofline import number, tier_bandwidth_Bps, tier_for_group
+from .common import (Schedule, Timing, choose, grid_rows, layer_section, select, timed_parts, tokens_per_s_per_tflops,
+                     wait_after)
 from .pipeline import Stage, pipeline
 
 RULES = {1: "one microbatch: every stage and barrier wait in series",
@@ -39,7 +40,7 @@ RULES = {1: "one microbatch: every stage and barrier wait in series",
 def ffn_tp(m, g):
     """TP degree of the dense FFN in prefill: data-parallel (1) in a MoE model's few dense
     layers (paper §4.3.1), the attention's TP degree in a dense model (Megatron style)."""
-    return g["attn_tp"] if m.moe is None else np.ones_like(np.asarray(g["attn_tp"], dtype=float))
+    return g["attn_tp"] if m.moe is None else np.ones_like(number(g["attn_tp"]))
 
 
 def split_at_collectives(ops) -> list[list]:
@@ -55,33 +56,35 @@ def split_at_collectives(ops) -> list[list]:
     return stages + [run]
 
 
-def layer_stages(hw, m, g, T, moe: bool, kind: str = "full") -> list[Stage]:
-    """The stages of one layer with attention of ``kind`` for a microbatch of ``T`` tokens
-    per die."""
-
+def layer_parts(hw, m, g, T, moe: bool, kind: str = "full") -> list[tuple]:
+    """The ops of each stage of one layer with attention of ``kind`` for a microbatch of
+    ``T`` tokens per die, compute and communication stages in turn, each on all the die's
+    cores (as :func:`timed_parts` takes them); :func:`layer_of` makes the stages."""
     tp_tier = tier_for_group(hw, g["attn_tp"])
+    c1, gather, c2, a2a, (o_proj,) = split_at_collectives(
+        attention_prefill_ops(m, T, g["prompt_len"], g["attn_tp"], tp_tier, g["cached_len"], kind))
+    # the previous block's residual add first (this block's RMSNorm is in the attention's
+    # first op), the attention's residual add and the FFN's RMSNorm after O-proj (§2.9)
+    c1 = [residual_add_op(m, T)] + c1
+    o_proj = [o_proj] + residual_norm_ops(m, T)
+    if not moe:
+        tp = ffn_tp(m, g)
+        stages = [c1, gather, c2, a2a, [*o_proj, dense_ffn_op(m, T * tp, tp),
+                                        activation_op(m, T * tp, m.dense_ffn.intermediate_size / tp)]]
+        if m.moe is None:  # the TP group sums the FFN's partial outputs
+            stages.append([tp_allreduce_op(m, T * tp, tp, tp_tier, "ffn_allreduce")])
+        return [(ops, 1.0, 1.0) for ops in stages]
+    pl = placement(m, T, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
+                   hw.chip.efficiency.matmul_tile_rows)
+    gate, dispatch, experts, combine = moe_ops(m, T, g["ep"], pl, route_of(hw, "prefill"))
+    act = activation_op(m, pl.rows, m.moe.expert_intermediate_size, Bytes.of(m).expert)
+    stages = [c1, gather, c2, a2a, [*o_proj, gate, router_topk_op(m, T)], [dispatch], [experts, act], [combine]]
+    return [(ops, 1.0, 1.0) for ops in stages]
 
-    def build(t):
-        c1, gather, c2, a2a, (o_proj,) = split_at_collectives(
-            attention_prefill_ops(m, t, g["prompt_len"], g["attn_tp"], tp_tier, g["cached_len"], kind))
-        # the previous block's residual add first (this block's RMSNorm is in the attention's
-        # first op), the attention's residual add and the FFN's RMSNorm after O-proj (§2.9)
-        c1 = [residual_add_op(m, t)] + c1
-        o_proj = [o_proj] + residual_norm_ops(m, t)
-        if not moe:
-            tp = ffn_tp(m, g)
-            stages = [c1, gather, c2, a2a, [*o_proj, dense_ffn_op(m, t * tp, tp),
-                                            activation_op(m, t * tp, m.dense_ffn.intermediate_size / tp)]]
-            if m.moe is None:  # the TP group sums the FFN's partial outputs
-                stages.append([tp_allreduce_op(m, t * tp, tp, tp_tier, "ffn_allreduce")])
-            return stages
-        pl = placement(m, t, g["ep"], g["redundant_experts"], g["shared_copies"], g["expert_imbalance"],
-                       hw.chip.efficiency.matmul_tile_rows)
-        gate, dispatch, experts, combine = moe_ops(m, t, g["ep"], pl, route_of(hw, "prefill"))
-        act = activation_op(m, pl.rows, m.moe.expert_intermediate_size, Bytes.of(m).expert)
-        return [c1, gather, c2, a2a, [*o_proj, gate, router_topk_op(m, t)], [dispatch], [experts, act], [combine]]
 
-    timed_stages = timed_parts([(ops, 1.0, 1.0) for ops in build(T)], hw)  # every stage in one evaluation
+def layer_of(hw, g, moe: bool, timed_stages: list) -> list[Stage]:
+    """The stages of one layer from the tables of its parts (:func:`layer_parts`): compute
+    stages C1, C2, ... and communication stages M1, M2, ..., each of these ending in a barrier."""
     groups = [g["attn_tp"], g["attn_tp"], g["ep"] if moe else g["attn_tp"], g["ep"]]
     stages = []
     for i, ops in enumerate(timed_stages):
@@ -93,35 +96,68 @@ def layer_stages(hw, m, g, T, moe: bool, kind: str = "full") -> list[Stage]:
     return stages
 
 
-def forward(hw, m, g, n: int) -> tuple[np.ndarray, Schedule]:
-    sched = Schedule()
+def layer_stages(hw, m, g, T, moe: bool, kind: str = "full") -> list[Stage]:
+    """The stages of one layer (:func:`layer_parts`), every stage timed in one evaluation."""
+    return layer_of(hw, g, moe, timed_parts(layer_parts(hw, m, g, T, moe, kind), hw))
+
+
+def shared_ops(hw, m, g, timing: Timing) -> dict:
+    """The ops of a pass that do not depend on its microbatches, added to ``timing``: the MTP
+    module's eh_proj over all prompt tokens and the embedding and head ends."""
     T_die = g["tokens_per_npu"] / hw.chip.dies_per_package
-    T = T_die / n
-    for part, moe in (("dense", False), ("moe", True)):
-        if part == "moe" and m.moe is None:
-            continue
-        counts = arch.layer_counts(m, part)
-        for kind, count in counts.items():  # one stack per attention kind, filled and drained once in all
-            sched.stack(layer_section(f"{part}_layer", kind), pipeline(layer_stages(hw, m, g, T, moe, kind), n), count,
-                        rule=RULES[n], share=count / sum(counts.values()))
+    out = {}
     if m.mtp.modules:
-        mtp = np.asarray(g["mtp"], dtype=float)
-        sched.serial("mtp", timed([mtp_proj_op(m, T_die)], hw), mtp, "eh_proj over all prompt tokens")
-        sched.stack("mtp_layer", pipeline(layer_stages(hw, m, g, T, moe=True), n), 1, repeats=mtp, rule=RULES[n])
-    seqs = prompts_per_die(hw, g)
-    tp = g["attn_tp"]
-    tier = tier_for_group(hw, tp)
+        out["mtp"] = timing.add([([mtp_proj_op(m, T_die)], 1.0, 1.0)])
+    tier = tier_for_group(hw, g["attn_tp"])
     # the embedding on each die's own tokens (sequence-parallel); the head vocab-parallel over
     # the attention TP group on the last token of each of its prompts
     emb_tp, head_tp = vocab_tp(g, "prefill")
-    ends = embedding_ops(m, T_die * emb_tp, emb_tp, tier) + head_ops(m, seqs * head_tp, head_tp, tier)
-    sched.serial("per_pass", timed(ends, hw), 1,
+    ends = embedding_ops(m, T_die * emb_tp, emb_tp, tier) + head_ops(m, prompts_per_die(hw, g) * head_tp, head_tp, tier)
+    out["ends"] = timing.add([(ends, 1.0, 1.0)])
+    return out
+
+
+def pass_layers(hw, m, g, n: int, timing: Timing) -> dict:
+    """The layers of a pass with ``n`` microbatches, added to ``timing``: each stack's (dense
+    and MoE, one per attention kind: (part, kind, count, parts)) and the MTP module's."""
+    T = g["tokens_per_npu"] / hw.chip.dies_per_package / n
+    out = {"stacks": []}
+    for part, moe in (("dense", False), ("moe", True)):
+        if part == "moe" and m.moe is None:
+            continue
+        for kind, count in arch.layer_counts(m, part).items():
+            out["stacks"].append((part, kind, count, timing.add(layer_parts(hw, m, g, T, moe, kind))))
+    if m.mtp.modules:
+        out["mtp"] = timing.add(layer_parts(hw, m, g, T, moe=True))
+    return out
+
+
+def forward(hw, m, g, n: int, shared: dict | None = None, layers: dict | None = None) -> tuple[np.ndarray, Schedule]:
+    """The pass with ``n`` microbatches: (time, schedule). ``shared`` (:func:`shared_ops`) and
+    ``layers`` (:func:`pass_layers`) added to one :class:`Timing` with every other part of the
+    prediction (made here when not given)."""
+    if shared is None or layers is None:
+        timing = Timing(hw, grid_rows(g))
+        shared = shared or shared_ops(hw, m, g, timing)
+        layers = layers or pass_layers(hw, m, g, n, timing)
+    sched = Schedule()
+    T_die = g["tokens_per_npu"] / hw.chip.dies_per_package
+    T = T_die / n
+    counts = {part: sum(count for p, _, count, _ in layers["stacks"] if p == part) for part in ("dense", "moe")}
+    for part, kind, count, timed_layer in layers["stacks"]:  # one stack per attention kind, filled and drained once in all
+        sched.stack(layer_section(f"{part}_layer", kind), pipeline(layer_of(hw, g, part == "moe", timed_layer.times), n),
+                    count, rule=RULES[n], share=count / counts[part])
+    if m.mtp.modules:
+        mtp = number(g["mtp"])
+        sched.serial("mtp", shared["mtp"].times[0], mtp, "eh_proj over all prompt tokens")
+        sched.stack("mtp_layer", pipeline(layer_of(hw, g, True, layers["mtp"].times), n), 1, repeats=mtp, rule=RULES[n])
+    sched.serial("per_pass", shared["ends"].times[0], 1,
                  "embedding + final norm + vocab-parallel LM head, logits gather and sampling on the last token of "
                  "each prompt + overhead", hw.chip.latency.iteration_overhead_s)
     if np.any(np.asarray(g["pool_len"]) > 0):
         sched.serial("pool_load", [], 1, "the cached prefixes' pool-held tails read from the pool before the pass",
                      pool_load_s(hw, m, g))
-    moe = (arch.moe_layers(m) + (np.asarray(g["mtp"], dtype=float) if m.mtp.modules else 0.0)) if m.moe is not None else 0.0
+    moe = (arch.moe_layers(m) + (number(g["mtp"]) if m.mtp.modules else 0.0)) if m.moe is not None else 0.0
     return sched.with_host(prefill_host(hw.stack, sched.launches(), moe, n, T)), sched
 
 
@@ -135,9 +171,9 @@ def pool_reads(hw, m, g) -> tuple[np.ndarray, np.ndarray]:
     """(bytes, blocks) of the pool-held part of a die's cached prefixes (each prefix's last
     ``pool_len`` tokens; the head is in HBM), all layers (docs/model.md §1.2: KV per token,
     window layers' last window, linear layers' state), in whole blocks."""
-    kv = kv_cache(m, Bytes.of(m).kv, np.asarray(g["mtp"], dtype=float))
-    C = np.asarray(g["cached_len"], dtype=float)
-    L = np.minimum(np.asarray(g["pool_len"], dtype=float), C)
+    kv = kv_cache(m, Bytes.of(m).kv, number(g["mtp"]))
+    C = number(g["cached_len"])
+    L = np.minimum(number(g["pool_len"]), C)
     seqs = prompts_per_die(hw, g)
     blocks = seqs * np.ceil(L / hw.system.memory_pool.block_tokens)
     return seqs * tail_bytes(kv, C, L), blocks
@@ -153,10 +189,10 @@ def pool_load_s(hw, m, g) -> np.ndarray:
 def pool_writes(hw, m, g) -> tuple[np.ndarray, np.ndarray]:
     """(bytes, blocks) a die writes back to the pool: its prompts' new whole blocks, while
     caching is in use (a cached prefix asked); none without a pool (docs/model.md §9.5)."""
-    zero = 0.0 * np.asarray(g["cached_len"], dtype=float)
+    zero = 0.0 * number(g["cached_len"])
     if hw.system.memory_pool is None:
         return zero, zero
-    kv = kv_cache(m, Bytes.of(m).kv, np.asarray(g["mtp"], dtype=float))
+    kv = kv_cache(m, Bytes.of(m).kv, number(g["mtp"]))
     bytes_, blocks = written_blocks(kv, g["prompt_len"], g["cached_len"], hw.system.memory_pool.block_tokens)
     seqs = prompts_per_die(hw, g)
     on = np.asarray(g["cached_len"]) > 0
@@ -176,7 +212,7 @@ def kv_transfer_s(hw, m, g) -> np.ndarray:
     """Whole cache of a die's prompts (cached prefix included; §1.2) sent once to the decode
     instance over the system's KV-transfer tier (RDMA in the paper, §4.1): bytes / bandwidth
     + latency (docs/model.md §4.4)."""
-    kv = kv_cache(m, Bytes.of(m).kv, np.asarray(g["mtp"], dtype=float))
+    kv = kv_cache(m, Bytes.of(m).kv, number(g["mtp"]))
     return kv_send_s(hw, prompts_per_die(hw, g) * kv.bytes(g["prompt_len"]))
 
 
@@ -184,12 +220,15 @@ def kv_send_s(hw, bytes_):
     """``bytes_`` of KV sent by one die over the system's KV-transfer tier: bytes / bandwidth
     + latency (docs/model.md §4.4)."""
     tier = hw.system.kv_transfer_tier
-    return np.asarray(bytes_, dtype=float) / tier_bandwidth_Bps(hw, tier) + hw.system.tiers[tier].latency_s
+    return number(bytes_) / tier_bandwidth_Bps(hw, tier) + hw.system.tiers[tier].latency_s
 
 
 def prefill(hw, m, g) -> dict:
-    f1, s1 = forward(hw, m, g, 1)
-    f2, s2 = forward(hw, m, g, 2)
+    timing = Timing(hw, grid_rows(g))  # every stage of both microbatch schedules in one table
+    shared = shared_ops(hw, m, g, timing)
+    layers = {n: pass_layers(hw, m, g, n, timing) for n in (1, 2)}
+    f1, s1 = forward(hw, m, g, 1, shared, layers[1])
+    f2, s2 = forward(hw, m, g, 2, shared, layers[2])
     choice = choose(g["microbatches"], f1, f2)
     t = select(choice, f1, f2)
     kv = kv_transfer_s(hw, m, g)

@@ -113,7 +113,11 @@ def memo(view) -> dict | None:
 
 def remember(view, key, build):
     """``build()``, once per ``view`` and ``key`` (:func:`memo`)."""
-    kept = memo(view) if KEEP["on"] else None
+    if not KEEP["on"]:
+        return build()
+    kept = view.__dict__.get("_memo") if type(view) is SpecView else None  # a view's, kept before
+    if kept is None:
+        kept = memo(view)
     if kept is None:
         return build()
     try:
