@@ -20,7 +20,7 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 
 # Commands the run leaves out, each with why (their outputs are checked elsewhere).
 SLOW = {
-    "cmperf validate --cross-validate": "~1 minute on 2 cores; its held-out errors are checked below from the bands file",
+    "cmperf validate --cross-validate": "~20 s of CPU; its held-out errors are checked below from the bands file",
 }
 
 

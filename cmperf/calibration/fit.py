@@ -8,7 +8,9 @@ absolute error / tolerance), each row weighted by 1 / sqrt(rows in its group) so
 twelve Table 7 rows count as one measurement series, not twelve. The search is a deterministic pattern search in the
 log of each positive parameter (linear for fractions): a coarse grid of every combination,
 then, from its best points, steps along each axis that halve when no step improves. Every
-step evaluates all its candidate points in one vectorised ``predict`` call per phase. The
+step evaluates all its candidate points in one vectorised ``predict`` call per phase (a
+coarse grid once per distinct combination of the values each phase reads:
+:func:`cmperf.calibration.validate._at_points`). The
 model is piecewise smooth (max, ceil), where gradient solvers stall at kinks; a grid and a
 pattern search do not, and they give the same result from any state of the spec files.
 

@@ -60,10 +60,10 @@ def predictions(ref: RefFile, specs: Specs, sweeps: Mapping[str, Iterable[float]
         idx = [i for i, r in enumerate(ref.rows) if r.phase == phase]
         if not idx:
             continue
-        result = predict(phase, rows=[ref.rows[i].scenario for i in idx], specs=specs, sweeps=sweeps or None,
-                         zip_sweeps=zipped, strict=False)
+        result, point = _at_points(phase, [ref.rows[i].scenario for i in idx], specs, sweeps, zipped, n)
+        m = int(point.max()) + 1  # points evaluated per row
         if len(result.invalid_columns):
-            first = int(result.invalid.index[0]) // n  # rows are repeated n times, row slowest
+            first = int(result.invalid.index[0]) // m  # rows are repeated m times, row slowest
             reason = re.sub(r"--([a-z][a-z-]*)", lambda mt: "scenario." + mt.group(1).replace("-", "_"),
                             str(result.invalid["reason"].iat[0]))
             raise SpecError(f"reference row {ref.rows[idx[first]].id}: {reason}")
@@ -72,7 +72,7 @@ def predictions(ref: RefFile, specs: Specs, sweeps: Mapping[str, Iterable[float]
             r = ref.rows[i]
             if r.metric not in table.columns:
                 raise SpecError(f"reference row {r.id}: unknown {phase} metric '{r.metric}'")
-            out[i] = table[r.metric].to_numpy()[j * n:(j + 1) * n]
+            out[i] = table[r.metric].to_numpy()[j * m:(j + 1) * m][point]
     for i, r in enumerate(ref.rows):
         if r.phase != "spec":
             continue
@@ -88,6 +88,52 @@ def predictions(ref: RefFile, specs: Specs, sweeps: Mapping[str, Iterable[float]
             grids = np.meshgrid(*axes, indexing="ij")
             out[i] = grids[list(sweeps).index(r.metric)].ravel()
     return out
+
+
+DISTINCT_FROM = 256  # points from which a zipped evaluation looks for the values it reads (two or three calls, not one)
+
+
+def _at_points(phase: str, scenarios: list[dict], specs: Specs, sweeps: dict[str, list], zipped: bool, n: int):
+    """``predict`` of ``scenarios`` at the ``n`` points of ``sweeps``, and for each point the
+    index of the evaluated point that answers for it. Zipped points (a fit's grid: thousands of
+    points over every fitted parameter) are evaluated once per distinct combination of the swept
+    values the phase's cost model reads (:func:`cmperf.specs.view.overridden_reads`): a GEMM row
+    of the H800 file reads 6 of its 9 parameters, a collective row 4, so 3^9 grid points are
+    3^6 and 3^4 evaluations (a point's answer does not depend on the other points evaluated with
+    it, nor on a value never read; the same numbers as every point evaluated). The values read
+    are found by evaluating one point, then the distinct combinations of what it read, until
+    an evaluation reads nothing new; a read of a value no sweep names (the rates a swept unit
+    count carries) evaluates every point, and so does a call of fewer than DISTINCT_FROM points
+    (a pattern search's steps: the calls would cost more than the points they save)."""
+    def run(points):
+        return predict(phase, rows=scenarios, specs=specs, sweeps=points or None, zip_sweeps=zipped, strict=False)
+
+    every = np.arange(n)
+    try:
+        cols = {k: np.asarray(v, dtype=float) for k, v in sweeps.items()}
+    except (TypeError, ValueError):
+        cols = {}
+    if not zipped or n < DISTINCT_FROM or len(cols) != len(sweeps):
+        return run(sweeps), every
+    from ..specs.view import overridden_reads
+
+    rel = {k: k.split(".", 1)[-1] for k in sweeps}  # as a view names its overridden fields
+    read: set[str] = set()
+    while True:
+        if read:
+            keys = sorted(read)
+            _, first, point = np.unique(np.column_stack([cols[k] for k in keys]), axis=0, return_index=True,
+                                        return_inverse=True)
+        else:
+            first, point = np.zeros(1, dtype=int), np.zeros(n, dtype=int)
+        with overridden_reads() as seen:
+            result = run({k: [v[i] for i in first] for k, v in sweeps.items()})
+        if not seen <= set(rel.values()):
+            return run(sweeps), every
+        now = {k for k in sweeps if rel[k] in seen}  # a path two specs share counts for both
+        if now <= read:
+            return result, np.asarray(point).ravel()
+        read |= now
 
 
 def errors(ref: RefFile, predicted: np.ndarray) -> np.ndarray:

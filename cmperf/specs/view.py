@@ -52,6 +52,8 @@ class SpecView:
     def _read(self, name: str) -> Any:
         path = f"{self._prefix}{name}"
         if path in self._over:
+            for seen in _READS:
+                seen.add(path)
             return self._over[path]
         if isinstance(self._obj, dict):
             if name not in self._obj:
@@ -83,6 +85,22 @@ class SpecView:
 
 
 KEEP = {"on": True}  # off inside :func:`uncached`
+_READS: list[set] = []  # the sets :func:`overridden_reads` is filling
+
+
+@contextmanager
+def overridden_reads():
+    """Within it, the paths of the overridden (swept) fields any view reads are added to the
+    set it yields, as the view names them (relative to its spec: ``efficiency.matmul_compute``
+    for ``chip.efficiency.matmul_compute``). A value the cost model never read cannot have
+    moved its answer: the fit evaluates a row once per distinct combination of the values it
+    reads (cmperf/calibration/validate.py ``_at_points``)."""
+    seen: set = set()
+    _READS.append(seen)
+    try:
+        yield seen
+    finally:
+        _READS.remove(seen)
 
 
 @contextmanager
