@@ -186,15 +186,18 @@ def _story_cases(n=4, seed=22):
 
 @pytest.mark.parametrize("case", _story_cases(), ids=lambda c: f"{c[0]}-{c[3]}x{c[4]}")
 def test_closed_form_and_simulation_tell_one_story(case):
-    """The planner's deployment, simulated at 20, 50 and 90 % of its planned rate with the pass
-    budget the plan chose at that rate: the steady mean TTFT rises with the load, the SLOs are
-    met, and the closed form (M/G/c wait + alignment + pass + transfer + the wait for the decode
-    step a request joins, docs/model.md §9.3) is within 15 % of the simulation at 20 and 50 %
-    load, 25 % at 90 % (measured, docs/model.md §12.5: -5 % ... +1 % at 20-50 %, up to +21 % at
-    90 %, where the plan's pass grows to a larger option and the simulation's greedy passes
-    carry less than it). Without the decode join the closed form was -14 % (h800-cluster) at
-    20 %; without the greedy single instance's busy share (greedy_busy) a single instance at 20 %
-    load is off by +41 % and +51 %."""
+    """The planner's deployment, simulated at 20, 50, 70 and 90 % of its planned rate with the
+    pass budget the plan chose at that rate (1,500-6,000 requests, 6,000 at 70 and 90 %; the
+    steady window): the steady mean
+    TTFT rises with the load, the SLOs are met, and the closed form (docs/model.md §9.3: each
+    prefill instance's greedy passes as a chain fed by the stack's router, or the shared queue's
+    M/G/c; the pass; the transfer; the wait for the decode step a request joins) is within 5 % of
+    the simulation at 20 and 50 % load and 15 % at 70 and 90 % (measured, docs/model.md §12.5,
+    seeds 1-3: -2 ... +1 % at 20-50 %, -14 ... +3 % at 70-90 %, where near the greedy instance's
+    capacity its pass count branches and one seed's run differs from the next by 10 %). Before
+    the chain (each instance's wait as M/G/c slots and one busy share) h200-cluster's single
+    instance was +20 % at 90 %; before the router (one shared queue in the simulation) the
+    instances of h800-cluster clustered and the closed form was +10 ... +18 % there."""
     from cmperf.plan.planner import plan
     from cmperf.simulate.deployment import from_plan_row
     from cmperf.simulate.sustain import steady
@@ -206,18 +209,20 @@ def test_closed_form_and_simulation_tell_one_story(case):
     best = plan(w, specs=specs, npus=npus, shape_names=("pd",)).best
     dep = from_plan_row(best, dpp)
     seen = []
-    for load in (0.2, 0.5, 0.9):
+    for load in (0.2, 0.5, 0.7, 0.9):
         rate = load * float(best["goodput_rps"])
         wr = Workload(**{**w.__dict__, "arrival_rate_per_s": rate})
         row = plan(wr, specs=specs, npus=npus, shape_names=("pd",), deployment=dep).best
-        n = int(min(max(1500, rate * 60), 6000))
+        n = 6000 if load > 0.5 else int(min(max(1500, rate * 60), 6000))  # near capacity one run's noise is ~10 %
         res = simulate(specs, wr, from_plan_row(row, dpp), Traffic(rate_rps=rate, num_prompts=n), seed=1)
         st = steady(res.requests, 2.0, 0.05)
         assert st["meets_slos"], (load, st)
-        tol = 0.15 if load <= 0.5 else 0.25
+        tol = 0.05 if load <= 0.5 else 0.15
         assert st["ttft_ms"] == pytest.approx(float(row["ttft_ms"]), rel=tol), (load, st["ttft_ms"], row["ttft_ms"])
         seen.append(st["ttft_ms"])
-    assert seen == sorted(seen)
+    # never falls with the load (but for a run's noise where it is flat: an instance always busy, every pass as
+    # long as a full one, waits half a pass at any load -- cloudmatrix384's 1 x 96, 209.6 and 209.5 ms at 20, 50 %)
+    assert all(b >= 0.99 * a for a, b in zip(seen, seen[1:])), seen
 
 
 def test_kv_preemption_and_recompute_by_hand():
