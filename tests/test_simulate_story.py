@@ -313,14 +313,20 @@ def test_a_rate_sweep_serves_more_at_more_latency(cli):
 
 
 def test_verify_prints_the_planned_and_the_sustained_rate_within_ten_percent():
-    """plan --verify's search on 16 H100s (Llama-3.1-70B, 1,024 / 64 tokens): the planned rate
-    meets the SLOs in simulation and is within 10 % of the largest rate it sustains."""
+    """plan --verify's search on 16 H100s (Llama-3.1-70B, 1,024 / 64 tokens; SGLang's router: at
+    random): the closed form's rate is within 10 % of the largest rate the simulation sustains on
+    each seed, and the rate the plan prints meets the SLOs in simulation. The closed form plans
+    50.5 requests/s, its TTFT 1,986 ms of the 2 s SLO; seeds 0 and 1 sustain 49.8 and 51.2, so
+    one misses at 50.5 and the printed rate is 49.8 (docs/model.md §12.5)."""
     from cmperf.plan.planner import plan
     from cmperf.simulate.sustain import verify_plan
 
     w = Workload(prompt=fixed(1024), output=fixed(64), prefix_hit=0.0, slo=SLO(ttft_s=2.0, tpot_s=0.05))
     v = verify_plan(plan(w, hardware="h100-cluster", model="llama-3.1-70b", npus=16, shape_names=("pd",)), 2000)
-    assert v["meets_slos_at_planned"] and v["refined_by_simulation"] is None
+    assert v["meets_slos_at_planned"]
+    closed = float(v["row"]["goodput_rps"]) if v["refined_by_simulation"] is None else v["refined_by_simulation"]["closed_form_rate_rps"]
+    sustained = v["refined_by_simulation"]["sustained_by_seed_rps"] if v["refined_by_simulation"] else [v["sustained_rate_rps"]]
+    assert all(0.9 <= closed / s <= 1.1 for s in sustained), v
     assert 0.9 <= v["planned_rate_rps"] / v["sustained_rate_rps"] <= 1.1, v
 
 

@@ -120,7 +120,7 @@ def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, inst
 
     ``routed`` (``(arrival_scv, count_s)``, with ``instances``; NaN ``arrival_scv``: the terms
     above): each instance has its own stream of prompts (a router that assigns each request at
-    its arrival, or a single instance; docs/model.md §9.3), ``rate / instances`` a second whose
+    its arrival; docs/model.md §9.3), ``rate / instances`` a second whose
     gaps have squared coefficient of variation ``arrival_scv`` (1 at random, 1/n in turn), its
     passes greedy and as long as what they carry (``count_s``: the pass of 1 + (K - 1) u prompts
     on ``queueing.COUNT_GRID``, K = servers / instances). The mean's queue, alignment and own
@@ -331,11 +331,11 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     pre_rows = _within_stack("prefill", pre_rows, specs, dpp)
     # and the same layouts at whole-prompt passes below each budget, in the same evaluation: a greedy pass
     # carries what waited (instances.count_rows; the cost model steps between the budgets)
-    more = instances.count_rows(pre_rows, computed.mean, dpp)
+    router = prefill_router(specs.stack_view())
+    more = instances.count_rows(pre_rows, computed.mean, dpp) if router != "shared" else []
     pre = instances.run("prefill", pre_rows + more, specs)
     extra = instances.among(pre, more)
     pre, pre_counts = pre[~extra].reset_index(drop=True), pre[extra].reset_index(drop=True)
-    router = prefill_router(specs.stack_view())
     # varying lengths: the same options at twice the pass's prompt length, for the time of a pass
     # whose computed-weighted length is another than the mean's (instances.packed_passes)
     pre_long = None
@@ -474,12 +474,12 @@ def arrival_scv(router: str, instances) -> np.ndarray:
     Poisson); 1/n in turn over n instances (every n-th of a Poisson stream: Erlang-n gaps; n
     on the ladder ``RR_STREAMS``, nearest in its log: one solution serves the counts near it;
     least_load routes prompts of one length as round robin does, docs/model.md §12.5); NaN
-    where instances share one queue (the M/G/c terms), but for a single instance (Poisson)."""
+    where instances share one queue (the M/G/c terms, for every count)."""
     n = np.asarray(instances, dtype=float)
     if router == "random":
         return np.ones(n.shape)
-    if router == "shared":
-        return np.where(n == 1, 1.0, np.nan)
+    if router == "shared":  # a single instance too: its M/G/c terms hold it (docs/model.md §12.5), at no chain's cost
+        return np.full(n.shape, np.nan)
     ladder = np.asarray(RR_STREAMS, dtype=float)
     near = ladder[np.abs(np.log(np.maximum(n, 1.0))[..., None] - np.log(ladder)).argmin(axis=-1)]
     return 1.0 / near
