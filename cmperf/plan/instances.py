@@ -216,14 +216,6 @@ def count_rows(rows: list[dict], computed_tokens: float, dies_per_npu: int) -> l
     return out
 
 
-def among(table: pd.DataFrame, rows: list[dict]) -> np.ndarray:
-    """Which rows of a predict ``table`` are of ``rows`` (by their layout and tokens per NPU)."""
-    keys = ("dies", "prompt_len", "tokens_per_npu")  # count_rows leaves out a layout's own budgets
-    want = {tuple(round(float(r[k]), 6) for k in keys) for r in rows}
-    vals = np.round(table[list(keys)].to_numpy(dtype=float), 6) if len(table) else np.zeros((0, 3))
-    return np.array([tuple(v) in want for v in vals.tolist()], dtype=bool)
-
-
 def packed_passes(pre: pd.DataFrame, computed, dies_per_npu: int, pre_long: pd.DataFrame | None = None,
                   pre_counts: pd.DataFrame | None = None) -> dict:
     """Per prefill row of ``pre`` (fitting rows), its budget's full pass of whole prompts

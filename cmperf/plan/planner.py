@@ -41,7 +41,7 @@ from ..errors import ConfigError
 from ..predict import Specs, load_specs, system_model
 from ..stack import prefill_router
 from . import instances, shapes
-from .queueing import CHAIN_WIDTH, greedy_instance, largest_rate, mean_wait_s, wait_quantile_s
+from .queueing import greedy_instance, largest_rate, mean_wait_s, wait_quantile_s
 from .supernode import supernode_sets
 from .workload import SLO, Workload, fixed
 
@@ -130,7 +130,7 @@ def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, inst
     rate = np.asarray(rate, dtype=float)
     if routed is not None and instances is not None:
         return _routed_terms(rate, servers, service_s, scv, period_s, fixed_s, stat, instances, join_s, lone_s, *routed,
-                             state)
+                             state=state)
     wait = mean_wait_s(rate, servers, service_s, scv) if stat == "mean" else wait_quantile_s(rate, servers, service_s, scv, P90)
     rho = rate * service_s / servers
     if instances is not None:
@@ -146,8 +146,11 @@ def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, inst
 
 
 def _routed_terms(rate, servers, service_s, scv, period_s, fixed_s, stat, instances, join_s, lone_s, arrival_scv,
-                  count_s, state) -> dict:
-    """:func:`ttft_terms` where instances have their own streams (its ``routed`` case)."""
+                  count_s, largest=None, state=None) -> dict:
+    """:func:`ttft_terms` where instances have their own streams (its ``routed`` case);
+    ``largest``: one instance's largest rate, found by its search, which the rate per instance
+    stays a billionth below (``n_p × λ`` over ``n_p`` may round above ``λ``, and where the closure
+    loses its fixed point near capacity the root is that edge)."""
     rate, n = np.broadcast_arrays(rate, np.asarray(instances, dtype=float))
     shape = rate.shape
     flat = lambda v: np.broadcast_to(np.asarray(v, dtype=float), shape).ravel()  # noqa: E731
@@ -155,6 +158,8 @@ def _routed_terms(rate, servers, service_s, scv, period_s, fixed_s, stat, instan
         flat(v) for v in (servers, service_s, scv, period_s, arrival_scv, join_s, fixed_s))
     lone = None if lone_s is None else flat(lone_s)
     n, lam = n.ravel(), (rate / n).ravel()
+    if largest is not None:  # a hair inside it: the search's root can be the closure's last fixed point (§9.3)
+        lam = np.minimum(lam, flat(largest) * (1.0 - 1e-9))
     K = np.maximum(servers / n, 1.0)
     own_stream = np.isfinite(arrival_scv)
     # the shared queue's terms, and the same per instance at its own stream (Allen–Cunneen's arrival scv)
@@ -175,10 +180,27 @@ def _routed_terms(rate, servers, service_s, scv, period_s, fixed_s, stat, instan
         for x in (queue, align, own):
             x[chain] = np.inf
         if ok.size:
-            g, y[:, ok] = greedy_instance(lam[ok], arrival_scv[ok], K[ok], cs[ok], y[:, ok])
+            g, y[:, ok] = greedy_instance(lam[ok], arrival_scv[ok], K[ok], cs[ok], y[:, ok], largest is not None)
+            if largest is not None:  # no fixed point found at or below the instance's largest rate, where the
+                # search found one: walk up to the rate from 0.9 of it, each step warm started from the last
+                lost = np.flatnonzero(~np.isfinite(g["own_s"]))
+                if lost.size:
+                    i = ok[lost]
+                    path = lam[i][None, :] * np.linspace(0.9, 1.0, 9)[:, None]
+                    z = None
+                    for x in path:
+                        h, z = greedy_instance(x, arrival_scv[i], K[i], cs[i], z, True)
+                    for key in g:
+                        g[key][lost] = h[key]
+                    y[:, i] = z
             with np.errstate(divide="ignore", invalid="ignore"):  # 1 + the pass time's scv at a given count
                 spread = np.where(service_s[ok] > 0, period_s[ok] / service_s[ok], 1.0)
-            queue[ok], align[ok], own[ok] = g["queue_s"], g["align_s"] * spread, g["own_s"]
+            # where the closure still finds no fixed point below the rate its search met the SLO at (a handful of
+            # rows, at the edge of its last fixed point), the instance's M/G/K terms above stand
+            keep = np.isfinite(g["own_s"]) | (largest is None)
+            queue[ok] = np.where(keep, g["queue_s"], queue[ok] if largest is None else one["queue_s"][ok])
+            align[ok] = np.where(keep, g["align_s"] * spread, one["align_s"][ok])
+            own[ok] = np.where(keep, g["own_s"], one["pass_s"][ok])
     out = {"queue_s": queue, "align_s": align, "join_s": join, "pass_s": own, "ttft_s": queue + align + fixed + own + join}
     out = {k: v.reshape(shape)[()] for k, v in out.items()}
     out["state"] = y
@@ -329,13 +351,12 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
             pre_rows = [{**r, **pg.inputs, "ep": pg.inputs.get("ep", pg.inputs["dies"])} for r in per_pass]
             fixed = (pg.count, dg.count)
     pre_rows = _within_stack("prefill", pre_rows, specs, dpp)
-    # and the same layouts at whole-prompt passes below each budget, in the same evaluation: a greedy pass
-    # carries what waited (instances.count_rows; the cost model steps between the budgets)
     router = prefill_router(specs.stack_view())
+    pre = instances.run("prefill", pre_rows, specs)
+    # where instances have their own streams (the chain, §9.3), the same layouts at whole-prompt passes below
+    # each budget: a greedy pass carries what waited (instances.count_rows; the cost model steps between them)
     more = instances.count_rows(pre_rows, computed.mean, dpp) if router != "shared" else []
-    pre = instances.run("prefill", pre_rows + more, specs)
-    extra = instances.among(pre, more)
-    pre, pre_counts = pre[~extra].reset_index(drop=True), pre[extra].reset_index(drop=True)
+    pre_counts = instances.run("prefill", more, specs) if more else None
     # varying lengths: the same options at twice the pass's prompt length, for the time of a pass
     # whose computed-weighted length is another than the mean's (instances.packed_passes)
     pre_long = None
@@ -465,7 +486,7 @@ def evaluate(specs: Specs, workload: Workload, deployment) -> dict:
     return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
 
 
-RR_STREAMS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 256, 512, 1024)  # n of round robin's 1/n
+RR_STREAMS = (1, 2, 3, 4, 6, 8, 16, 64, 1024)  # n of round robin's 1/n: past 8 the gaps are nearly even
 
 
 def arrival_scv(router: str, instances) -> np.ndarray:
@@ -550,25 +571,24 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     scv_a = arrival_scv(router, n_p)
     own = np.isfinite(scv_a)
     rate_p_all = np.zeros(len(n_p))
-    warm = np.full((3, len(n_p)), np.nan)  # the chain's solution at the rate each row last met the SLO (a warm start)
+    lam_row = np.full(len(n_p), np.inf)  # one instance's largest rate, per row
     if own.any():
         rows = np.flatnonzero(own)
         _, first, inv = np.unique(np.stack([i_idx[rows], scv_a[rows]]), axis=1, return_index=True, return_inverse=True)
         rep = rows[first]  # one row per option and stream
-        meet = np.full((3, len(rep)), np.nan)
 
         def instance_over_s(x, u):  # TTFT beyond the SLO of one instance of streams u at x prompts a second
             j = rep[u]
+            # from a cold start each time: a key's excess is then a function of its rate alone, and its root the
+            # same whatever other options a plan holds (plan --deployment evaluates to the plan's row)
             out = ttft_terms(x * n_p[j], servers_p[j], pass_p[j], slot_scv[j], period_p[j], kv_p[j], slo.ttft_stat,
-                             n_p[j], join_most, lone_p[j], (scv_a[j], count_p[j]), meet[:, u])
-            over = out["ttft_s"] - slo.ttft_s
-            met = u[over <= 0]
-            meet[:, met] = out["state"][:, over <= 0]
-            return over
+                             n_p[j], join_most, lone_p[j], (scv_a[j], count_p[j]))
+            return out["ttft_s"] - slo.ttft_s
 
-        lam_i = largest_rate(instance_over_s, (servers_p / pass_p / n_p)[rep], CHAIN_WIDTH)
-        rate_p_all[rows] = lam_i[inv.ravel()] * n_p[rows]
-        warm[:, rows] = meet[:, inv.ravel()]
+        # to a millionth of one instance's capacity: each probe starts cold, so a key's root is the same in any plan
+        lam_i = largest_rate(instance_over_s, (servers_p / pass_p / n_p)[rep], 1e-6)
+        lam_row[rows] = lam_i[inv.ravel()]
+        rate_p_all[rows] = lam_row[rows] * n_p[rows]
     if (~own).any():
         rows = np.flatnonzero(~own)
 
@@ -593,12 +613,11 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     rate_p = rate_p_all[a]
     i = i_idx[a]
     pass_s, kv_s, servers, scv_s, period_s, lone_s = pass_p[a], kv_p[a], servers_p[a], slot_scv[a], period_p[a], lone_p[a]
-    routed = (scv_a[a], count_p[a]) if own.any() else None
+    routed = (scv_a[a], count_p[a], lam_row[a]) if own.any() else None
 
     def ttft(rate):  # at the rate run: the wait for the decode step each request joins, of its pairing
         join = decode_join_s(curves, k, n_d, rate, workload.output.mean, slo.ttft_stat)
-        return ttft_terms(rate, servers, pass_s, scv_s, period_s, kv_s, slo.ttft_stat, n_p[a], join, lone_s, routed,
-                          warm[:, a])
+        return ttft_terms(rate, servers, pass_s, scv_s, period_s, kv_s, slo.ttft_stat, n_p[a], join, lone_s, routed)
 
     rate_d = d_max[k] * n_d
     pool = pre["pool_load_ms"].to_numpy(dtype=float)[i] / pre["forward_ms"].to_numpy(dtype=float)[i] if "pool_load_ms" in pre else 0.0

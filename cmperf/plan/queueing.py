@@ -193,10 +193,15 @@ def max_rate_per_s(servers, mean_service_s, service_scv, *, budget_s, fixed_s=0.
 COUNT_GRID = np.linspace(0.0, 1.0, 17)  # a pass of k = 1 + (K - 1) u prompts on this grid of u: where its time is given
 _LAW_Z = np.linspace(-4.5, 4.5, 19)  # standard normal points of the waiting count's law (Wilson–Hilferty: a gamma law)
 _LAW_W = np.exp(-0.5 * _LAW_Z ** 2) / np.exp(-0.5 * _LAW_Z ** 2).sum()
-_NEWTON_STEPS = 8  # 0-5 from a warm start, 3-7 from cold on the cases of docs/model.md §12.5; more: a law that does not settle
-_PLAIN_STEPS = 60  # the map's own iteration where Newton stalls: it contracts ~3x a step at the loads it stalls at
-_TOL = 1e-6
-CHAIN_WIDTH = 1e-3  # the largest rate of a chain's TTFT to a thousandth of its capacity (a simulation's search stops at 2 %)
+_NEWTON_STEPS = 12  # 0-5 from a warm start, 3-8 from cold on the cases of docs/model.md §12.5; more: a law that does not settle
+_PLAIN_STEPS = 100  # the map's own iteration where Newton stalls: a last resort, only for the rows left
+_TOL = 1e-8  # a row's terms are summed in one order whatever rows it is solved with (_over_law): they do not depend on them
+
+
+def _over_law(x):
+    """The mean of ``x`` (rows x the law's points) over the count's law: each row summed in the same
+    order whatever rows it is with (a matrix product's BLAS sums in blocks that depend on them)."""
+    return (x * _LAW_W).sum(axis=1)
 
 
 def count_time(k, prompts, count_s):
@@ -241,8 +246,8 @@ def _renewal(rate, scv, t):
     - 2 t Q(n + 1, x)/λ + t² Q(n, x)]; Poisson: e^(-λt) and e^(-λt)/λ for both."""
     poisson = np.abs(scv - 1.0) < 1e-12
     x = rate * t
+    p0 = np.exp(-x)
     if np.all(poisson):
-        p0 = np.exp(-x)
         return p0, p0 / rate, p0, p0 / rate
     n = np.minimum(1.0 / np.maximum(scv, 1e-9), 1e9)
     z = n * x
@@ -250,7 +255,9 @@ def _renewal(rate, scv, t):
     p_r = np.maximum(Q1 - (z / n) * Q0, 0.0)
     e_r = np.maximum(0.5 * rate * ((1.0 + 1.0 / n) * Q2 / rate ** 2 - 2.0 * t * Q1 / rate + t * t * Q0), 0.0)
     e_t = np.maximum(Q1 / rate - t * Q0, 0.0)
-    return p_r, e_r, Q0, e_t
+    # Poisson rows exactly, whatever rows they are evaluated with (a row's terms depend on its inputs alone)
+    return (np.where(poisson, p0, p_r), np.where(poisson, p0 / rate, e_r), np.where(poisson, p0, Q0),
+            np.where(poisson, p0 / rate, e_t))
 
 
 class _Chain:
@@ -283,9 +290,9 @@ class _Chain:
         nxt = X - k + L * t  # the prompts left and those that arrive during the pass
         p_r, _, _, _ = _renewal(L + 0 * t, C + 0 * t, t)
         idle = p_r * (X <= self.K[:, None])  # none left, none came: the next pass starts after a gap
-        p_next = (1.0 - p_i) * (idle @ _LAW_W) + p_i * self.p0_idle
-        s1 = (1.0 - p_i) * (nxt @ _LAW_W) + p_i * self.n_idle
-        s2 = (1.0 - p_i) * ((nxt * nxt + C * L * t) @ _LAW_W) + p_i * (self.n_idle ** 2 + self.v_idle)
+        p_next = (1.0 - p_i) * _over_law(idle) + p_i * self.p0_idle
+        s1 = (1.0 - p_i) * _over_law(nxt) + p_i * self.n_idle
+        s2 = (1.0 - p_i) * _over_law(nxt * nxt + C * L * t) + p_i * (self.n_idle ** 2 + self.v_idle)
         # the busy starts' law, leaning to one prompt as busy starts become vanishingly rare (nearly every pass
         # followed by a gap): their share plus 1e-9 of a start of one prompt
         busy = 1.0 - p_next + 1e-9
@@ -298,17 +305,17 @@ class _Chain:
         X, k, t = self.passes(m, v)
         _, e_r, _, _ = _renewal(L + 0 * t, C + 0 * t, t)
         b = 1.0 - p_i
-        cycle = b * ((t + e_r * (X <= self.K[:, None])) @ _LAW_W) + p_i * (self.t1 + self.gap_idle)
-        queue = b * (((X - k) * t) @ _LAW_W)
-        align = b * ((L * t * t / 2.0) @ _LAW_W) + p_i * self.wait_idle
+        cycle = b * (_over_law(t + e_r * (X <= self.K[:, None]))) + p_i * (self.t1 + self.gap_idle)
+        queue = b * (_over_law((X - k) * t))
+        align = b * _over_law(L * t * t / 2.0) + p_i * self.wait_idle
         per = self.lam * cycle  # prompts per cycle (a pass and the gap after it)
-        ek = b * (k @ _LAW_W) + p_i
-        return {"queue_s": queue / per, "align_s": align / per, "own_s": (b * ((k * t) @ _LAW_W) + p_i * self.t1) / ek,
-                "busy": (b * (t @ _LAW_W) + p_i * self.t1) / cycle, "prompts": ek, "period_s": (b * ((t * t) @ _LAW_W)
-                + p_i * self.t1 ** 2) / (b * (t @ _LAW_W) + p_i * self.t1)}
+        ek = b * _over_law(k) + p_i
+        return {"queue_s": queue / per, "align_s": align / per, "own_s": (b * _over_law(k * t) + p_i * self.t1) / ek,
+                "busy": (b * _over_law(t) + p_i * self.t1) / cycle, "prompts": ek, "period_s": (b * _over_law(t * t)
+                + p_i * self.t1 ** 2) / (b * _over_law(t) + p_i * self.t1)}
 
 
-def greedy_instance(rate, arrival_scv, prompts, count_s, state=None) -> tuple[dict, np.ndarray]:
+def greedy_instance(rate, arrival_scv, prompts, count_s, state=None, thorough: bool = False) -> tuple[dict, np.ndarray]:
     """One prefill instance that starts a pass the moment it is free and a prompt waits, taking
     up to ``prompts`` K of what waits (SGLang's scheduler, the simulation's), a pass of k prompts
     lasting t(k) (``count_s``: rows of t at ``COUNT_GRID``), fed by its own stream of ``rate``
@@ -326,7 +333,9 @@ def greedy_instance(rate, arrival_scv, prompts, count_s, state=None) -> tuple[di
     out), for the running pass to end, ``align_s`` E[λ t² / 2] / (λ E[cycle]) (the arrivals during
     a pass), the pass a prompt rides ``own_s`` E[k t] / E[k], ``busy`` E[t] / E[cycle], ``period_s``
     E[t²] / E[t]. ``state`` (and the second value returned): the solution of a previous call at
-    nearby rates, a warm start. Rows broadcast over ``rate``."""
+    nearby rates, a warm start. ``thorough``: where Newton's method fails, a second start and the
+    map's own iteration (for a rate known to have a fixed point; a search's probes past the last
+    one need not pay them). Rows broadcast over ``rate``."""
     count_s = np.atleast_2d(np.asarray(count_s, dtype=float))
     n = count_s.shape[0]
     lam = np.maximum(np.broadcast_to(np.asarray(rate, dtype=float), (n,)).astype(float), 1e-9)  # a prompt in 30 years: none
@@ -338,7 +347,7 @@ def greedy_instance(rate, arrival_scv, prompts, count_s, state=None) -> tuple[di
     back = back.ravel()
     if len(first) < n:
         sub = None if state is None else np.asarray(state, dtype=float)[:, first]
-        out, y = greedy_instance(lam[first], scv[first], K[first], count_s[first], sub)
+        out, y = greedy_instance(lam[first], scv[first], K[first], count_s[first], sub, thorough)
         return {k: v[back] for k, v in out.items()}, y[:, back]
     chain = _Chain(lam, scv, K, count_s)
     m0 = np.maximum(lam * count_s[:, -1], 1.0)
@@ -346,17 +355,17 @@ def greedy_instance(rate, arrival_scv, prompts, count_s, state=None) -> tuple[di
     warm = state is not None and np.shape(state) == cold.shape
     y = np.where(np.all(np.isfinite(state), axis=0), np.asarray(state, dtype=float), cold) if warm else cold
     y, live = _newton(chain, y, np.arange(n))
-    # a backlog of many full passes that would not settle: past the closure's last fixed point, a miss
-    failed = live[y[1, live] > 4.0 * K[live]]
-    again = live[y[1, live] <= 4.0 * K[live]]
-    if warm and again.size:  # a warm start that did not converge (a rate past a bifurcation): from cold
-        y[:, again] = cold[:, again]
-        y, again = _newton(chain, y, again)
-    light = again[y[0, again] > 0.5]
-    failed = np.concatenate([failed, again[y[0, again] <= 0.5]])
-    if light.size:  # where Newton's clamped steps stall (a law at its floors, mostly gaps): the map itself
-        y, light = _newton(chain, y, light, plain=True)
-    live = np.concatenate([failed, light])
+    if warm and live.size:  # a warm start that did not converge (from a rate past a bifurcation): from cold
+        y[:, live] = cold[:, live]
+        y, live = _newton(chain, y, live)
+    if thorough and live.size:  # Newton's clamped steps can cycle from one start: from a backlog of two full passes
+        y[:, live] = np.stack([np.zeros(live.size), 2.0 * K[live], 4.0 * K[live] ** 2])
+        y, live = _newton(chain, y, live)
+    if live.size:  # the map itself, which contracts where a law settles: where mostly gaps (Newton stalls at the
+        # floors), or thorough (slowly near capacity)
+        slow = live if thorough else live[y[0, live] > 0.5]
+        y, slow = _newton(chain, y, slow, plain=True)
+        live = np.union1d(np.setdiff1d(live, live if thorough else live[y[0, live] > 0.5]), slow)
     out = chain.out(y)
     if live.size:  # no fixed point found: a backlog that does not settle, counted as unstable
         for v in out.values():
@@ -370,7 +379,14 @@ def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False)
     ``y`` and the rows that did not converge. ``plain``: iterate the map itself instead
     (``_PLAIN_STEPS``)."""
     n = y.shape[1]
+    stalled = [np.zeros(0, dtype=int)]
     for step in range((_PLAIN_STEPS if plain else _NEWTON_STEPS) + 1):  # the last pass only checks
+        if not plain:  # a backlog past eight full passes that would not settle: stop there (not converged)
+            gone = y[1, live] > 8.0 * chain.K[live]
+            stalled.append(live[gone])
+            live = live[~gone]
+            if not live.size:
+                break
         sub = _Chain.__new__(_Chain)
         sub.__dict__ = {k: (v[live] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v)
                         for k, v in chain.__dict__.items()}
@@ -388,11 +404,15 @@ def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False)
             y[:, live] = np.where(done, yl, yl + f)
             live = live[~done]
             continue
-        J = np.empty((len(live), 3, 3))
-        for a in range(3):
-            d = np.zeros_like(yl)
-            d[a] = 1e-6 * np.maximum(np.abs(yl[a]), 1e-3)
-            J[:, :, a] = ((sub(yl + d) - (yl + d) - f) / d[a]).T
+        # the Jacobian by forward differences, the three perturbed states in one evaluation of the map
+        m = len(live)
+        d = 1e-6 * np.maximum(np.abs(yl), 1e-3)
+        tiled = _Chain.__new__(_Chain)
+        tiled.__dict__ = {k: (np.concatenate([v] * 3) if isinstance(v, np.ndarray) and v.shape[:1] == (m,) else v)
+                          for k, v in sub.__dict__.items()}
+        shifted = np.concatenate([yl + d * (np.arange(3) == a)[:, None] for a in range(3)], axis=1)
+        moved = (tiled(shifted) - shifted).reshape(3, 3, m)  # [component, perturbed part, row]
+        J = ((moved - f[:, None, :]) / d[None, :, :]).transpose(2, 0, 1)
         # Newton's step where the Jacobian is regular; a plain step of the map elsewhere (an instance
         # idle after every pass: its busy law does not move the map)
         s = f.copy()
@@ -411,4 +431,4 @@ def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False)
         yn[2] = np.clip(yn[2], np.maximum(0.1 * yl[2], 1e-6), 4.0 * yl[2])
         y[:, live] = np.where(done, yl, yn)
         live = live[~done]
-    return y, live
+    return y, np.concatenate([live] + stalled)

@@ -5,10 +5,11 @@ ranks and continuous batching, driven by event times.
 Events (one global clock, a heap):
 
     send        a request reaches the deployment (the client's arrival process, or a free
-                slot of a closed loop at a maximum concurrency)
+                slot of a closed loop at a maximum concurrency); the stack's router puts its
+                prompt in one prefill instance's queue or the shared one (Router)
     pass end    a prefill instance finishes a pass: each prompt's KV then leaves over the
                 instance's link, one after another (the tier is shared by its transfers);
-                the instance starts its next pass from the queue (FCFS, within the stack's
+                the instance starts its next pass from its queue (FCFS, within the stack's
                 token and request budgets)
     boundary    a decode instance reaches the end of a step at which a request completes or
                 a request whose KV has arrived can be admitted
