@@ -147,7 +147,7 @@ def quoted(cli) -> dict[str, str]:
         "90 %: 1,419.0": f"90 %: {hits['0.9']:,.1f}",
         "VPC plane (680.8 and\n1,273.8)": f"VPC plane ({vpc['0.5']:.1f} and\n{vpc['0.9']:,.1f})",
         "serves 69.1 requests/s": f"serves {h100['goodput_rps']:.1f} requests/s",
-        "co-located instances serve\n1.44×": f"co-located instances serve\n{node['colocated_vs_pd_goodput']:.2f}×",
+        "co-located instances serve\n1.43×": f"co-located instances serve\n{node['colocated_vs_pd_goodput']:.2f}×",
     }
 
 

@@ -572,23 +572,32 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     own = np.isfinite(scv_a)
     rate_p_all = np.zeros(len(n_p))
     lam_row = np.full(len(n_p), np.inf)  # one instance's largest rate, per row
+    warm = np.full((3, len(n_p)), np.nan)  # its chain there (the closure can have two fixed points: keep the search's)
     if own.any():
         rows = np.flatnonzero(own)
         _, first, inv = np.unique(np.stack([i_idx[rows], scv_a[rows]]), axis=1, return_index=True, return_inverse=True)
         rep = rows[first]  # one row per option and stream
 
+        last = np.full((3, len(rep)), np.nan)  # each stream's chain at its previous probe (a warm start)
+        meet = np.full((3, len(rep)), np.nan)  # and at the last probe that met the SLO (the rate run starts there)
+
         def instance_over_s(x, u):  # TTFT beyond the SLO of one instance of streams u at x prompts a second
             j = rep[u]
-            # from a cold start each time: a key's excess is then a function of its rate alone, and its root the
-            # same whatever other options a plan holds (plan --deployment evaluates to the plan's row)
+            # warm started from the same stream's previous probe: a stream's probes follow its own bracket alone,
+            # so its root is the same whatever other options a plan holds (plan --deployment evaluates to its row)
             out = ttft_terms(x * n_p[j], servers_p[j], pass_p[j], slot_scv[j], period_p[j], kv_p[j], slo.ttft_stat,
-                             n_p[j], join_most, lone_p[j], (scv_a[j], count_p[j]))
-            return out["ttft_s"] - slo.ttft_s
+                             n_p[j], join_most, lone_p[j], (scv_a[j], count_p[j]), last[:, u])
+            state, over = out.get("state"), out["ttft_s"] - slo.ttft_s
+            if state is not None:
+                last[:, u] = np.where(np.isfinite(state), state, last[:, u])
+                meet[:, u] = np.where(over <= 0, state, meet[:, u])
+            return over
 
         # to a millionth of one instance's capacity: each probe starts cold, so a key's root is the same in any plan
         lam_i = largest_rate(instance_over_s, (servers_p / pass_p / n_p)[rep], 1e-6)
         lam_row[rows] = lam_i[inv.ravel()]
         rate_p_all[rows] = lam_row[rows] * n_p[rows]
+        warm[:, rows] = meet[:, inv.ravel()]
     if (~own).any():
         rows = np.flatnonzero(~own)
 
@@ -617,7 +626,8 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
 
     def ttft(rate):  # at the rate run: the wait for the decode step each request joins, of its pairing
         join = decode_join_s(curves, k, n_d, rate, workload.output.mean, slo.ttft_stat)
-        return ttft_terms(rate, servers, pass_s, scv_s, period_s, kv_s, slo.ttft_stat, n_p[a], join, lone_s, routed)
+        return ttft_terms(rate, servers, pass_s, scv_s, period_s, kv_s, slo.ttft_stat, n_p[a], join, lone_s, routed,
+                          warm[:, a])
 
     rate_d = d_max[k] * n_d
     pool = pre["pool_load_ms"].to_numpy(dtype=float)[i] / pre["forward_ms"].to_numpy(dtype=float)[i] if "pool_load_ms" in pre else 0.0
