@@ -66,3 +66,17 @@ def input_defaults(phase: str, stack, values: Mapping[str, Any]) -> dict[str, An
     if stack.expert_balance == "none":  # no EPLB: the model's measured real-traffic balance
         out.setdefault("expert_imbalance", "default")
     return out
+
+
+DEFAULT_ROUTER = "round_robin"  # ASSUMPTION where no stack (or a profile without prefill_router) says: as decode
+
+
+def prefill_router(stack) -> str:
+    """How a PD deployment's router sends prompts to its prefill instances (the profile's
+    ``prefill_router``; docs/model.md §12.3): round_robin where no stack says (each request to
+    an instance at its arrival, in turn, as the decode instances take them)."""
+    value = None if stack is None else (stack.get("prefill_router") if isinstance(stack, dict) else stack.prefill_router)
+    if isinstance(value, dict):
+        value = value.get("value")
+    return value or DEFAULT_ROUTER
+

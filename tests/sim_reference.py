@@ -12,16 +12,20 @@ import numpy as np
 
 
 def reference_run(prompt, output, arrival, prefill_pred, n_prefill, budget_tokens, budget_requests,
-                  decode_pred, ranks, cap_rank, k, a, rng, max_concurrency=math.inf, kv_B=None):
+                  decode_pred, ranks, cap_rank, k, a, rng, max_concurrency=math.inf, kv_B=None, router="shared"):
     """Returns per request (send, first token, finish) times, arrays. ``kv_B``: each prompt's
-    KV bytes (its share of a pass's transfer; default in proportion to its tokens)."""
+    KV bytes (its share of a pass's transfer; default in proportion to its tokens). ``router``:
+    ``shared`` (one queue, idle instances take from it) or ``round_robin`` (each sent request
+    to the next instance's own queue)."""
     kv_B = np.asarray(prompt, dtype=float) if kv_B is None else np.asarray(kv_B, dtype=float)
     n = len(prompt)
     send = np.full(n, np.nan)
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
     order = list(np.argsort(arrival, kind="stable"))
-    queue: deque = deque()
+    shared: deque = deque()
+    queues = [shared] * n_prefill if router == "shared" else [deque() for _ in range(n_prefill)]
+    turn = 0
     pre_free = [0.0] * n_prefill  # when each prefill instance is free
     link_free = [0.0] * n_prefill
     arrivals_at_decode = []  # (time, request)
@@ -37,14 +41,31 @@ def reference_run(prompt, output, arrival, prefill_pred, n_prefill, budget_token
     pending_passes: list = []  # (end time, instance, batch, transfer time)
     in_flight = 0
     done = 0
+
+    def start_idle():  # idle instances take their queue (a pass within the budgets)
+        for i in range(n_prefill):
+            busy = any(p[1] == i for p in pending_passes)
+            queue = queues[i]
+            if not busy and queue:
+                batch, tokens, sq = [], 0.0, 0.0
+                while queue and (not batch or (len(batch) < budget_requests and tokens + prompt[queue[0]] <= budget_tokens)):
+                    r = queue.popleft()
+                    batch.append(r)
+                    tokens += prompt[r]
+                    sq += prompt[r] ** 2
+                pass_s, xfer = prefill_pred.times(tokens, sq / tokens, 0.0, len(batch), 0.0, 0.0, sum(kv_B[r] for r in batch))
+                pending_passes.append((now + pass_s, i, batch, xfer))
+
     while done < n:
         # 1. sends that are due (closed loop: while fewer than the cap are in flight)
         while ptr < n and in_flight < max_concurrency and arrival[order[ptr]] <= now + 1e-12:
             rid = order[ptr]
             ptr += 1
             send[rid] = max(arrival[rid], now)
-            queue.append(rid)
+            queues[turn % n_prefill].append(rid)
+            turn += router != "shared"
             in_flight += 1
+            start_idle()  # an idle instance starts its pass the moment a prompt reaches it (as the engine)
         # 2. prefill passes that end by now; idle instances take the queue
         for p in list(pending_passes):
             end, i, batch, xfer = p
@@ -55,17 +76,7 @@ def reference_run(prompt, output, arrival, prefill_pred, n_prefill, budget_token
                     start = max(end, link_free[i])
                     link_free[i] = start + xfer * kv_B[r] / total
                     arrivals_at_decode.append((link_free[i], r))
-        for i in range(n_prefill):
-            busy = any(p[1] == i for p in pending_passes)
-            if not busy and queue:
-                batch, tokens, sq = [], 0.0, 0.0
-                while queue and (not batch or (len(batch) < budget_requests and tokens + prompt[queue[0]] <= budget_tokens)):
-                    r = queue.popleft()
-                    batch.append(r)
-                    tokens += prompt[r]
-                    sq += prompt[r] ** 2
-                pass_s, xfer = prefill_pred.times(tokens, sq / tokens, 0.0, len(batch), 0.0, 0.0, sum(kv_B[r] for r in batch))
-                pending_passes.append((now + pass_s, i, batch, xfer))
+        start_idle()
         # 3. decode: admit arrived requests at this step boundary
         arrivals_at_decode.sort()
         while arrivals_at_decode and arrivals_at_decode[0][0] <= now + 1e-12:

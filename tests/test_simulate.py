@@ -107,7 +107,8 @@ def test_the_engine_agrees_with_a_per_step_reference(specs, small, traffic):
     ppred = prefill_predictor(specs, pre, groups * st.max_prefill_tokens, r.prompt)
     send, first, finish = reference_run(r.prompt, r.output, r.arrival_s, ppred, 2, groups * st.max_prefill_tokens, math.inf,
                                         dpred, 64, st.max_running_per_rank, int(dec["mtp_k"]), float(dec["mtp_acceptance"]),
-                                        np.random.default_rng(5), traffic.max_concurrency or math.inf, r.kv_B)
+                                        np.random.default_rng(5), traffic.max_concurrency or math.inf, r.kv_B,
+                                        res.settings["prefill_router"])
     ttft_ref, ttft = np.mean(first - send), np.mean(r.first_token_s - r.send_s)
     tpot_ref = np.mean((finish - first) / (r.output - 1))
     tpot = np.mean((r.finish_s - r.first_token_s) / (r.output - 1))

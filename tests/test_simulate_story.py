@@ -186,15 +186,20 @@ def _story_cases(n=4, seed=22):
 
 @pytest.mark.parametrize("case", _story_cases(), ids=lambda c: f"{c[0]}-{c[3]}x{c[4]}")
 def test_closed_form_and_simulation_tell_one_story(case):
-    """The planner's deployment, simulated at 20, 50 and 90 % of its planned rate with the pass
-    budget the plan chose at that rate: the steady mean TTFT rises with the load, the SLOs are
-    met, and the closed form (M/G/c wait + alignment + pass + transfer + the wait for the decode
-    step a request joins, docs/model.md §9.3) is within 15 % of the simulation at 20 and 50 %
-    load, 25 % at 90 % (measured, docs/model.md §12.5: -5 % ... +1 % at 20-50 %, up to +21 % at
-    90 %, where the plan's pass grows to a larger option and the simulation's greedy passes
-    carry less than it). Without the decode join the closed form was -14 % (h800-cluster) at
-    20 %; without the greedy single instance's busy share (greedy_busy) a single instance at 20 %
-    load is off by +41 % and +51 %."""
+    """The planner's deployment, simulated at 20, 50, 70 and 90 % of its planned rate with the
+    pass budget the plan chose at that rate (1,500-6,000 requests, 6,000 at 70 and 90 %; the
+    steady window): the steady mean
+    TTFT rises with the load, the SLOs are met, and the closed form (docs/model.md §9.3: each
+    prefill instance's greedy passes as a chain fed by the stack's router, or the shared queue's
+    M/G/c; the pass; the transfer; the wait for the decode step a request joins) is within 5 % of
+    the simulation at 20 and 50 % load and 18 % at 70 and 90 % (measured, docs/model.md §12.5:
+    -2 ... +1 % at 20-50 %; at 70-90 % -9 ... +1 % on this seed, -17 ... +1 % over seeds 1-3,
+    h800-cluster's 3 x 16 at 90 % the worst: near the greedy instance's capacity its pass count
+    branches, the closure's passes are short of the engine's, and one seed's run differs from the
+    next by 10 %). Before
+    the chain (each instance's wait as M/G/c slots and one busy share) h200-cluster's single
+    instance was +20 % at 90 %; before the router (one shared queue in the simulation) the
+    instances of h800-cluster clustered and the closed form was +10 ... +18 % there."""
     from cmperf.plan.planner import plan
     from cmperf.simulate.deployment import from_plan_row
     from cmperf.simulate.sustain import steady
@@ -206,18 +211,20 @@ def test_closed_form_and_simulation_tell_one_story(case):
     best = plan(w, specs=specs, npus=npus, shape_names=("pd",)).best
     dep = from_plan_row(best, dpp)
     seen = []
-    for load in (0.2, 0.5, 0.9):
+    for load in (0.2, 0.5, 0.7, 0.9):
         rate = load * float(best["goodput_rps"])
         wr = Workload(**{**w.__dict__, "arrival_rate_per_s": rate})
         row = plan(wr, specs=specs, npus=npus, shape_names=("pd",), deployment=dep).best
-        n = int(min(max(1500, rate * 60), 6000))
+        n = 6000 if load > 0.5 else int(min(max(1500, rate * 60), 6000))  # near capacity one run's noise is ~10 %
         res = simulate(specs, wr, from_plan_row(row, dpp), Traffic(rate_rps=rate, num_prompts=n), seed=1)
         st = steady(res.requests, 2.0, 0.05)
         assert st["meets_slos"], (load, st)
-        tol = 0.15 if load <= 0.5 else 0.25
+        tol = 0.05 if load <= 0.5 else 0.18
         assert st["ttft_ms"] == pytest.approx(float(row["ttft_ms"]), rel=tol), (load, st["ttft_ms"], row["ttft_ms"])
         seen.append(st["ttft_ms"])
-    assert seen == sorted(seen)
+    # never falls with the load (but for a run's noise where it is flat: an instance always busy, every pass as
+    # long as a full one, waits half a pass at any load -- cloudmatrix384's 1 x 96, 209.6 and 209.5 ms at 20, 50 %)
+    assert all(b >= 0.99 * a for a, b in zip(seen, seen[1:])), seen
 
 
 def test_kv_preemption_and_recompute_by_hand():
@@ -308,14 +315,20 @@ def test_a_rate_sweep_serves_more_at_more_latency(cli):
 
 
 def test_verify_prints_the_planned_and_the_sustained_rate_within_ten_percent():
-    """plan --verify's search on 16 H100s (Llama-3.1-70B, 1,024 / 64 tokens): the planned rate
-    meets the SLOs in simulation and is within 10 % of the largest rate it sustains."""
+    """plan --verify's search on 16 H100s (Llama-3.1-70B, 1,024 / 64 tokens; SGLang's router: at
+    random): the closed form's rate is within 10 % of the largest rate the simulation sustains on
+    each seed, and the rate the plan prints meets the SLOs in simulation. The closed form plans
+    50.5 requests/s, its TTFT 1,986 ms of the 2 s SLO; seeds 0 and 1 sustain 49.8 and 51.2, so
+    one misses at 50.5 and the printed rate is 49.8 (docs/model.md §12.5)."""
     from cmperf.plan.planner import plan
     from cmperf.simulate.sustain import verify_plan
 
     w = Workload(prompt=fixed(1024), output=fixed(64), prefix_hit=0.0, slo=SLO(ttft_s=2.0, tpot_s=0.05))
     v = verify_plan(plan(w, hardware="h100-cluster", model="llama-3.1-70b", npus=16, shape_names=("pd",)), 2000)
-    assert v["meets_slos_at_planned"] and v["refined_by_simulation"] is None
+    assert v["meets_slos_at_planned"]
+    closed = float(v["row"]["goodput_rps"]) if v["refined_by_simulation"] is None else v["refined_by_simulation"]["closed_form_rate_rps"]
+    sustained = v["refined_by_simulation"]["sustained_by_seed_rps"] if v["refined_by_simulation"] else [v["sustained_rate_rps"]]
+    assert all(0.9 <= closed / s <= 1.1 for s in sustained), v
     assert 0.9 <= v["planned_rate_rps"] / v["sustained_rate_rps"] <= 1.1, v
 
 

@@ -39,8 +39,9 @@ from ..cost.pool import (cache_block_tokens, can_cache, hbm_cache_share, no_cach
                          pool_write_s, served_hit)
 from ..errors import ConfigError
 from ..predict import Specs, load_specs, system_model
+from ..stack import prefill_router
 from . import instances, shapes
-from .queueing import largest_rate, mean_wait_s, wait_quantile_s
+from .queueing import greedy_instance, largest_rate, mean_wait_s, wait_quantile_s
 from .supernode import supernode_sets
 from .workload import SLO, Workload, fixed
 
@@ -106,7 +107,7 @@ def greedy_busy(rate, pass_s):
 
 
 def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, instances=None, join_s=0.0,
-               lone_s=None) -> dict:
+               lone_s=None, routed=None, state=None) -> dict:
     """TTFT at ``rate`` and its parts (module docstring). ``instances``: the prefill instances
     the servers belong to; one instance is busy, when it passes greedily, :func:`greedy_busy`
     of the time (more than the utilisation), which sets the chance a prompt waits for a pass;
@@ -115,8 +116,21 @@ def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, inst
     (:func:`decode_join_s`), added as it is. ``lone_s``: the pass of one prompt; given, the
     request's own pass is added to ``fixed_s``: a prompt that finds its instance idle starts a
     pass of its own (``lone_s``), one that finds it busy joins the next, which carries the
-    backlog (``service_s``): (1 - busy) lone + busy service (docs/model.md §9.3)."""
+    backlog (``service_s``): (1 - busy) lone + busy service (docs/model.md §9.3).
+
+    ``routed`` (``(arrival_scv, count_s)``, with ``instances``; NaN ``arrival_scv``: the terms
+    above): each instance has its own stream of prompts (a router that assigns each request at
+    its arrival; docs/model.md §9.3), ``rate / instances`` a second whose
+    gaps have squared coefficient of variation ``arrival_scv`` (1 at random, 1/n in turn), its
+    passes greedy and as long as what they carry (``count_s``: the pass of 1 + (K - 1) u prompts
+    on ``queueing.COUNT_GRID``, K = servers / instances). The mean's queue, alignment and own
+    pass are that chain's (:func:`queueing.greedy_instance`, warm started from ``state``, the
+    new one returned as ``state``); a quantile keeps the terms above per instance, its M/G/K
+    wait at Allen–Cunneen's (arrival scv + slot scv) / 2."""
     rate = np.asarray(rate, dtype=float)
+    if routed is not None and instances is not None:
+        return _routed_terms(rate, servers, service_s, scv, period_s, fixed_s, stat, instances, join_s, lone_s, *routed,
+                             state=state)
     wait = mean_wait_s(rate, servers, service_s, scv) if stat == "mean" else wait_quantile_s(rate, servers, service_s, scv, P90)
     rho = rate * service_s / servers
     if instances is not None:
@@ -129,6 +143,68 @@ def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, inst
     own = 0.0 if lone_s is None else (1.0 - busy) * np.asarray(lone_s, dtype=float) + busy * np.asarray(service_s, dtype=float)
     return {"queue_s": wait, "align_s": align, "join_s": join, "pass_s": own + np.zeros(np.shape(wait)),
             "ttft_s": wait + align + fixed_s + own + join}
+
+
+def _routed_terms(rate, servers, service_s, scv, period_s, fixed_s, stat, instances, join_s, lone_s, arrival_scv,
+                  count_s, largest=None, state=None) -> dict:
+    """:func:`ttft_terms` where instances have their own streams (its ``routed`` case);
+    ``largest``: one instance's largest rate, found by its search, which the rate per instance
+    stays a billionth below (``n_p × λ`` over ``n_p`` may round above ``λ``, and where the closure
+    loses its fixed point near capacity the root is that edge)."""
+    rate, n = np.broadcast_arrays(rate, np.asarray(instances, dtype=float))
+    shape = rate.shape
+    flat = lambda v: np.broadcast_to(np.asarray(v, dtype=float), shape).ravel()  # noqa: E731
+    servers, service_s, scv, period_s, arrival_scv, join, fixed = (
+        flat(v) for v in (servers, service_s, scv, period_s, arrival_scv, join_s, fixed_s))
+    lone = None if lone_s is None else flat(lone_s)
+    n, lam = n.ravel(), (rate / n).ravel()
+    if largest is not None:  # a hair inside it: the search's root can be the closure's last fixed point (§9.3)
+        lam = np.minimum(lam, flat(largest) * (1.0 - 1e-9))
+    K = np.maximum(servers / n, 1.0)
+    own_stream = np.isfinite(arrival_scv)
+    # the shared queue's terms, and the same per instance at its own stream (Allen–Cunneen's arrival scv)
+    base = ttft_terms(rate.ravel(), servers, service_s, scv, period_s, 0.0, stat, n, 0.0, lone)
+    one = ttft_terms(lam, K, service_s, np.maximum(scv + np.where(own_stream, arrival_scv, 1.0) - 1.0, -1.0), period_s,
+                     0.0, stat, np.ones(lam.size), 0.0, lone)
+    queue, align, own = (np.where(own_stream, one[k], base[k]) for k in ("queue_s", "align_s", "pass_s"))
+    y = np.full((3, lam.size), np.nan)
+    if state is not None and np.shape(state) == y.shape:
+        y = np.array(state, dtype=float)
+    if stat == "mean":
+        cs = np.asarray(count_s, dtype=float)
+        cs = np.broadcast_to(cs, (lam.size, cs.shape[-1])) if cs.ndim == 1 or cs.shape[0] != lam.size else cs
+        # the chain where the instance has its own stream and is stable (its full pass carries more than arrives
+        # during it); past that every wait is infinite
+        chain = own_stream & (K > 1)
+        ok = np.flatnonzero(chain & (lam * cs[:, -1] < K))
+        for x in (queue, align, own):
+            x[chain] = np.inf
+        if ok.size:
+            g, y[:, ok] = greedy_instance(lam[ok], arrival_scv[ok], K[ok], cs[ok], y[:, ok], largest is not None)
+            if largest is not None:  # no fixed point found at or below the instance's largest rate, where the
+                # search found one: walk up to the rate from 0.9 of it, each step warm started from the last
+                lost = np.flatnonzero(~np.isfinite(g["own_s"]))
+                if lost.size:
+                    i = ok[lost]
+                    path = lam[i][None, :] * np.linspace(0.9, 1.0, 9)[:, None]
+                    z = None
+                    for x in path:
+                        h, z = greedy_instance(x, arrival_scv[i], K[i], cs[i], z, True)
+                    for key in g:
+                        g[key][lost] = h[key]
+                    y[:, i] = z
+            with np.errstate(divide="ignore", invalid="ignore"):  # 1 + the pass time's scv at a given count
+                spread = np.where(service_s[ok] > 0, period_s[ok] / service_s[ok], 1.0)
+            # where the closure still finds no fixed point below the rate its search met the SLO at (a handful of
+            # rows, at the edge of its last fixed point), the instance's M/G/K terms above stand
+            keep = np.isfinite(g["own_s"]) | (largest is None)
+            queue[ok] = np.where(keep, g["queue_s"], queue[ok] if largest is None else one["queue_s"][ok])
+            align[ok] = np.where(keep, g["align_s"] * spread, one["align_s"][ok])
+            own[ok] = np.where(keep, g["own_s"], one["pass_s"][ok])
+    out = {"queue_s": queue, "align_s": align, "join_s": join, "pass_s": own, "ttft_s": queue + align + fixed + own + join}
+    out = {k: v.reshape(shape)[()] for k, v in out.items()}
+    out["state"] = y
+    return out
 
 
 def decode_join_s(curves, which, decode_instances, rate, output_tokens: float, stat: str) -> np.ndarray:
@@ -275,7 +351,12 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
             pre_rows = [{**r, **pg.inputs, "ep": pg.inputs.get("ep", pg.inputs["dies"])} for r in per_pass]
             fixed = (pg.count, dg.count)
     pre_rows = _within_stack("prefill", pre_rows, specs, dpp)
+    router = prefill_router(specs.stack_view())
     pre = instances.run("prefill", pre_rows, specs)
+    # where instances have their own streams (the chain, §9.3), the same layouts at whole-prompt passes below
+    # each budget: a greedy pass carries what waited (instances.count_rows; the cost model steps between them)
+    more = instances.count_rows(pre_rows, computed.mean, dpp) if router != "shared" else []
+    pre_counts = instances.run("prefill", more, specs) if more else None
     # varying lengths: the same options at twice the pass's prompt length, for the time of a pass
     # whose computed-weighted length is another than the mean's (instances.packed_passes)
     pre_long = None
@@ -288,7 +369,8 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     dec = instances.run("decode", _within_stack("decode", shapes.decode_rows(layouts, dec_common), specs, dpp), specs)
     tick(2, steps)
     curves = instances.decode_curves(dec, dpp, workload.output.mean)
-    tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp, fixed, hw, pre_long)] if "pd" in shape_names else []
+    tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp, fixed, hw, pre_long, pre_counts,
+                             router)] if "pd" in shape_names else []
     colo = afd = pd.DataFrame()
     afd_curves = None
     if "colocated" in shape_names:
@@ -302,7 +384,8 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
         afd = instances.run("afd", _within_stack("afd", afd_rows, specs, dpp), specs)
         afd_curves = instances.decode_curves(afd, dpp, workload.output.mean, ("attention_dies", "expert_dies"),
                                              "attention_dies", ("attention_dies", "expert_dies"))
-        tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp, fixed, hw, pre_long))
+        tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp, fixed, hw, pre_long,
+                                     pre_counts, router))
         tick(steps, steps)
     table = pd.concat([t for t in tables if len(t)], ignore_index=True) if any(len(t) for t in tables) else _empty()
     table = _rank(table, workload)
@@ -343,8 +426,10 @@ def curves(p: Plan, row, rates) -> dict:
     if k >= 0:
         join = decode_join_s(p.decode_curves[row["shape"]], np.full(len(rates), k), np.full(len(rates), row["decode_instances"]),
                              rates, p.workload.output.mean, p.workload.slo.ttft_stat)
+    scv_a = row.get("_arrival_scv", math.nan)
+    routed = None if scv_a is None or not np.isfinite(scv_a) else (scv_a, np.asarray(row["_counts_s"], dtype=float))
     out = ttft_terms(rates, row["_servers"], row["_service_s"], row.get("_scv", p.workload.computed.scv), row["_period_s"],
-                     row["_fixed_s"], p.workload.slo.ttft_stat, row.get("_instances"), join, row.get("_lone_s"))
+                     row["_fixed_s"], p.workload.slo.ttft_stat, row.get("_instances"), join, row.get("_lone_s"), routed)
     if k >= 0:
         c = p.decode_curves[row["shape"]]
         _, tpot = c.at_rate(np.full(len(rates), k), rates / row["decode_instances"])
@@ -401,8 +486,29 @@ def evaluate(specs: Specs, workload: Workload, deployment) -> dict:
     return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
 
 
+RR_STREAMS = (1, 2, 3, 4, 6, 8, 16, 64, 1024)  # n of round robin's 1/n: past 8 the gaps are nearly even
+
+
+def arrival_scv(router: str, instances) -> np.ndarray:
+    """The squared coefficient of variation of the gaps between the prompts one prefill
+    instance gets (docs/model.md §9.3): 1 at random (a Poisson stream split at random is
+    Poisson); 1/n in turn over n instances (every n-th of a Poisson stream: Erlang-n gaps; n
+    on the ladder ``RR_STREAMS``, nearest in its log: one solution serves the counts near it;
+    least_load routes prompts of one length as round robin does, docs/model.md §12.5); NaN
+    where instances share one queue (the M/G/c terms, for every count)."""
+    n = np.asarray(instances, dtype=float)
+    if router == "random":
+        return np.ones(n.shape)
+    if router == "shared":  # a single instance too: its M/G/c terms hold it (docs/model.md §12.5), at no chain's cost
+        return np.full(n.shape, np.nan)
+    ladder = np.asarray(RR_STREAMS, dtype=float)
+    near = ladder[np.abs(np.log(np.maximum(n, 1.0))[..., None] - np.log(ladder)).argmin(axis=-1)]
+    return 1.0 / near
+
+
 def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, computed, budget_dies: int,
-                   dpp: int, fixed: tuple | None = None, hw=None, pre_long: pd.DataFrame | None = None) -> pd.DataFrame:
+                   dpp: int, fixed: tuple | None = None, hw=None, pre_long: pd.DataFrame | None = None,
+                   pre_counts: pd.DataFrame | None = None, router: str = "shared") -> pd.DataFrame:
     """Every deployment of prefill instances and separate decode instances (PD: decode
     instances; AFD: attention/expert split instances): prefill option x count x decode option,
     each decode option at the fewest instances that carry the prefill side's rate (or all that
@@ -426,7 +532,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     n_p = np.concatenate(counts).astype(float)
     # a pass holds whole prompts FCFS within its budget: its prompts, time and the time's scv from
     # the length distribution's packing (docs/model.md §9.3; fixed lengths: floor(budget / c))
-    packed = instances.packed_passes(pre.reset_index(drop=True), computed, dpp, pre_long)
+    packed = instances.packed_passes(pre.reset_index(drop=True), computed, dpp, pre_long, pre_counts)
     whole = instances.prompts_per_pass(pre["tokens_per_npu"].to_numpy(dtype=float)[i_idx], p_dies[i_idx] / dpp,
                                        computed.mean)
     prompts = np.where(whole >= 1, packed["prompts"][i_idx], 0.0)
@@ -443,6 +549,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
                                                                            col("pool_write_blocks_per_die"), n_p * p_dies[i_idx]), 0.0)
         pass_p = pass_with_pool_s(pass_p - own - wait, read, write)
     lone_p = pass_p * packed["lone_share"][i_idx]  # a pass of one prompt
+    count_p = pass_p[:, None] * packed["count_share"][i_idx]  # a pass of 1 + (K - 1) u prompts (queueing.greedy_instance)
     pass_p = pass_p * packed["time_share"][i_idx]
     # a pass's prompts leave over the link one after another: a prompt's KV arrives, on average,
     # after (k + 1) / 2 of the k prompts' transfers (docs/model.md §9.3)
@@ -459,11 +566,48 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     # the decode step a request joins at its longest, a step at the TPOT SLO (docs/model.md §9.3)
     join_most = alignment_s(1.0, curves.step_at_tpot(slo.tpot_s), slo.ttft_stat)
 
-    def ttft_over_s(rate, j):  # TTFT beyond the SLO of pairs j at ``rate``
-        return ttft_terms(rate, servers_p[j], pass_p[j], slot_scv[j], period_p[j], kv_p[j],
-                          slo.ttft_stat, n_p[j], join_most, lone_p[j])["ttft_s"] - slo.ttft_s
+    # the prefill side's largest rate: per instance where each has its own stream (docs/model.md §9.3), once per
+    # option and stream (n_p instances then carry n_p times one's rate), else over the shared queue's slots
+    scv_a = arrival_scv(router, n_p)
+    own = np.isfinite(scv_a)
+    rate_p_all = np.zeros(len(n_p))
+    lam_row = np.full(len(n_p), np.inf)  # one instance's largest rate, per row
+    warm = np.full((3, len(n_p)), np.nan)  # its chain there (the closure can have two fixed points: keep the search's)
+    if own.any():
+        rows = np.flatnonzero(own)
+        _, first, inv = np.unique(np.stack([i_idx[rows], scv_a[rows]]), axis=1, return_index=True, return_inverse=True)
+        rep = rows[first]  # one row per option and stream
 
-    rate_p_all = largest_rate(ttft_over_s, servers_p / pass_p) * (prompts >= 1)
+        last = np.full((3, len(rep)), np.nan)  # each stream's chain at its previous probe (a warm start)
+        meet = np.full((3, len(rep)), np.nan)  # and at the last probe that met the SLO (the rate run starts there)
+
+        def instance_over_s(x, u):  # TTFT beyond the SLO of one instance of streams u at x prompts a second
+            j = rep[u]
+            # warm started from the same stream's previous probe: a stream's probes follow its own bracket alone,
+            # so its root is the same whatever other options a plan holds (plan --deployment evaluates to its row)
+            out = ttft_terms(x * n_p[j], servers_p[j], pass_p[j], slot_scv[j], period_p[j], kv_p[j], slo.ttft_stat,
+                             n_p[j], join_most, lone_p[j], (scv_a[j], count_p[j]), last[:, u])
+            state, over = out.get("state"), out["ttft_s"] - slo.ttft_s
+            if state is not None:
+                last[:, u] = np.where(np.isfinite(state), state, last[:, u])
+                meet[:, u] = np.where(over <= 0, state, meet[:, u])
+            return over
+
+        # to a millionth of one instance's capacity: each probe starts cold, so a key's root is the same in any plan
+        lam_i = largest_rate(instance_over_s, (servers_p / pass_p / n_p)[rep], 1e-6)
+        lam_row[rows] = lam_i[inv.ravel()]
+        rate_p_all[rows] = lam_row[rows] * n_p[rows]
+        warm[:, rows] = meet[:, inv.ravel()]
+    if (~own).any():
+        rows = np.flatnonzero(~own)
+
+        def ttft_over_s(rate, j):  # TTFT beyond the SLO of pairs j at ``rate``
+            j = rows[j]
+            return ttft_terms(rate, servers_p[j], pass_p[j], slot_scv[j], period_p[j], kv_p[j],
+                              slo.ttft_stat, n_p[j], join_most, lone_p[j])["ttft_s"] - slo.ttft_s
+
+        rate_p_all[rows] = largest_rate(ttft_over_s, (servers_p / pass_p)[rows])
+    rate_p_all = rate_p_all * (prompts >= 1)
     given = workload.arrival_rate_per_s
     target = rate_p_all if given is None else np.minimum(rate_p_all, given)
     left = budget_dies - n_p * p_dies[i_idx]
@@ -478,10 +622,12 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     rate_p = rate_p_all[a]
     i = i_idx[a]
     pass_s, kv_s, servers, scv_s, period_s, lone_s = pass_p[a], kv_p[a], servers_p[a], slot_scv[a], period_p[a], lone_p[a]
+    routed = (scv_a[a], count_p[a], lam_row[a]) if own.any() else None
 
     def ttft(rate):  # at the rate run: the wait for the decode step each request joins, of its pairing
         join = decode_join_s(curves, k, n_d, rate, workload.output.mean, slo.ttft_stat)
-        return ttft_terms(rate, servers, pass_s, scv_s, period_s, kv_s, slo.ttft_stat, n_p[a], join, lone_s)
+        return ttft_terms(rate, servers, pass_s, scv_s, period_s, kv_s, slo.ttft_stat, n_p[a], join, lone_s, routed,
+                          warm[:, a])
 
     rate_d = d_max[k] * n_d
     pool = pre["pool_load_ms"].to_numpy(dtype=float)[i] / pre["forward_ms"].to_numpy(dtype=float)[i] if "pool_load_ms" in pre else 0.0
@@ -491,7 +637,8 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     t = ttft(rate)
     batch, tpot = curves.at_rate(k, rate / n_d)
     queue = {"_servers": servers, "_service_s": pass_s, "_period_s": period_s, "_fixed_s": kv_s, "_instances": n_p[a],
-             "_scv": scv_s, "_lone_s": lone_s,
+             "_scv": scv_s, "_lone_s": lone_s, "_arrival_scv": scv_a[a],
+             "_counts_s": list(count_p[a]),
              "_decode_curve": k, "_tpot_pass_s": np.zeros(len(k))}
     per_curve = lambda c, default: np.array([key.get(c, default) for key in curves.keys], dtype=float)[k]  # noqa: E731
     split = {c: per_curve(c, 0.0) for c in ("attention_dies", "expert_dies")}

@@ -125,14 +125,15 @@ def wait_quantile_s(arrival_rate_per_s, servers, mean_service_s, service_scv, q)
     return np.where(stable, excess * np.where(stable, scale, 0.0), np.inf)[()]
 
 
-def largest_rate(excess, upper):
+def largest_rate(excess, upper, width: float = _RELATIVE_WIDTH):
     """The largest rate in [0, ``upper``) at which ``excess(rate, idx) <= 0``, for every
     configuration at once (module docstring: Illinois regula falsi on the excess times the
     headroom ``1 - rate/upper``, with halving safeguards). ``excess(rate, idx)`` gives, for
     the configurations ``idx`` (indices into the flattened ``upper``) at the rates ``rate``,
     the statistic minus its budget: non-decreasing in the rate, possibly infinite near
     ``upper``; NaN counts as a miss. 0 where even a rate of 0 misses; the rate returned always
-    meets the budget."""
+    meets the budget. ``width``: the brackets' final width, of their capacity (an excess that is
+    itself solved to a tolerance needs no narrower one)."""
     up = np.array(upper, dtype=float)
     shape, up = up.shape, up.ravel()
     everyone = np.arange(up.size)
@@ -141,7 +142,7 @@ def largest_rate(excess, upper):
     kept = np.zeros(up.size, dtype=np.int8)  # the end kept by the last step: -1 lo, +1 hi
     slow = np.zeros(up.size, dtype=np.int8)  # steps in a row that did not halve the bracket
     live = np.flatnonzero(glo <= 0)
-    tol = up * _RELATIVE_WIDTH
+    tol = up * width
     for _ in range(_MAX_STEPS):
         i = live[hi[live] - lo[live] > tol[live]]
         if i.size == 0:
@@ -150,7 +151,8 @@ def largest_rate(excess, upper):
         width = b - a
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             secant = a - ga * width / (gb - ga)
-        good = np.isfinite(secant) & (slow[i] < _SLOW_STEPS) & (secant >= a) & (secant <= b)
+        # an infinite excess below the capacity (a wait that does not settle) has no secant: halve
+        good = np.isfinite(secant) & np.isfinite(gb) & (slow[i] < _SLOW_STEPS) & (secant >= a) & (secant <= b)
         # a secant step at least half the final width from either end: one that lands on the
         # root (from one side, as regula falsi does) then closes the bracket on the next step;
         # while hi is the capacity, a fiftieth of the headroom left (a queue of many servers
@@ -185,3 +187,248 @@ def max_rate_per_s(servers, mean_service_s, service_scv, *, budget_s, fixed_s=0.
         return wait - allowed[i]
 
     return largest_rate(excess, (c / s).reshape(shape))
+
+
+# --------------------------------------------------------------------------- one instance's greedy passes
+COUNT_GRID = np.linspace(0.0, 1.0, 17)  # a pass of k = 1 + (K - 1) u prompts on this grid of u: where its time is given
+_LAW_Z = np.linspace(-4.5, 4.5, 19)  # standard normal points of the waiting count's law (Wilson–Hilferty: a gamma law)
+_LAW_W = np.exp(-0.5 * _LAW_Z ** 2) / np.exp(-0.5 * _LAW_Z ** 2).sum()
+_NEWTON_STEPS = 12  # 0-5 from a warm start, 3-8 from cold on the cases of docs/model.md §12.5; more: a law that does not settle
+_PLAIN_STEPS = 100  # the map's own iteration where Newton stalls: a last resort, only for the rows left
+_TOL = 1e-8  # a row's terms are summed in one order whatever rows it is solved with (_over_law): they do not depend on them
+
+
+def _over_law(x):
+    """The mean of ``x`` (rows x the law's points) over the count's law: each row summed in the same
+    order whatever rows it is with (a matrix product's BLAS sums in blocks that depend on them)."""
+    return (x * _LAW_W).sum(axis=1)
+
+
+def count_time(k, prompts, count_s):
+    """The pass of ``k`` prompts (rows of ``k``): linear between the ``COUNT_GRID`` points
+    ``1 + (prompts - 1) u`` where ``count_s`` holds its time."""
+    m = len(COUNT_GRID) - 1
+    p = np.clip((k - 1.0) / np.maximum(prompts - 1.0, 1e-12)[:, None], 0.0, 1.0) * m
+    i = np.minimum(p.astype(int), m - 1)
+    w = p - i
+    rows = np.arange(len(prompts))[:, None]
+    return count_s[rows, i] * (1.0 - w) + count_s[rows, i + 1] * w
+
+
+def _count_law(mean, var):
+    """Points of the waiting count X at a busy pass start (weights ``_LAW_W``): a gamma law of
+    that mean and variance by the Wilson–Hilferty cube, X = m (1 - h + z √h)³, h = var / (9 m²)
+    (right-skewed like a backlog), at least one prompt."""
+    h = var / (9.0 * mean * mean)
+    x = mean[:, None] * np.maximum(1.0 - h[:, None] + _LAW_Z[None, :] * np.sqrt(h)[:, None], 0.0) ** 3
+    return np.maximum(x, 1.0)
+
+
+def _upper_gamma(n, z):
+    """Q(n, z), the regularised upper incomplete gamma function, by the Wilson–Hilferty cube:
+    ``Φc(((z/n)^(1/3) - 1 + 1/(9n)) / √(1/(9n)))`` (within 0.003 from n = 2 on; 10x quicker than
+    the series, and it runs in every step of a plan's rate search)."""
+    from scipy.special import ndtr
+
+    h = 1.0 / (9.0 * n)
+    return ndtr(-((np.maximum(z, 0.0) / n) ** (1.0 / 3.0) - 1.0 + h) / np.sqrt(h))
+
+
+def _renewal(rate, scv, t):
+    """Arrivals of a renewal stream of ``rate`` whose gaps are gamma-distributed with squared
+    coefficient of variation ``scv`` (1: Poisson; 1/n: every n-th of a Poisson stream, round
+    robin over n instances), over a window of ``t`` (arrays of one shape):
+    ``(P(none in t), E[(R - t)+])`` from a random point (R the forward recurrence time:
+    P(R > t) = λ E[(T - t)+], E[(R - t)+] = λ/2 E[((T - t)+)²]) and ``(P(none), E[(T - t)+])``
+    from an arrival (T a gap). With n = 1/scv and x = n λ t, Q the regularised upper incomplete
+    gamma function: P(T > t) = Q(n, x), E[(T - t)+] = Q(n + 1, x)/λ - t Q(n, x),
+    P(R > t) = Q(n + 1, x) - (x/n) Q(n, x), E[(R - t)+] = λ/2 [(1 + 1/n) Q(n + 2, x)/λ²
+    - 2 t Q(n + 1, x)/λ + t² Q(n, x)]; Poisson: e^(-λt) and e^(-λt)/λ for both."""
+    poisson = np.abs(scv - 1.0) < 1e-12
+    x = rate * t
+    p0 = np.exp(-x)
+    if np.all(poisson):
+        return p0, p0 / rate, p0, p0 / rate
+    n = np.minimum(1.0 / np.maximum(scv, 1e-9), 1e9)
+    z = n * x
+    Q0, Q1, Q2 = _upper_gamma(n, z), _upper_gamma(n + 1.0, z), _upper_gamma(n + 2.0, z)
+    p_r = np.maximum(Q1 - (z / n) * Q0, 0.0)
+    e_r = np.maximum(0.5 * rate * ((1.0 + 1.0 / n) * Q2 / rate ** 2 - 2.0 * t * Q1 / rate + t * t * Q0), 0.0)
+    e_t = np.maximum(Q1 / rate - t * Q0, 0.0)
+    # Poisson rows exactly, whatever rows they are evaluated with (a row's terms depend on its inputs alone)
+    return (np.where(poisson, p0, p_r), np.where(poisson, p0 / rate, e_r), np.where(poisson, p0, Q0),
+            np.where(poisson, p0 / rate, e_t))
+
+
+class _Chain:
+    """The fixed-point map of :func:`greedy_instance` for rows of (rate, scv, K, count_s)."""
+
+    def __init__(self, rate, scv, prompts, count_s):
+        self.lam, self.scv, self.K, self.ts = rate, scv, prompts, count_s
+        t1 = count_s[:, 0]
+        self.t1 = t1
+        _, _, p0, e_t = _renewal(rate, scv, t1)
+        # a pass that starts after an idle gap carries the one prompt that ended it; the arrivals
+        # during it count from an arrival: P(none) = P(T > t1), mean λ t1 + (scv - 1)/2 (the
+        # renewal function from an arrival), at least the chance of one
+        self.p0_idle, self.gap_idle = p0, e_t
+        self.n_idle = np.maximum(rate * t1 + (scv - 1.0) / 2.0, 1.0 - p0)
+        self.v_idle = scv * rate * t1
+        self.wait_idle = np.maximum(rate * t1 * t1 / 2.0 + (scv - 1.0) * t1 / 2.0, 0.0)
+
+    def passes(self, m, v):
+        X = _count_law(m, v)
+        k = np.minimum(self.K[:, None], X)
+        t = count_time(k, self.K, self.ts)
+        return X, k, t
+
+    def __call__(self, y):
+        """(p_idle, m, v) -> the next pass's (p_idle', m', v')."""
+        p_i, m, v = y
+        L, C = self.lam[:, None], self.scv[:, None]
+        X, k, t = self.passes(m, v)
+        nxt = X - k + L * t  # the prompts left and those that arrive during the pass
+        p_r, _, _, _ = _renewal(L + 0 * t, C + 0 * t, t)
+        idle = p_r * (X <= self.K[:, None])  # none left, none came: the next pass starts after a gap
+        p_next = (1.0 - p_i) * _over_law(idle) + p_i * self.p0_idle
+        s1 = (1.0 - p_i) * _over_law(nxt) + p_i * self.n_idle
+        s2 = (1.0 - p_i) * _over_law(nxt * nxt + C * L * t) + p_i * (self.n_idle ** 2 + self.v_idle)
+        # the busy starts' law, leaning to one prompt as busy starts become vanishingly rare (nearly every pass
+        # followed by a gap): their share plus 1e-9 of a start of one prompt
+        busy = 1.0 - p_next + 1e-9
+        m2 = np.maximum((s1 + 1e-9) / busy, 1.0)
+        return np.stack([p_next, m2, np.maximum((s2 + 1e-9) / busy - m2 * m2, 1e-6)])
+
+    def out(self, y) -> dict:
+        p_i, m, v = y
+        L, C = self.lam[:, None], self.scv[:, None]
+        X, k, t = self.passes(m, v)
+        _, e_r, _, _ = _renewal(L + 0 * t, C + 0 * t, t)
+        b = 1.0 - p_i
+        cycle = b * (_over_law(t + e_r * (X <= self.K[:, None]))) + p_i * (self.t1 + self.gap_idle)
+        queue = b * (_over_law((X - k) * t))
+        align = b * _over_law(L * t * t / 2.0) + p_i * self.wait_idle
+        per = self.lam * cycle  # prompts per cycle (a pass and the gap after it)
+        ek = b * _over_law(k) + p_i
+        return {"queue_s": queue / per, "align_s": align / per, "own_s": (b * _over_law(k * t) + p_i * self.t1) / ek,
+                "busy": (b * _over_law(t) + p_i * self.t1) / cycle, "prompts": ek, "period_s": (b * _over_law(t * t)
+                + p_i * self.t1 ** 2) / (b * _over_law(t) + p_i * self.t1)}
+
+
+def greedy_instance(rate, arrival_scv, prompts, count_s, state=None, thorough: bool = False) -> tuple[dict, np.ndarray]:
+    """One prefill instance that starts a pass the moment it is free and a prompt waits, taking
+    up to ``prompts`` K of what waits (SGLang's scheduler, the simulation's), a pass of k prompts
+    lasting t(k) (``count_s``: rows of t at ``COUNT_GRID``), fed by its own stream of ``rate``
+    prompts a second whose gaps have squared coefficient of variation ``arrival_scv`` (1: at
+    random; 1/n: in turn over n instances) (docs/model.md §9.3).
+
+    At a pass start X wait; the pass carries k = min(K, X), lasts t(k), and A arrive meanwhile:
+    the next starts with X - k + A, or after an idle gap with the one prompt that ends it. A long
+    pass gathers a long next one (near capacity the count spreads ~1 / (1 - (λ t')²) times the
+    arrivals'), so its stationary law is closed on its first two moments: passes after a gap
+    (share p), and busy starts with X gamma-distributed of mean m and variance v, the three
+    solving p = P(gap after a pass), m = E[X' | busy], v = Var[X' | busy] (Newton's method).
+    Renewal reward over a cycle (a pass and the gap after it, λ E[cycle] prompts): the wait for a
+    place, ``queue_s`` E[(X - k) t] / (λ E[cycle]) (the prompts a full pass leaves behind wait it
+    out), for the running pass to end, ``align_s`` E[λ t² / 2] / (λ E[cycle]) (the arrivals during
+    a pass), the pass a prompt rides ``own_s`` E[k t] / E[k], ``busy`` E[t] / E[cycle], ``period_s``
+    E[t²] / E[t]. ``state`` (and the second value returned): the solution of a previous call at
+    nearby rates, a warm start. ``thorough``: where Newton's method fails, a second start and the
+    map's own iteration (for a rate known to have a fixed point; a search's probes past the last
+    one need not pay them). Rows broadcast over ``rate``."""
+    count_s = np.atleast_2d(np.asarray(count_s, dtype=float))
+    n = count_s.shape[0]
+    lam = np.maximum(np.broadcast_to(np.asarray(rate, dtype=float), (n,)).astype(float), 1e-9)  # a prompt in 30 years: none
+    scv = np.broadcast_to(np.asarray(arrival_scv, dtype=float), (n,)).astype(float)
+    K = np.maximum(np.broadcast_to(np.asarray(prompts, dtype=float), (n,)).astype(float), 1.0)
+    # rows that are one instance at one rate (a prefill option paired with several decode options) are solved once
+    key = np.column_stack([lam, scv, K, count_s])
+    _, first, back = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    back = back.ravel()
+    if len(first) < n:
+        sub = None if state is None else np.asarray(state, dtype=float)[:, first]
+        out, y = greedy_instance(lam[first], scv[first], K[first], count_s[first], sub, thorough)
+        return {k: v[back] for k, v in out.items()}, y[:, back]
+    chain = _Chain(lam, scv, K, count_s)
+    m0 = np.maximum(lam * count_s[:, -1], 1.0)
+    cold = np.stack([np.exp(-lam * count_s[:, 0]), m0, m0])
+    warm = state is not None and np.shape(state) == cold.shape
+    y = np.where(np.all(np.isfinite(state), axis=0), np.asarray(state, dtype=float), cold) if warm else cold
+    y, live = _newton(chain, y, np.arange(n))
+    if warm and live.size:  # a warm start that did not converge (from a rate past a bifurcation): from cold
+        y[:, live] = cold[:, live]
+        y, live = _newton(chain, y, live)
+    if thorough and live.size:  # Newton's clamped steps can cycle from one start: from a backlog of two full passes
+        y[:, live] = np.stack([np.zeros(live.size), 2.0 * K[live], 4.0 * K[live] ** 2])
+        y, live = _newton(chain, y, live)
+    if live.size:  # the map itself, which contracts where a law settles: where mostly gaps (Newton stalls at the
+        # floors), or thorough (slowly near capacity)
+        slow = live if thorough else live[y[0, live] > 0.5]
+        y, slow = _newton(chain, y, slow, plain=True)
+        live = np.union1d(np.setdiff1d(live, live if thorough else live[y[0, live] > 0.5]), slow)
+    out = chain.out(y)
+    if live.size:  # no fixed point found: a backlog that does not settle, counted as unstable
+        for v in out.values():
+            v[live] = np.inf
+        y[:, live] = np.nan
+    return out, y
+
+
+def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Newton's method on the chain's fixed point for rows ``live`` of ``y`` (3 x rows); returns
+    ``y`` and the rows that did not converge. ``plain``: iterate the map itself instead
+    (``_PLAIN_STEPS``)."""
+    n = y.shape[1]
+    stalled = [np.zeros(0, dtype=int)]
+    for step in range((_PLAIN_STEPS if plain else _NEWTON_STEPS) + 1):  # the last pass only checks
+        if not plain:  # a backlog past eight full passes that would not settle: stop there (not converged)
+            gone = y[1, live] > 8.0 * chain.K[live]
+            stalled.append(live[gone])
+            live = live[~gone]
+            if not live.size:
+                break
+        sub = _Chain.__new__(_Chain)
+        sub.__dict__ = {k: (v[live] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v)
+                        for k, v in chain.__dict__.items()}
+        yl = y[:, live]
+        f = sub(yl) - yl
+        # settled: the idle share, and the busy law by the weight of the passes that start busy (a law
+        # that almost never applies need not settle)
+        weight = np.stack([np.ones(len(live)), 1.0 - yl[0], 1.0 - yl[0]])
+        slack = np.array([0.0, 0.0, 1e-4])[:, None]  # a count's variance to 1e-4 prompts²: far below one prompt
+        done = np.all(weight * np.abs(f) <= _TOL * (1.0 + np.abs(yl)) + slack, axis=0)
+        if done.all() or step == (_PLAIN_STEPS if plain else _NEWTON_STEPS):
+            live = live[~done]
+            break
+        if plain:
+            y[:, live] = np.where(done, yl, yl + f)
+            live = live[~done]
+            continue
+        # the Jacobian by forward differences, the three perturbed states in one evaluation of the map
+        m = len(live)
+        d = 1e-6 * np.maximum(np.abs(yl), 1e-3)
+        tiled = _Chain.__new__(_Chain)
+        tiled.__dict__ = {k: (np.concatenate([v] * 3) if isinstance(v, np.ndarray) and v.shape[:1] == (m,) else v)
+                          for k, v in sub.__dict__.items()}
+        shifted = np.concatenate([yl + d * (np.arange(3) == a)[:, None] for a in range(3)], axis=1)
+        moved = (tiled(shifted) - shifted).reshape(3, 3, m)  # [component, perturbed part, row]
+        J = ((moved - f[:, None, :]) / d[None, :, :]).transpose(2, 0, 1)
+        # Newton's step where the Jacobian is regular; a plain step of the map elsewhere (an instance
+        # idle after every pass: its busy law does not move the map)
+        s = f.copy()
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            det = np.linalg.det(J)
+            regular = np.flatnonzero(np.isfinite(det) & (np.abs(det) > 1e-12) & np.all(np.isfinite(J), axis=(1, 2)))
+            if regular.size:
+                s[:, regular] = np.linalg.solve(J[regular], -f.T[regular][..., None])[..., 0].T
+        s = np.where(np.isfinite(s), s, f)
+        # a step keeps a law a law, each part clamped: p in [0, 1], the mean within half and twice its value, the
+        # variance within a tenth and four times (far out, where every pass is full, the map no longer sees the mean
+        # and a free step runs away)
+        yn = yl + s
+        yn[0] = np.clip(yn[0], 0.0, 1.0)
+        yn[1] = np.clip(yn[1], np.maximum(0.5 * yl[1], 1.0), 2.0 * yl[1])
+        yn[2] = np.clip(yn[2], np.maximum(0.1 * yl[2], 1e-6), 4.0 * yl[2])
+        y[:, live] = np.where(done, yl, yn)
+        live = live[~done]
+    return y, np.concatenate([live] + stalled)

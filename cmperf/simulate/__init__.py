@@ -23,10 +23,14 @@ from ..errors import ConfigError
 from ..predict import Specs, load_specs
 from ..plan.workload import Workload
 from .deployment import DeploymentSpec, InstanceGroup, default_deployment
-from .engine import CoLocatedInstance, DecodeInstance, PrefillInstance, Requests, Simulation, Stats, draw_steps, mtp_tokens_per_step
+from ..stack import prefill_router
+from .engine import (CoLocatedInstance, DecodeInstance, PrefillInstance, Requests, Router, Simulation, Stats, draw_steps,
+                     mtp_tokens_per_step)
 from .metrics import metrics
 from .predictor import decode_predictor, geometric, points, prefill_predictor, resolved
 from .requests import Traffic, check_seed, check_warmup, make_requests
+
+ROUTER_STREAM = 1  # the second entropy word of the router's generator (the first: the run's seed)
 
 __all__ = ["simulate", "Traffic", "DeploymentSpec", "InstanceGroup", "SimResult", "default_deployment"]
 
@@ -72,6 +76,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
         raise ConfigError("a co-located deployment prefills in its own instances: give --colocated alone")
     cap_rank = float(st.max_running_per_rank) if st is not None and st.max_running_per_rank is not None else math.inf
     policy = st.dp_balance if st is not None else "round_robin"
+    router = prefill_router(st)
     computed = np.maximum(prompt - cached, 1.0)
     made = []  # (group, predictor, ranks, cap, co-located budgets) of each decode group
     # the dies that may read the pool at once: every co-located die (they prefill their own prompts)
@@ -129,7 +134,8 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
             for _ in range(g.count):
                 prefill.append(PrefillInstance(len(prefill), preds[i], budget_t, budget_r))
         conc = float(traffic.max_concurrency) if traffic.max_concurrency else math.inf
-        sim = Simulation(req, prefill, decode, conc, stats)
+        # the router's own stream (its random draws do not move the arrivals and lengths)
+        sim = Simulation(req, prefill, decode, conc, stats, Router(router, np.random.default_rng([seed, ROUTER_STREAM])))
         sim.run(progress)
         results.append(_result(req, stats, workload, warmup, mu, prefill, decode, deployment, dpp, dec_inputs, pre_inputs,
                                traffic, seed, specs))
@@ -155,6 +161,7 @@ def _result(req, stats, workload, warmup, mu, prefill, decode, deployment, dpp, 
     res["npus"] = npus
     res["output_throughput_per_npu"] = res["output_throughput_tps"] / npus
     settings = {"traffic": traffic.describe(), "seed": seed, "stack": specs.stack_name or "none",
+                "prefill_router": prefill_router(specs.stack_view()) if prefill else None,
                 "deployment": deployment.describe(dec_inputs, pre_inputs), "requests": len(req.prompt),
                 "slo": {"ttft": workload.slo.ttft_s * 1e3, "tpot": workload.slo.tpot_s * 1e3}}
     return SimResult(metrics=res, requests=req, stats=stats, deployment=deployment, settings=settings,

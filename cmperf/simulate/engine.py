@@ -5,10 +5,11 @@ ranks and continuous batching, driven by event times.
 Events (one global clock, a heap):
 
     send        a request reaches the deployment (the client's arrival process, or a free
-                slot of a closed loop at a maximum concurrency)
+                slot of a closed loop at a maximum concurrency); the stack's router puts its
+                prompt in one prefill instance's queue or the shared one (Router)
     pass end    a prefill instance finishes a pass: each prompt's KV then leaves over the
                 instance's link, one after another (the tier is shared by its transfers);
-                the instance starts its next pass from the queue (FCFS, within the stack's
+                the instance starts its next pass from its queue (FCFS, within the stack's
                 token and request budgets)
     boundary    a decode instance reaches the end of a step at which a request completes or
                 a request whose KV has arrived can be admitted
@@ -472,6 +473,7 @@ class PrefillInstance:
     def __init__(self, idx: int, pred: PrefillPredictor, budget_tokens: float, budget_requests: float):
         self.idx, self.pred = idx, pred
         self.budget_tokens, self.budget_requests = budget_tokens, budget_requests
+        self.queue: deque = deque()  # the prompts routed to it, FCFS (one deque shared by all under the shared queue)
         self.busy_until = 0.0
         self.link_free = 0.0
         self.batch: list = []
@@ -480,18 +482,61 @@ class PrefillInstance:
         self.transfer_s = 0.0
 
 
+ROUTERS = ("shared", "round_robin", "random", "least_load")
+
+
+class Router:
+    """Where a request's prompt is prefilled (the global scheduler of a PD deployment, as
+    Vidur keeps it apart from the instances; docs/model.md §12.3). ``shared``: one FCFS queue
+    that every prefill instance takes from when it frees (a pull model); otherwise the router
+    gives each request to one instance's own queue at its arrival: ``round_robin`` in turn,
+    ``random`` uniformly (seeded), ``least_load`` the instance with the fewest prompts waiting
+    or in its pass (ties in turn)."""
+
+    def __init__(self, policy: str = "shared", rng: np.random.Generator | None = None):
+        if policy not in ROUTERS:
+            raise ValueError(f"router {policy!r}: expected one of {', '.join(ROUTERS)}")
+        self.policy = policy
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.turn = 0
+        self._draws: list = []
+
+    def route(self, prefill: list, rid: int):
+        n = len(prefill)
+        if self.policy == "random":
+            if not self._draws:
+                self._draws = self.rng.integers(0, n, 4096).tolist()[::-1]
+            return prefill[self._draws.pop()]
+        if self.policy == "least_load":
+            best, load = None, math.inf
+            for j in range(n):
+                p = prefill[(self.turn + j) % n]
+                w = len(p.queue) + len(p.batch)
+                if w < load:
+                    best, load = p, w
+            self.turn = (best.idx + 1) % n
+            return best
+        p = prefill[self.turn % n]
+        self.turn += 1
+        return p
+
+
 class Simulation:
     """One deployment's prefill and decode instances under a stream of requests."""
 
     def __init__(self, req: Requests, prefill: list[PrefillInstance], decode: list[DecodeInstance],
-                 max_concurrency: float, stats: Stats):
+                 max_concurrency: float, stats: Stats, router=None):
         self.req, self.prefill, self.decode = req, prefill, decode
+        self.router = router if router is not None else Router("shared")
         self.colocated = [d for d in decode if isinstance(d, CoLocatedInstance)]
         self.C = max_concurrency
         self.stats = stats
         self.heap: list = []
         self.seq = 0
-        self.queue: deque = deque()
+        self.queue: deque = deque()  # the shared queue (router 'shared'): every prefill instance's
+        if self.router.policy == "shared":
+            for p in prefill:
+                p.queue = self.queue
         self.in_flight = 0
         self.next_send = 0
         self.rr_decode = 0
@@ -533,9 +578,14 @@ class Simulation:
                     c.add_pending(now, rid)
                     if c.iteration is None and (c.n == 0 or c.pending[0][1] == rid):
                         self._plan(c)
-                else:
+                elif self.router.policy == "shared":
                     self.queue.append(rid)
                     self._start_passes(now)
+                else:  # the router gives it to one instance's own queue; an idle instance starts at once
+                    p = self.router.route(self.prefill, rid)
+                    p.queue.append(rid)
+                    if p.idle:
+                        self._start_pass(p, now)
                 sent += 1
                 if progress and sent % tick == 0:
                     progress(sent, n)
@@ -549,27 +599,35 @@ class Simulation:
                     self.in_flight -= 1
                 self._plan(obj)
             if len(self.stats.queue) < 20000 and self.seq % 50 == 0:
-                self.stats.queue.append((now, len(self.queue), sum(len(d.waiting) + len(d.pending) for d in self.decode),
+                self.stats.queue.append((now, self._queued(), sum(len(d.waiting) + len(d.pending) for d in self.decode),
                                          sum(d.n for d in self.decode)))
         if progress:
             progress(n, n)
 
     # -- prefill ------------------------------------------------------------------
+    def _queued(self) -> int:
+        """Prompts waiting for a prefill pass (every instance's queue)."""
+        if self.router.policy == "shared":
+            return len(self.queue)
+        return sum(len(p.queue) for p in self.prefill)
+
     def _start_passes(self, now: float) -> None:
+        """Every idle instance with prompts waiting starts a pass (in order: under the shared queue
+        the first takes what its budgets allow, the next the rest). A prompt sent to an idle
+        instance starts its pass at once, even in a burst (the scheduler of a real instance
+        takes what has reached it: requests sent together reach it one after another)."""
         for p in self.prefill:
-            if not self.queue:
-                return
-            if p.idle:
+            if p.idle and p.queue:
                 self._start_pass(p, now)
 
     def _start_pass(self, p: PrefillInstance, now: float) -> None:
         """The next pass of ``p``: FCFS from the queue within its token and request budgets
         (the first prompt whatever its length); its time from the batch's sums."""
-        req, q = self.req, self.q
+        req, q, queue = self.req, self.q, p.queue
         batch, tokens, sq, cC, pool_B, blocks, kv_B, write_B, write_blocks = [], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-        while self.queue and (not batch or (len(batch) < p.budget_requests
-                                            and tokens + q.prompt[self.queue[0]] - q.cached[self.queue[0]] <= p.budget_tokens)):
-            rid = self.queue.popleft()
+        while queue and (not batch or (len(batch) < p.budget_requests
+                                            and tokens + q.prompt[queue[0]] - q.cached[queue[0]] <= p.budget_tokens)):
+            rid = queue.popleft()
             c = q.prompt[rid] - q.cached[rid]
             batch.append(rid)
             tokens += c
@@ -604,7 +662,7 @@ class Simulation:
             if d.n == 0 or d.pending[0][1] == rid:  # the earliest pending arrival may move its next boundary
                 self._plan(d)
         p.batch, p.idle = [], True
-        if self.queue:
+        if p.queue:
             self._start_pass(p, now)
 
     def _decode_for(self, rid: int) -> DecodeInstance:

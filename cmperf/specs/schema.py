@@ -744,6 +744,15 @@ class DPBalance(SourcedChoice):
     value: Literal["round_robin", "least_kv"]
 
 
+class PrefillRouter(SourcedChoice):
+    """Where a PD deployment's router sends a request's prompt (docs/model.md §12.3):
+    ``round_robin`` or ``random`` to one prefill instance's own queue at its arrival (SGLang's
+    MiniLB picks at random), ``least_load`` to the instance with the fewest prompts waiting or
+    in its pass, ``shared`` to one queue every instance takes from when it frees (a pull model)."""
+
+    value: Literal["round_robin", "random", "least_load", "shared"]
+
+
 class ExpertBalance(SourcedChoice):
     """``eplb``: redundant experts re-placed from load statistics (the cost model's balanced
     load, imbalance 1.0); ``none``: the model's measured default imbalance."""
@@ -813,6 +822,8 @@ class StackSpec(Strict):
     # vLLM automatic prefix caching; docs/model.md §9.5); absent: 1 (every free page)
     prefix_cache_hbm_share: Optional[CacheShare] = None
     dp_balance: DPBalance
+    # how prompts reach a PD deployment's prefill instances; absent: round_robin (cmperf/simulate/engine.py)
+    prefill_router: Optional[PrefillRouter] = None
     expert_balance: ExpertBalance
     fusion: Optional[Fusion] = None  # absent: every kernel of cmperf/specs/kernels.py launched on its own
 
