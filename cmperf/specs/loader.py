@@ -151,15 +151,16 @@ def read_text(path: Path, what: str = "file") -> str:
 
 
 def parse_yaml(text: str, loader: Any = None) -> Any:
-    """YAML text -> Python objects, with the limits of :class:`.safe_yaml._Loader` (or the
-    ``loader`` given). PyYAML's own constructors fail on some misused tags (``!!timestamp x``,
+    """YAML text -> Python objects, with the limits of :class:`.safe_yaml._Loader` (read from
+    libyaml's events where PyYAML has libyaml: :class:`.safe_yaml._EventLoader`), or with the
+    ``loader`` given. PyYAML's own constructors fail on some misused tags (``!!timestamp x``,
     ``!!bool maybe``) with plain Python exceptions: they become a YAMLError too."""
     import yaml
 
-    from .safe_yaml import _Loader
+    from .safe_yaml import _EventLoader
 
     try:
-        return yaml.load(text, Loader=loader or _Loader)
+        return yaml.load(text, Loader=loader or _EventLoader)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError, IndexError) as e:
         raise yaml.YAMLError(f"a value cannot be read ({type(e).__name__}: {short(str(e), 60)}); check its tag (!!...)") from None
 
@@ -197,6 +198,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        if "maximum nesting depth" in problem:  # libyaml's own cap (1,000 flow levels) met while it scans ahead
+            problem = f"nested deeper than {MAX_DEPTH} levels"
         raise SpecError(f"{path}: malformed YAML at {where}{short(problem, 120)}") from None
     except RecursionError:  # a guard: _Loader's depth cap stops nesting first
         raise SpecError(f"{path}: malformed YAML: nested too deep (at most {MAX_DEPTH} levels)") from None

@@ -18,13 +18,13 @@ from ..errors import short
 from .loader import MAX_DEPTH, MAX_NODES
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``1e12`` / ``376.0e12`` as floats (YAML 1.1 wants ``1.0e+12``),
-    and refuses what no spec file needs: nesting deeper than MAX_DEPTH, aliases that expand
-    to more than MAX_NODES nodes, a key given twice in one mapping, and ``.inf``/``.nan``."""
+class _Limits:
+    """What :class:`_Loader` adds to PyYAML's safe composer and constructor: it also reads
+    ``1e12`` / ``376.0e12`` as floats (YAML 1.1 wants ``1.0e+12``), and refuses what no spec
+    file needs: nesting deeper than MAX_DEPTH, aliases that expand to more than MAX_NODES
+    nodes, a key given twice in one mapping, and ``.inf``/``.nan``."""
 
-    def __init__(self, stream):
-        super().__init__(stream)
+    def _start_limits(self):
         self._depth = 0
         self._sizes: dict[int, int] = {}
         self._expanded = 0  # values the aliases add once expanded (a file's own values are bounded by its size)
@@ -82,6 +82,14 @@ class _Loader(yaml.SafeLoader):
         return value
 
 
+class _Loader(_Limits, yaml.SafeLoader):
+    """PyYAML's SafeLoader, all in Python, with :class:`_Limits`."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._start_limits()
+
+
 _Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 _Loader.add_implicit_resolver(
@@ -114,3 +122,25 @@ for _tag, _pattern, _first in (
         ("tag:yaml.org,2002:float", r"^(?:[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+."),
         ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""])):
     _ValueLoader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
+
+
+if getattr(yaml, "__with_libyaml__", False):
+    class _EventLoader(_Limits, yaml.composer.Composer, yaml.cyaml.CParser, yaml.constructor.SafeConstructor,
+                       yaml.resolver.Resolver):
+        """:class:`_Loader` reading libyaml's events: libyaml scans and parses (in C, ~3x
+        faster on a long file), and PyYAML's own composer builds the nodes from its events, so
+        that the depth and alias limits (:class:`_Limits`) hold as they do in Python; the same
+        resolvers and constructors as :class:`_Loader` (its class tables are shared)."""
+
+        yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
+        yaml_constructors = _Loader.yaml_constructors
+        yaml_multi_constructors = _Loader.yaml_multi_constructors
+
+        def __init__(self, stream):
+            yaml.cyaml.CParser.__init__(self, stream)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+            yaml.composer.Composer.__init__(self)
+            self._start_limits()
+else:  # a PyYAML built without libyaml
+    _EventLoader = _Loader
