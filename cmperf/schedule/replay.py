@@ -69,15 +69,27 @@ class Recorder:
     def __init__(self):
         self.lines: list[str] = []
         self.n = 0
+        self.known: dict[str, Tr] = {}  # expression -> its value (an expression is computed once)
+        self.guards: set[str] = set()
 
     def emit(self, expr: str, value) -> "Tr":
+        """A traced value computed by ``expr`` (the same expression computed before: its value)."""
+        hit = self.known.get(expr)
+        if hit is not None:
+            return hit
+        if expr.isidentifier():  # a value already named
+            return Tr(expr, value)
         name = f"v{self.n}"
         self.n += 1
         self.lines.append(f"    {name} = {expr}")
-        return Tr(name, value)
+        out = self.known[expr] = Tr(name, value)
+        return out
 
     def guard(self, cond: str) -> None:
-        self.lines.append(f"    if not ({cond}): raise Miss")
+        line = f"    if not ({cond}): raise Miss"
+        if line not in self.guards:  # a decision taken again on the same value
+            self.guards.add(line)
+            self.lines.append(line)
 
 
 def _rec() -> Recorder:
@@ -182,11 +194,28 @@ def _render(name: str, xs: list, r) -> str:
     return f"_uf[{name!r}]({', '.join(s)})"
 
 
+def _same_value(name: str, xs: list, r):
+    """The operand an operation leaves as it is (x * 1, x / 1, x - 0 of a float x: exact in
+    IEEE), else None."""
+    if len(xs) != 2 or name not in ("multiply", "divide", "true_divide", "subtract"):
+        return None
+    a, b = xs
+    if name == "multiply" and type(a) is not Tr:
+        a, b = b, a
+    if type(a) is not Tr or type(b) is Tr or a.v.dtype != np.asarray(r).dtype or isinstance(b, (bool, np.bool_)):
+        return None
+    unit = 0 if name == "subtract" else 1
+    return a if b == unit else None
+
+
 def _elem(ufunc, xs: list) -> tuple:
     """(source or None for a constant, concrete value) of ``ufunc`` on elements ``xs``."""
     r = ufunc(*[_val(x) for x in xs])
     if not any(type(x) is Tr for x in xs):
         return None, r
+    same = _same_value(ufunc.__name__, xs, r)
+    if same is not None:
+        return same.name, r
     return _render(ufunc.__name__, xs, r), r
 
 
@@ -268,6 +297,9 @@ class Tr(Traced):
         r = op(_val(a), _val(b))
         if name == "power_op":
             return _rec().emit(f"_spow({_lit(a)}, {_lit(b)})", r)
+        same = _same_value(name, [a, b], r)
+        if same is not None:
+            return same
         return _rec().emit(_render(name, [a, b], r), r)
 
     def __add__(self, o): return self._bin(o, lambda a, b: a + b, "add")
@@ -669,10 +701,19 @@ class Trace:
 
     def __init__(self, fn, outputs: list, source: str):
         self.fn, self.outputs, self.source = fn, outputs, source
+        dtypes = list(dict.fromkeys(dt for _, dt, _ in outputs))
+        self.groups = [(dt, [i for i, (_, d, _) in enumerate(outputs) if d == dt]) for dt in dtypes]
 
     def run(self, inputs: list) -> dict:
+        """The outputs for ``inputs`` (the traced inputs' numbers), each a one-row column (a
+        row of one block per dtype)."""
         values = self.fn(*inputs)
-        return {name: np.array(v, dtype=dt).reshape(shape) for (name, dt, shape), v in zip(self.outputs, values)}
+        rows = [None] * len(values)
+        for dt, at in self.groups:
+            block = np.array([values[i] for i in at], dtype=dt).reshape(-1, 1)
+            for j, i in enumerate(at):
+                rows[i] = block[j]
+        return {name: row for (name, _, _), row in zip(self.outputs, rows)}
 
 
 class Entry:
@@ -769,7 +810,7 @@ def make_trace(hw, m, cols: dict, traced: list, run) -> Trace | None:
     except (Miss, ArithmeticError, ValueError) as e:
         _say("replay failed on its own trace:", type(e).__name__, e)
         return None
-    bad = [k for k in normal if not _same(np.asarray(normal[k]), mine[k])]
+    bad = [k for k in normal if not _same(np.asarray(normal[k]).reshape(-1), mine[k])]
     if bad:
         _say("replay differs from the normal path:", bad)
         return None
