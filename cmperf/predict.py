@@ -699,11 +699,12 @@ def output_problems(table: Columns, inputs: list[str]) -> np.ndarray:
     produces (a bandwidth or peak of 1e-300 overflows a time to inf). The safety net behind the
     input checks: no NaN, inf or negative time ever reaches a table."""
     reason = np.full(len(table), "", dtype=object)
-    names = [c for c in table.columns if not (c in inputs or c in EMPTY_BY_DESIGN or c.endswith(("_lo", "_hi"))
-                                              or table[c].dtype.kind not in "iuf")]
+    cols = table.arrays() if isinstance(table, Columns) else {c: np.asarray(table[c]) for c in table.columns}
+    names = [c for c, v in cols.items() if not (c in inputs or c in EMPTY_BY_DESIGN or c.endswith(("_lo", "_hi"))
+                                                or v.dtype.kind not in "iuf")]
     if not names or not len(table):
         return reason
-    x = np.array([table[c] for c in names], dtype=float)  # outputs x rows, checked at once
+    x = np.array([cols[c] for c in names], dtype=float)  # outputs x rows, checked at once
     positive, non_negative = _signs(tuple(names))
     wrong = ~np.isfinite(x) | ((x <= 0) & positive) | ((x < 0) & non_negative)
     if not wrong.any():

@@ -22,7 +22,7 @@ numpy returns inf or NaN (a division by zero, an overflowing power): such a call
 the normal path. Each trace is checked once against the normal path's answer, to the bit,
 before it is kept.
 
-A structure is traced on its second call (one-off questions never pay for a trace), at most
+A structure is traced on its third call (questions asked once or twice never pay for a trace), at most
 :data:`TRACES` times (guards that keep failing: the normal path), and only where the
 answer's kept things are on (not inside ``uncached()``); a trace lives with the spec views it
 was made on (a what-if reads views of its own).
@@ -40,6 +40,7 @@ from ..cost.roofline import Traced
 from ..specs.view import KEEP, memo
 
 TRACES = 4  # traces kept per structure (each a different outcome of its guards)
+AFTER = 3  # a structure is traced on this call (those before take the normal path: a trace costs ~50 of them)
 INT_LIMIT = 2 ** 31  # a traced integer input beyond it: the normal path (int64 and Python ints agree below it)
 # the row's inputs that are traced (continuous); every other input is part of the structure
 TRACED = frozenset({"batch", "prompt_len", "output_len", "kv_len", "mtp_acceptance", "expert_imbalance",
@@ -87,6 +88,16 @@ class Recorder:
 
     def guard(self, cond: str) -> None:
         line = f"    if not ({cond}): raise Miss"
+        if DEBUG:  # where the decision was taken
+            import sys
+            f = sys._getframe(1)
+            while f is not None and f.f_code.co_filename.endswith("replay.py"):
+                f = f.f_back
+            where = [] 
+            while f is not None and len(where) < 3:
+                where.append(f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}")
+                f = f.f_back
+            line += "  # " + " < ".join(where)
         if line not in self.guards:  # a decision taken again on the same value
             self.guards.add(line)
             self.lines.append(line)
@@ -744,7 +755,7 @@ def structure(phase: str, cols: dict) -> tuple | None:
 def evaluate(phase: str, hw, m, cols: dict, run):
     """The outputs of ``run(hw, m, cols)`` (a phase's schedule and memory, without its
     schedules) for a one-row ``cols`` by a replay where one holds, else None (the caller takes
-    the normal path); the structure is traced on its second call."""
+    the normal path); the structure is traced on its :data:`AFTER`-th call."""
     if not KEEP["on"]:
         return None
     found = structure(phase, cols)
@@ -761,10 +772,15 @@ def evaluate(phase: str, hw, m, cols: dict, run):
     for t in entry.traces:
         try:
             return t.run(inputs)
-        except (Miss, ArithmeticError, ValueError):
+        except (Miss, ArithmeticError, ValueError) as e:
+            if DEBUG:
+                tb = e.__traceback__
+                while tb.tb_next is not None:
+                    tb = tb.tb_next
+                _say("miss:", type(e).__name__, t.source.splitlines()[tb.tb_lineno - 1].strip())
             continue
     entry.seen += 1
-    if entry.seen < 2 or len(entry.traces) >= TRACES:
+    if entry.seen < AFTER or len(entry.traces) >= TRACES:
         return None
     t = make_trace(hw, m, cols, traced, run)
     if t is None:
