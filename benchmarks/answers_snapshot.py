@@ -79,8 +79,13 @@ def answers() -> dict:
                 for phase in ("gemm", "attention", "collective"):
                     put((system, model, phase), lambda: predict(phase, {}, specs, strict=False))
     cm = load_specs("cloudmatrix384")
-    for b in range(1, 257, 5):  # the benchmark's walk, each call alone
-        put(("cm", "walk", b), lambda: predict("decode", {"batch": b}, cm))
+    for b in range(1, 257, 5):  # the benchmark's walk, each call alone (replayed), and its breakdowns
+        r = put(("cm", "walk", b), lambda: predict("decode", {"batch": b}, cm))
+        if b % 50 == 1:
+            breakdown(("cm", "walk", b), r, [0])
+    for p in range(512, 8193, 1280):
+        r = put(("cm", "walk-prefill", p), lambda: predict("prefill", {"prompt_len": p}, cm))
+        breakdown(("cm", "walk-prefill", p), r, [0])
     for a in (0.0, 0.5, 0.7, 1.0):
         for k in (1, 2, 3):
             put(("cm", "mtp", a, k), lambda: predict("decode", {"mtp_acceptance": a, "mtp_k": k}, cm, strict=False))

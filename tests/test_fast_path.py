@@ -181,6 +181,10 @@ def test_single_calls_replayed_answer_as_the_uncached_path():
                         first = _answer(phase, values, specs)
                     if not _same(first, _answer(phase, values, specs)):
                         differ.append(f"{system} {phase} {values}")
+                with uncached():  # the last call's breakdown (a replayed call's: its schedules made when asked)
+                    cold = predict(phase, walk[-2], specs).breakdown_records()
+                if predict(phase, walk[-2], specs).breakdown_records() != cold:
+                    differ.append(f"{system} {phase} {walk[-2]} breakdown")
     finally:
         replay.Trace.run = run
     assert not differ, differ

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 
 import numpy as np
 
@@ -474,9 +475,10 @@ def _call(ufunc, inputs, kw):
         raise Untraceable(f"{ufunc.__name__} with {sorted(kw)}")
     if isinstance(out, tuple):
         out = out[0]
-    arrays = any(isinstance(x, np.ndarray) for x in inputs) or out is not None
     parts = [_plain(x) for x in inputs]
     conditional = where is not True
+    if conditional and out is None:
+        raise Untraceable(f"{ufunc.__name__} with where= and no out=")
     if conditional:
         parts.append(_plain(where))
     if out is not None:
@@ -501,7 +503,7 @@ def _call(ufunc, inputs, kw):
             raise Untraceable("out= a plain array")
         out[...] = res
         return out
-    if res.shape == () and not (arrays and False):
+    if res.shape == ():  # numpy gives a 0-d result as a scalar
         return res[()]
     return _wrap(res)
 
@@ -610,6 +612,8 @@ def _creation(name):
     real = getattr(np, name)
 
     def make(*args, **kwargs):
+        if threading.get_ident() != _TRACING[0]:  # another thread: numpy as it is
+            return real(*args, **kwargs)
         if name in ("array", "asarray", "asanyarray", "ascontiguousarray"):
             obj = args[0] if args else kwargs.get("object", kwargs.get("a"))
             if _has_tr(obj):
@@ -659,8 +663,13 @@ def _nested(obj):
 PATCHED = ("array", "asarray", "asanyarray", "ascontiguousarray", "zeros", "ones", "empty", "full")
 
 
+_TRACING = [None]  # the thread that traces (numpy's creation functions are patched for it alone)
+_ONE = threading.Lock()  # one trace at a time
+
+
 class _Patched:
     def __enter__(self):
+        _TRACING[0] = threading.get_ident()
         for name in PATCHED:
             _REAL[name] = getattr(np, name)
         for name in PATCHED:
@@ -669,6 +678,7 @@ class _Patched:
     def __exit__(self, *exc):
         for name in PATCHED:
             setattr(np, name, _REAL[name])
+        _TRACING[0] = None
 
 
 # --------------------------------------------------------------------------- the replay's helpers
@@ -772,7 +782,7 @@ def evaluate(phase: str, hw, m, cols: dict, run):
     for t in entry.traces:
         try:
             return t.run(inputs)
-        except (Miss, ArithmeticError, ValueError) as e:
+        except (Miss, ArithmeticError, ValueError, TypeError) as e:
             if DEBUG:
                 tb = e.__traceback__
                 while tb.tb_next is not None:
@@ -780,9 +790,12 @@ def evaluate(phase: str, hw, m, cols: dict, run):
                 _say("miss:", type(e).__name__, t.source.splitlines()[tb.tb_lineno - 1].strip())
             continue
     entry.seen += 1
-    if entry.seen < AFTER or len(entry.traces) >= TRACES:
+    if entry.seen < AFTER or len(entry.traces) >= TRACES or not _ONE.acquire(blocking=False):
         return None
-    t = make_trace(hw, m, cols, traced, run)
+    try:
+        t = make_trace(hw, m, cols, traced, run)
+    finally:
+        _ONE.release()
     if t is None:
         entry.dead = True
         return None
