@@ -485,6 +485,16 @@ def _call(ufunc, inputs, kw):
         parts.append(_plain(out))
     parts = np.broadcast_arrays(*parts)
     n = len(inputs)
+    if not conditional and out is None:  # the constants at once (numpy on their values), the traced one by one
+        traced = np.zeros(parts[0].shape, dtype=bool)
+        for p in parts:
+            if p.size:
+                traced |= np.asarray(_IS_TR(p), dtype=bool)
+        res = _plain(np.asarray(ufunc(*[_concrete(p) for p in parts])))
+        for idx in np.argwhere(traced):
+            idx = tuple(idx)
+            res[idx] = _put(*_elem(ufunc, [p[idx] for p in parts]))
+        return res[()] if res.shape == () else _wrap(res)
     res = np.empty(parts[0].shape, dtype=object)
     for idx in np.ndindex(res.shape):
         xs = [p[idx] for p in parts[:n]]
@@ -532,6 +542,9 @@ def _reduce(ufunc, method, x, kw):
     if method == "reduce":
         return acc if a.ndim == 1 else _wrap(_plain(acc))
     return _wrap(np.moveaxis(np.stack([_plain(s) for s in steps]), 0, axis))
+
+
+_IS_TR = np.frompyfunc(lambda v: type(v) is Tr, 1, 1)
 
 
 def _concrete(x) -> np.ndarray:
