@@ -842,7 +842,8 @@ def make_trace(hw, m, cols: dict, traced: list, run) -> Trace | None:
     if normal.keys() != outputs.keys():
         return None
     source = "def replay({}):\n{}\n    return ({},)\n".format(
-        ", ".join(f"a{i}" for i in range(len(traced))), "\n".join(live(rec.lines, returned)), ", ".join(returned))
+        ", ".join(f"a{i}" for i in range(len(traced))), "\n".join(inlined(live(rec.lines, returned), returned)),
+        ", ".join(returned))
     space = dict(NAMESPACE)
     exec(compile(source, "<cmperf replay>", "exec"), space)
     spec = [(k, np.asarray(v).dtype, np.shape(v)) for k, v in normal.items()]
@@ -879,6 +880,47 @@ def live(lines: list[str], returned: list[str]) -> list[str]:
             needed.update(NAMES.findall(expr))
             out.append(line)
     return out[::-1]
+
+
+def inlined(lines: list[str], returned: list[str], depth: int = 40) -> list[str]:
+    """The lines with each value read once written into the line that reads it (no name
+    stored and loaded: the same operations, each still computed before its reader), at most
+    ``depth`` deep."""
+    uses: dict[str, int] = {}
+    for text in [*(line.partition(" = ")[2] if " = " in line else line for line in lines), *returned]:
+        for name in NAMES.findall(text):
+            uses[name] = uses.get(name, 0) + 1
+    for name in NAMES.findall(" ".join(returned)):
+        uses[name] = uses.get(name, 0) + 2  # an output keeps its name
+    pending: dict[str, tuple[str, int]] = {}
+    out = []
+
+    def fill(text: str) -> tuple[str, int]:
+        deep = 0
+
+        def sub(match):
+            nonlocal deep
+            hit = pending.pop(match.group(0), None)
+            if hit is None:
+                return match.group(0)
+            deep = max(deep, hit[1])
+            return hit[0]
+        return NAMES.sub(sub, text), deep + 1
+
+    for line in lines:
+        body = line.strip()
+        if body.startswith("if "):
+            out.append("    " + fill(body)[0])
+            continue
+        name, _, expr = body.partition(" = ")
+        expr, deep = fill(expr)
+        if uses.get(name, 0) == 1 and deep < depth:
+            pending[name] = (expr if expr.startswith("(") or expr.isidentifier() else f"({expr})", deep)
+        else:
+            out.append(f"    {name} = {expr}")
+    for name, (expr, _) in pending.items():  # (none: a value read once is read after it is made)
+        out.append(f"    {name} = {expr}")
+    return out
 
 
 def _output(v) -> str:
