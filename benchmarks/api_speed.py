@@ -11,8 +11,9 @@ over blocks of 100 calls, and the same with the specs passed in (``load_specs()`
 same calls on the uncached path (``cmperf.specs.view.uncached``: nothing a call derived is kept,
 the cost of a question whose instance and stage constants are all new); a warm prefill call. The
 target (issue 24): a warm call in at most 1 ms of CPU. ``--phases``: where a warm decode call's
-CPU time goes, phase by phase (each phase's functions timed from outside; the rest of predict()
-is its grid and table bookkeeping). Function by function:
+CPU time goes, phase by phase (each phase's functions timed from outside; a warm call's cost
+model is a replay of its trace, cmperf/schedule/replay.py, and the normal path's phases then
+read 0; the rest of predict() is its grid and table bookkeeping). Function by function:
 ``python -m cProfile -s tottime benchmarks/api_speed.py --calls 200``.
 """
 
@@ -41,6 +42,7 @@ PHASES = [  # (label, module, function): timed from outside, in the order a call
     ("grid: product, defaults", "cmperf.predict", "make_grid"),
     ("grid: MTP, expert layout", "cmperf.deployment", "resolve"),
     ("validation", "cmperf.predict", "validate"),
+    ("cost model: replayed (one-row trace)", "cmperf.schedule.replay", "evaluate"),
     ("cost model: one table timed", "cmperf.schedule.common", "timed_parts"),
     ("cost model: ops, schedules, pipelines", "cmperf.predict", "decode"),
     ("memory", "cmperf.predict", "decode_memory"),

@@ -113,18 +113,25 @@ class Columns:
         order.insert(pos, name)
         self._data = {k: self._data[k] for k in order}
 
+    @classmethod
+    def _made(cls, data: dict, n: int) -> "Columns":
+        """Columns of ``data`` as it is (1-D arrays of ``n`` rows each, made by a method here)."""
+        out = cls.__new__(cls)
+        out._data, out._n = data, n
+        return out
+
     def copy(self) -> "Columns":
-        return Columns({k: v.copy() for k, v in self._data.items()}, self._n)
+        return Columns._made({k: v.copy() for k, v in self._data.items()}, self._n)
 
     def take(self, index: np.ndarray) -> "Columns":
         """The rows a boolean mask or an integer index selects, in that order."""
         index = np.asarray(index)
         n = int(index.sum()) if index.dtype == bool else len(index)
-        return Columns({k: v[index] for k, v in self._data.items()}, n)
+        return Columns._made({k: v[index] for k, v in self._data.items()}, n)
 
     def drop(self, names: Iterable[str]) -> "Columns":
         names = set(names)
-        return Columns({k: v for k, v in self._data.items() if k not in names}, self._n)
+        return Columns._made({k: v for k, v in self._data.items() if k not in names}, self._n)
 
     def arrays(self) -> dict[str, np.ndarray]:
         return dict(self._data)

@@ -17,7 +17,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property, lru_cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
@@ -33,6 +33,7 @@ from .schedule.decode import decode
 from .schedule.kernels import attention, gemm
 from .schedule.memory import afd_memory, decode_memory, prefill_memory
 from .schedule.prefill import prefill
+from .schedule import replay
 from . import deployment, stack
 from .stack import stack_fusion
 from .scenario import check_inputs, grid_from_rows, make_grid, validate
@@ -444,12 +445,17 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
             hw, m = specs.views({k: cols[k].astype(float) for k in sweep_cols}, phase)
     if phase in ("decode", "prefill", "afd"):
         cols = {k: v if k == "microbatches" and blocks is not None else _scalar_if_constant(v) for k, v in cols.items()}
+    run = partial(evaluate, phase)
     with np.errstate(all="ignore"):  # an overflow is found in the outputs below and named, not printed
-        out = RUN[phase](hw, m, cols)
-        mem = (decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
-               if phase == "prefill" else afd_memory(hw, m, cols) if phase == "afd" else {})
+        out = None
+        if n == 1 and hw is hw0 and phase in ("decode", "prefill", "afd"):  # a one-row question: its replay
+            out = replay.evaluate(phase, hw, m, cols, run)
+            if out is not None:
+                out["_schedules"] = Later(lambda: run(hw, m, cols)["_schedules"])
+        if out is None:
+            out = run(hw, m, cols)
     table = g.copy()
-    for k, v in {**out, **mem}.items():
+    for k, v in out.items():
         if not k.startswith("_"):
             v = np.asarray(v)
             if blocks is not None:
@@ -475,6 +481,30 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         at[blocks[0]] = np.arange(n)
         schedule_rows = (len(blocks[1]), blocks[2], at if kept is None else at[kept])
     return Prediction(phase, table, invalid, out["_schedules"], schedule_rows)
+
+
+def evaluate(phase: str, hw, m, cols: Mapping[str, Any]) -> dict:
+    """The cost model's outputs of ``phase`` on the grid ``cols`` (its columns: numbers or
+    arrays over its rows) and, for decode, prefill and AFD, its memory's; ``_schedules``: what
+    each row's schedules timed (``--breakdown``)."""
+    out = RUN[phase](hw, m, cols)
+    mem = (decode_memory(hw, m, cols) if phase == "decode" else prefill_memory(hw, m, cols, out["_choice"])
+           if phase == "prefill" else afd_memory(hw, m, cols) if phase == "afd" else {})
+    return {**out, **mem}
+
+
+class Later:
+    """The schedules of a replayed one-row prediction (cmperf/schedule/replay.py), evaluated by
+    the normal path when first read (``--breakdown``)."""
+
+    def __init__(self, make):
+        self.make, self.value = make, None
+
+    def __getitem__(self, i):
+        if self.value is None:
+            with np.errstate(all="ignore"):
+                self.value = self.make()
+        return self.value[i]
 
 
 def microbatch_blocks(cols: Mapping[str, Any]) -> tuple | None:
@@ -669,11 +699,12 @@ def output_problems(table: Columns, inputs: list[str]) -> np.ndarray:
     produces (a bandwidth or peak of 1e-300 overflows a time to inf). The safety net behind the
     input checks: no NaN, inf or negative time ever reaches a table."""
     reason = np.full(len(table), "", dtype=object)
-    names = [c for c in table.columns if not (c in inputs or c in EMPTY_BY_DESIGN or c.endswith(("_lo", "_hi"))
-                                              or table[c].dtype.kind not in "iuf")]
+    cols = table.arrays() if isinstance(table, Columns) else {c: np.asarray(table[c]) for c in table.columns}
+    names = [c for c, v in cols.items() if not (c in inputs or c in EMPTY_BY_DESIGN or c.endswith(("_lo", "_hi"))
+                                                or v.dtype.kind not in "iuf")]
     if not names or not len(table):
         return reason
-    x = np.array([table[c] for c in names], dtype=float)  # outputs x rows, checked at once
+    x = np.array([cols[c] for c in names], dtype=float)  # outputs x rows, checked at once
     positive, non_negative = _signs(tuple(names))
     wrong = ~np.isfinite(x) | ((x <= 0) & positive) | ((x < 0) & non_negative)
     if not wrong.any():

@@ -61,7 +61,7 @@ def check_inputs(phase: str, values: Mapping[str, Any], name=flag_name) -> dict[
     for key, given in values.items():
         if given is None:
             continue
-        many = np.ndim(given) > 0 and not isinstance(given, str)  # a list, tuple, array or Series
+        many = not isinstance(given, SCALARS) and np.ndim(given) > 0  # a list, tuple, array or Series
         items = list(given) if many else [given]
         if many and not items:
             raise ConfigError(f"{name(key)}: no values (expected at least one)")
@@ -185,7 +185,7 @@ def validate(phase: str, df: Columns, m, hw, given: set | frozenset = frozenset(
 
     def check(bad, msg):
         bad = np.asarray(bad, dtype=bool)
-        if not bad.any():  # most checks find nothing: the rows' reasons are not read
+        if not (bad.item() if bad.size == 1 else bad.any()):  # most checks find nothing: the rows' reasons are not read
             return
         bad = bad & (reason == "")
         if bad.any():

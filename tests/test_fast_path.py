@@ -149,3 +149,45 @@ def test_rows_of_several_microbatch_counts_answer_as_each_alone(phase, values):
         assert _same({c: np.asarray(one.columns[c]) for c in one.columns.columns},
                      {c: np.asarray(grid.columns[c])[i:i + 1] for c in grid.columns.columns}), i
         assert grid.breakdown_records(i) == one.breakdown_records(0), i
+
+
+def test_single_calls_replayed_answer_as_the_uncached_path():
+    """A loop of single calls (cmperf/schedule/replay.py: a structure traced on its third call,
+    then replayed on each call's own numbers) answers as the uncached path, to the bit: decode
+    over batches, lengths, acceptances and a chunk that switches on (a guard fails: the normal
+    path), prefill over prompts and cached prefixes, AFD over batches (CloudMatrix384's); on an
+    Ascend and an NVIDIA instance (whose GEMMs' block N is a guarded decision)."""
+    import cmperf.schedule.replay as replay
+
+    walks = {"decode": [{"batch": b, "kv_len": 512.0 * b, "mtp_acceptance": 0.1 * (b % 10)} for b in (1, 7, 33, 100, 255)]
+             + [{"batch": 8, "chunk_tokens": 1024}, {"batch": 9, "chunk_tokens": 0}],
+             "prefill": [{"prompt_len": p, "cached_len": c} for p, c in ((512, 0), (1000, 0), (4096, 1024), (8000, 0))],
+             "afd": [{"batch": b} for b in (8, 16, 40, 96)]}
+    replayed, differ = [], []
+    run = replay.Trace.run
+
+    def counted(self, inputs):
+        out = run(self, inputs)
+        replayed.append(1)
+        return out
+
+    replay.Trace.run = counted
+    try:
+        for system in ("cloudmatrix384", "h800-cluster"):
+            specs = load_specs(system)
+            for phase, walk in walks.items():
+                if phase == "afd" and system != "cloudmatrix384":
+                    continue  # (AFD's traces, four microbatch schedules, are the slowest to make)
+                for values in walk:
+                    with uncached():
+                        first = _answer(phase, values, specs)
+                    if not _same(first, _answer(phase, values, specs)):
+                        differ.append(f"{system} {phase} {values}")
+                with uncached():  # the last call's breakdown (a replayed call's: its schedules made when asked)
+                    cold = predict(phase, walk[-2], specs).breakdown_records()
+                if predict(phase, walk[-2], specs).breakdown_records() != cold:
+                    differ.append(f"{system} {phase} {walk[-2]} breakdown")
+    finally:
+        replay.Trace.run = run
+    assert not differ, differ
+    assert len(replayed) >= 12  # the walks were replayed, not all answered by the normal path

@@ -128,6 +128,12 @@ class Tiling:
 NUMBERS = (int, float, np.integer, np.floating)
 
 
+class Traced:
+    """The type of a traced number (cmperf/schedule/replay.py): a number, as a float64 scalar is."""
+
+    __slots__ = ()
+
+
 def number(x):
     """``np.asarray(x, dtype=float)``, but a number (Python's or numpy's) stays a float64
     scalar: a one-row prediction's arithmetic on it costs a fraction of a 0-d array's."""
@@ -135,6 +141,8 @@ def number(x):
         return x
     if isinstance(x, NUMBERS) and not isinstance(x, bool):
         return np.float64(x)
+    if isinstance(x, Traced):
+        return x.astype(float)
     return np.asarray(x, dtype=float)
 
 
