@@ -29,3 +29,30 @@ def check_default_plan(code, out, err, model=None):
     assert 0 < best["npus"] <= budget and best["goodput_rps"] > 0, (model, best)
     assert best["ttft_ms"] <= 2000 * (1 + 1e-9) and best["tpot_ms"] <= 50 * (1 + 1e-9), (model, best)
     return best
+
+
+SIMULATED_PROMPTS = 200  # requests a matrix simulation runs (the default rate, the system's own deployment)
+
+
+def check_default_simulate(code, out, err, model=None):
+    """`cmperf simulate --hardware S --model M --num-prompts 200 --format json` with no other
+    flag (the system's default deployment for the model at the rate the planner's closed form
+    promises for it): every request completes with finite, positive latencies and throughput,
+    and the run meets the default SLOs it was planned for within the start-up's slack (mean
+    TTFT <= 2 s and mean TPOT <= 50 ms, x 1.5: 200 requests measure no steady state, but a
+    run at twice an SLO is a plan the simulation refutes); or one line saying why it cannot
+    run (exit 1 or 2); never a traceback. Returns the metrics (None when it cannot run).
+    Shared by tests/test_deployment.py and benchmarks/simulate_matrix.py."""
+    import json
+    import math
+
+    assert "Traceback" not in err and code in (0, 1, 2), (model, err)
+    if code != 0:
+        assert len([line for line in err.splitlines() if not line.startswith("cmperf: note:")]) == 1, err
+        return None
+    m = json.loads(out)
+    assert m["completed"] == SIMULATED_PROMPTS, (model, m["completed"])
+    for k in ("mean_ttft_ms", "mean_tpot_ms", "output_throughput_tps", "request_throughput_rps"):
+        assert math.isfinite(m[k]) and m[k] > 0, (model, k, m[k])
+    assert m["mean_ttft_ms"] <= 1.5 * 2000 and m["mean_tpot_ms"] <= 1.5 * 50, (model, m["mean_ttft_ms"], m["mean_tpot_ms"])
+    return m

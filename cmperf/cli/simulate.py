@@ -64,7 +64,7 @@ def simulate_cmd(
     from ..report import check_format, check_parent_dir, note_line, warn
     from ..simulate import Traffic
     from ..simulate.requests import check_seed, check_warmup
-    from ..simulate.deployment import check, given
+    from ..simulate.deployment import check, given, with_plan_budget
     from .plan import _workload
 
     check_format(fmt)
@@ -119,6 +119,10 @@ def simulate_cmd(
                               f"({ev.get('binding', '')}); give --request-rate or --max-concurrency")
         note_line(f"request rate {rate:.4g}/s: the planner's closed form for this deployment within the SLOs "
                   f"(binding: {ev['binding']})")
+        dep, budgeted = with_plan_budget(dep, ev, int(specs.views()[0].chip.dies_per_package))
+        if budgeted:
+            note_line(f"prefill passes of at most {ev['prefill_tokens_per_npu']:,.0f} prompt tokens per NPU: the budget "
+                      f"the planner chose for that rate (give pass_tokens=N in --prefill to set another)")
     traffic = Traffic(rate_rps=rate, burstiness=burstiness, max_concurrency=max_concurrency, num_prompts=num_prompts)
     _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, out, hardware, model, sets, export)
 
@@ -143,7 +147,7 @@ def _default_deployment(specs, workload):
 
 
 def _plan_rate(specs, workload, dep) -> dict:
-    """The goodput and binding term the planner's closed form finds for ``dep``
+    """The goodput, binding term and prefill pass budget (tokens per NPU) the planner's closed form finds for ``dep``
     (:func:`cmperf.plan.planner.evaluate`), kept in the answer cache (cli/cache.py): evaluating
     loads the planner, pandas and SciPy (~0.5 s, more than the rest of a short simulation) for an
     answer that depends only on the specs, the workload, the deployment and cmperf's code,
@@ -154,7 +158,8 @@ def _plan_rate(specs, workload, dep) -> dict:
         from ..plan.planner import evaluate
 
         ev = evaluate(specs, workload, dep)
-        return {"goodput_rps": float(ev["goodput_rps"]), "binding": str(ev.get("binding", ""))}
+        return {"goodput_rps": float(ev["goodput_rps"]), "binding": str(ev.get("binding", "")),
+                "prefill_tokens_per_npu": float(ev.get("prefill_tokens_per_npu", math.nan))}
 
     return cached("planrate", lambda: {"specs": specs_key(specs), "workload": plain(workload), "deployment": plain(dep)},
                   compute)

@@ -17,6 +17,8 @@ Without one: the system's published deployment (``deployment.prefill.instances``
 
 from __future__ import annotations
 
+import math
+
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -304,6 +306,28 @@ def default_deployment(specs, workload) -> DeploymentSpec:
     b = p.best
     return DeploymentSpec(prefill=[InstanceGroup(int(b["prefill_instances"]), {"dies": int(b["prefill_dies"]), "attn_tp": int(b["prefill_tp"])})],
                           decode=[InstanceGroup(int(b["decode_instances"]), {"dies": int(b["decode_dies"]), "tp": int(b["decode_tp"])})])
+
+
+def with_plan_budget(dep: DeploymentSpec, b, dpp: int) -> tuple[DeploymentSpec, bool]:
+    """``dep`` with the pass budget the plan of it chose (row ``b``: its tokens per NPU, the
+    budget that serves its rate within the SLOs, SGLang's --max-prefill-tokens) on every
+    prefill group that sets none (a co-located group: its iteration's chunk), as
+    :func:`from_plan_row` gives a plan's own deployment; whether any group took it. A group's
+    own ``pass_tokens`` stays. Simulating the plan's rate without its budget runs passes the
+    plan did not time (the stack's largest budget: longer passes, a TTFT the plan never
+    promised)."""
+    from dataclasses import replace
+
+    per_npu = float(b.get("prefill_tokens_per_npu", math.nan))
+    if not (math.isfinite(per_npu) and per_npu > 0):
+        return dep, False
+    groups = dep.decode if dep.colocated else dep.prefill
+    new = [g if "pass_tokens" in g.limits or "dies" not in g.inputs else
+           replace(g, limits={**g.limits, "pass_tokens": max(int(round(per_npu * int(g.inputs["dies"]) / dpp)), 1)})
+           for g in groups]
+    if all(a is b for a, b in zip(new, groups)):
+        return dep, False
+    return (replace(dep, decode=new) if dep.colocated else replace(dep, prefill=new)), True
 
 
 def from_plan_row(b, dpp: int) -> DeploymentSpec:
