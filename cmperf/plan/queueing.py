@@ -208,11 +208,12 @@ def count_time(k, prompts, count_s):
     """The pass of ``k`` prompts (rows of ``k``): linear between the ``COUNT_GRID`` points
     ``1 + (prompts - 1) u`` where ``count_s`` holds its time."""
     m = len(COUNT_GRID) - 1
-    p = np.clip((k - 1.0) / np.maximum(prompts - 1.0, 1e-12)[:, None], 0.0, 1.0) * m
+    p = np.minimum(np.maximum((k - 1.0) / np.maximum(prompts - 1.0, 1e-12)[:, None], 0.0), 1.0) * m
     i = np.minimum(p.astype(int), m - 1)
     w = p - i
-    rows = np.arange(len(prompts))[:, None]
-    return count_s[rows, i] * (1.0 - w) + count_s[rows, i + 1] * w
+    at = i + (np.arange(len(prompts)) * count_s.shape[1])[:, None]  # row r's point i, in the flat table
+    flat = count_s.ravel()
+    return flat.take(at) * (1.0 - w) + flat.take(at + 1) * w
 
 
 def _count_law(mean, var):
