@@ -144,13 +144,21 @@ def grid_from_rows(phase: str, rows: list[Mapping[str, Any]]) -> Columns:
     The given cells are checked a column at a time (:func:`check_inputs`: a long column of
     fine numbers as one array), so a planner's thousands of rows cost one check per input."""
     defaults = PHASE_DEFAULTS[phase]
-    keys = list(dict.fromkeys(k for r in rows for k in r))
+    keys = list(dict.fromkeys(k for order in dict.fromkeys(tuple(r) for r in rows) for k in order))
     cols = {}
     for k in keys:
-        at = [i for i, r in enumerate(rows) if r.get(k) is not None]
-        checked = check_inputs(phase, {k: [rows[i][k] for i in at] if at else None}).get(k, [])
-        col = [defaults[k].value] * len(rows) if k in defaults else None
-        if col is not None:
+        cells = [r.get(k) for r in rows]
+        try:
+            whole = None not in cells  # (``in``'s C loop; a cell that is an array: one by one)
+        except (ValueError, TypeError):  # no truth value (an array, pandas' NA)
+            whole = all(v is not None for v in cells)
+        at = range(len(rows)) if whole else [i for i, v in enumerate(cells) if v is not None]
+        checked = check_inputs(phase, {k: (cells if whole else [cells[i] for i in at]) if at else None}).get(k, [])
+        if k in defaults:
+            if whole:
+                cols[k] = list(checked)
+                continue
+            col = [defaults[k].value] * len(rows)
             for i, v in zip(at, checked):
                 col[i] = v
             cols[k] = col
