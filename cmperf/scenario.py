@@ -38,6 +38,7 @@ AT_LEAST = {"ep": 1, "dies": 1, "tp": 1, "attn_tp": 1, "kv_len": 1, "shared_copi
             "cached_len": 0, "pool_len": 0, "chunk_tokens": 0, "pool_readers": 1, "attention_dies": 1, "expert_dies": 1, "comm_sms": 0,
             "prompt_len": 1, "output_len": 1, "mtp_k": 1, "batch": 1, "tokens_per_npu": 1, "tokens": 1}
 GIVEN_ALL = ("ep",)  # validate()'s default: name EP as a flag (callers pass what the user gave)
+VECTOR_CHECK_FROM = 16  # values of one input beyond which they are checked as one array (cheaper than one by one)
 SCALARS = (str, int, float, np.generic)  # one value (np.ndim 0), told without numpy's call
 MAX_INPUT = 1e9  # requests, tokens, lengths, dies: far above any deployment, far below float overflow
 
@@ -65,7 +66,7 @@ def check_inputs(phase: str, values: Mapping[str, Any], name=flag_name) -> dict[
         items = list(given) if many else [given]
         if many and not items:
             raise ConfigError(f"{name(key)}: no values (expected at least one)")
-        if len(items) > 64 and _all_fine(key, items):  # a long numeric axis (a search's, a plan's rows): one array
+        if len(items) > VECTOR_CHECK_FROM and _all_fine(key, items):  # a numeric axis (a search's, a plan's rows): one array
             out[key] = np.asarray(items).astype(int).tolist() if key in INTEGER_INPUTS else items
             continue
         checked = [_check_value(phase, key, x, name) for x in items]
