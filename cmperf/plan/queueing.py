@@ -195,6 +195,8 @@ _LAW_Z = np.linspace(-4.5, 4.5, 19)  # standard normal points of the waiting cou
 _LAW_W = np.exp(-0.5 * _LAW_Z ** 2) / np.exp(-0.5 * _LAW_Z ** 2).sum()
 _NEWTON_STEPS = 12  # 0-5 from a warm start, 3-8 from cold on the cases of docs/model.md §12.5; more: a law that does not settle
 _PLAIN_STEPS = 100  # the map's own iteration where Newton stalls: a last resort, only for the rows left
+_SLACK = np.array([0.0, 0.0, 1e-4])[:, None]  # a count's variance settles to 1e-4 prompts²: far below one prompt
+_UNIT = np.eye(3)[:, :, None]  # the Jacobian's perturbed part, one component at a time
 _TOL = 1e-8  # a row's terms are summed in one order whatever rows it is solved with (_over_law): they do not depend on them
 
 
@@ -287,12 +289,12 @@ class _Chain:
         t = count_time(k, self.K, self.ts)
         return X, k, t
 
+    _MAP = ("lam", "scv", "K", "ts", "p0_idle", "n_idle", "v_idle")  # what sums and mix read
+
     def rows(self, idx) -> "_Chain":
-        """The map of rows ``idx`` (or of ``idx`` repeated)."""
+        """The map (:meth:`sums`, :meth:`mix`) of rows ``idx`` (or of ``idx`` repeated)."""
         sub = _Chain.__new__(_Chain)
-        n = len(self.lam)
-        sub.__dict__ = {k: (v[idx] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v)
-                        for k, v in self.__dict__.items()}
+        sub.__dict__ = {k: self.__dict__[k][idx] for k in self._MAP}
         return sub
 
     def sums(self, m, v):
@@ -417,8 +419,7 @@ def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False)
         # settled: the idle share, and the busy law by the weight of the passes that start busy (a law
         # that almost never applies need not settle)
         weight = np.stack([np.ones(len(live)), 1.0 - yl[0], 1.0 - yl[0]])
-        slack = np.array([0.0, 0.0, 1e-4])[:, None]  # a count's variance to 1e-4 prompts²: far below one prompt
-        done = np.all(weight * np.abs(f) <= _TOL * (1.0 + np.abs(yl)) + slack, axis=0)
+        done = np.all(weight * np.abs(f) <= _TOL * (1.0 + np.abs(yl)) + _SLACK, axis=0)
         if done.all() or step == (_PLAIN_STEPS if plain else _NEWTON_STEPS):
             live = live[~done]
             break
@@ -434,12 +435,12 @@ def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False)
         sums = tuple(x[go] for x in sums)
         d = 1e-6 * np.maximum(np.abs(yl), 1e-3)
         moved = np.empty((3, 3, m))  # [component, perturbed part, row]
-        moved[:, 0] = sub.mix(yl[0] + d[0], sums) - (yl + d * np.array([1.0, 0.0, 0.0])[:, None])
+        moved[:, 0] = sub.mix(yl[0] + d[0], sums) - (yl + d * _UNIT[0])
         both = sub.rows(np.concatenate([np.arange(m)] * 2))
         mv = both.mix(np.concatenate([yl[0]] * 2), both.sums(np.concatenate([yl[1] + d[1], yl[1]]),
                                                              np.concatenate([yl[2], yl[2] + d[2]])))
-        moved[:, 1] = mv[:, :m] - (yl + d * np.array([0.0, 1.0, 0.0])[:, None])
-        moved[:, 2] = mv[:, m:] - (yl + d * np.array([0.0, 0.0, 1.0])[:, None])
+        moved[:, 1] = mv[:, :m] - (yl + d * _UNIT[1])
+        moved[:, 2] = mv[:, m:] - (yl + d * _UNIT[2])
         J = ((moved - f[:, None, :]) / d[None, :, :]).transpose(2, 0, 1)
         # Newton's step where the Jacobian is regular; a plain step of the map elsewhere (an instance
         # idle after every pass: its busy law does not move the map)
