@@ -11,8 +11,13 @@ traceback. Printed per pair: the outcome, the best shape, NPUs, goodput and the 
 took. Exit 1 when any pair fails.
 
 tests/test_deployment.py plans a representative part of the matrix (every system with its own
-model, every model on two systems: ``PLANNED`` there); this is the exhaustive walk, 168 plans,
-about 80 s of CPU on the 2-core development machine (issue 24: the suite's time).
+model, every model on two systems: ``PLANNED`` there); this is the exhaustive walk, 168 plans.
+The last line prints their CPU seconds in this process: 119-129 s on the shared 2-core machine
+(load ~2-3) after the planfast change, 178-204 s before it, back to back; ``plan_snapshot.py``
+holds such a change to the same answers. What is left is the routed stacks' greedy chain
+(queueing.greedy_instance in each rate search, ~45 %) and the cost model's predicts of the
+instance options (~40 %, most of it fixed cost per predict: a plan makes ~12, one per phase and
+TP degree); docs/model.md §9.3.
 """
 
 from __future__ import annotations

@@ -56,6 +56,12 @@ def infer(values: Iterable[Any]) -> np.ndarray:
     """A column from a list, typed as pandas would: int, float or bool; any text makes it
     an object column (``[1.0, 'default']`` keeps the number a number)."""
     values = list(values)
+    try:
+        out = np.asarray(values)
+    except ValueError:  # cells of several shapes: an object column below
+        out = None
+    if out is not None and out.dtype.kind in "biuf":  # numbers alone (text makes a text or object array): no look at each
+        return out
     if any(isinstance(v, str) for v in values):
         out = np.empty(len(values), dtype=object)
         out[:] = values

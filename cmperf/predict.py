@@ -405,7 +405,7 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     if rows is None:  # the instance the system runs the model with, for what is not given
         values = deployment.with_instance(phase, check_inputs(phase, stack.input_defaults(phase, st, values)), hw0, m0)
     else:
-        rows = _rows_with_instance(phase, [stack.input_defaults(phase, st, r) for r in rows], hw0, m0)
+        rows = _rows_with_instance(phase, stack.rows_defaults(phase, st, rows), hw0, m0)
     base = grid_from_rows(phase, rows) if rows is not None else make_grid(phase, values)
     grid = _with_sweeps(base, sweep_cols, zip_sweeps) if sweep_cols else base
     if phase in ("decode", "prefill", "afd"):
@@ -790,15 +790,30 @@ def _rows_with_instance(phase: str, rows: list[Mapping[str, Any]], hw, m) -> lis
     keys = ("dies", "tp", "attn_tp", "attention_dies", "expert_dies")
     scalar = (int, float, str, np.generic)  # np.ndim(v) == 0 without the call (a planner passes thousands of rows)
     memo: dict[tuple, dict] = {}
+    names: dict[tuple, frozenset] = {}  # a row's inputs (in their order) -> as a set: rows share a few orders
     out = []
     for r in rows:
-        r = {k: v for k, v in r.items() if v is not None}
-        key = (frozenset(r), tuple((k, r[k]) for k in keys if k in r and (isinstance(r[k], scalar) or np.ndim(r[k]) == 0)))
+        if _holds_none(r.values()):
+            r = {k: v for k, v in r.items() if v is not None}
+        order = tuple(r)
+        given = names.get(order)
+        if given is None:
+            given = names[order] = frozenset(order)
+        key = (given, tuple([(k, r[k]) for k in keys if k in r and (isinstance(r[k], scalar) or np.ndim(r[k]) == 0)]))
         derived = memo.get(key)
         if derived is None:
             derived = memo[key] = deployment.instance(phase, hw, m, check_inputs(phase, r))
         out.append({**derived, **r})
     return out
+
+
+def _holds_none(values) -> bool:
+    """Whether any of ``values`` is None (``in``'s C loop; an array among them, whose ``== None``
+    has no truth value, looked at one by one)."""
+    try:
+        return None in values
+    except (ValueError, TypeError):
+        return any(v is None for v in values)
 
 
 def _with_sweeps(base: Columns, sweep_cols, zipped: bool = False) -> Columns:

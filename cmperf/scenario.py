@@ -38,6 +38,7 @@ AT_LEAST = {"ep": 1, "dies": 1, "tp": 1, "attn_tp": 1, "kv_len": 1, "shared_copi
             "cached_len": 0, "pool_len": 0, "chunk_tokens": 0, "pool_readers": 1, "attention_dies": 1, "expert_dies": 1, "comm_sms": 0,
             "prompt_len": 1, "output_len": 1, "mtp_k": 1, "batch": 1, "tokens_per_npu": 1, "tokens": 1}
 GIVEN_ALL = ("ep",)  # validate()'s default: name EP as a flag (callers pass what the user gave)
+VECTOR_CHECK_FROM = 16  # values of one input beyond which they are checked as one array (cheaper than one by one)
 SCALARS = (str, int, float, np.generic)  # one value (np.ndim 0), told without numpy's call
 MAX_INPUT = 1e9  # requests, tokens, lengths, dies: far above any deployment, far below float overflow
 
@@ -65,7 +66,7 @@ def check_inputs(phase: str, values: Mapping[str, Any], name=flag_name) -> dict[
         items = list(given) if many else [given]
         if many and not items:
             raise ConfigError(f"{name(key)}: no values (expected at least one)")
-        if len(items) > 64 and _all_fine(key, items):  # a long numeric axis (a search's, a plan's rows): one array
+        if len(items) > VECTOR_CHECK_FROM and _all_fine(key, items):  # a numeric axis (a search's, a plan's rows): one array
             out[key] = np.asarray(items).astype(int).tolist() if key in INTEGER_INPUTS else items
             continue
         checked = [_check_value(phase, key, x, name) for x in items]
@@ -144,13 +145,21 @@ def grid_from_rows(phase: str, rows: list[Mapping[str, Any]]) -> Columns:
     The given cells are checked a column at a time (:func:`check_inputs`: a long column of
     fine numbers as one array), so a planner's thousands of rows cost one check per input."""
     defaults = PHASE_DEFAULTS[phase]
-    keys = list(dict.fromkeys(k for r in rows for k in r))
+    keys = list(dict.fromkeys(k for order in dict.fromkeys(tuple(r) for r in rows) for k in order))
     cols = {}
     for k in keys:
-        at = [i for i, r in enumerate(rows) if r.get(k) is not None]
-        checked = check_inputs(phase, {k: [rows[i][k] for i in at] if at else None}).get(k, [])
-        col = [defaults[k].value] * len(rows) if k in defaults else None
-        if col is not None:
+        cells = [r.get(k) for r in rows]
+        try:
+            whole = None not in cells  # (``in``'s C loop; a cell that is an array: one by one)
+        except (ValueError, TypeError):  # no truth value (an array, pandas' NA)
+            whole = all(v is not None for v in cells)
+        at = range(len(rows)) if whole else [i for i, v in enumerate(cells) if v is not None]
+        checked = check_inputs(phase, {k: (cells if whole else [cells[i] for i in at]) if at else None}).get(k, [])
+        if k in defaults:
+            if whole:
+                cols[k] = list(checked)
+                continue
+            col = [defaults[k].value] * len(rows)
             for i, v in zip(at, checked):
                 col[i] = v
             cols[k] = col

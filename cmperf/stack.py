@@ -55,16 +55,27 @@ def stack_fusion(stack) -> tuple:
 
 def input_defaults(phase: str, stack, values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` with the stack's MTP and microbatch inputs where they are not given."""
+    return rows_defaults(phase, stack, [values])[0]
+
+
+def rows_defaults(phase: str, stack, rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`input_defaults` of each of ``rows`` (the stack read once: a plan passes thousands)."""
     if stack is None or phase not in PHASES:
-        return dict(values)
-    out = dict(values)
+        return [dict(r) for r in rows]
+    extra = {}
     if phase in ("decode", "afd"):
-        out.setdefault("mtp_k", int(stack.mtp_draft_tokens) or 1)
-        out.setdefault("mtp_acceptance", float(stack.mtp_acceptance))
+        extra["mtp_k"] = int(stack.mtp_draft_tokens) or 1
+        extra["mtp_acceptance"] = float(stack.mtp_acceptance)
     if not bool(stack.two_batch_overlap):
-        out.setdefault("microbatches", 1)
+        extra["microbatches"] = 1
     if stack.expert_balance == "none":  # no EPLB: the model's measured real-traffic balance
-        out.setdefault("expert_imbalance", "default")
+        extra["expert_imbalance"] = "default"
+    out = []
+    for r in rows:
+        r = dict(r)
+        for k, v in extra.items():
+            r.setdefault(k, v)
+        out.append(r)
     return out
 
 

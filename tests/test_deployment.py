@@ -195,8 +195,9 @@ def planned_models(system: str) -> list[str]:
     with models i and i + 6 of the sorted lists), so that every model is planned on two or three
     systems, most of them on an Ascend and a GPU system, and every system plans two or three;
     among them pairs that say in one line why there is none (exit 1, today: deepseek-r1 in INT8
-    on GB300, GLM-4.5 on H20 within the default SLOs). The whole matrix (168 plans, ~80 s of CPU)
-    is benchmarks/plan_matrix.py, held to the same check."""
+    on GB300, GLM-4.5 on H20 within the default SLOs). The whole matrix (168 plans, ~120 s of CPU
+    on the shared 2-core machine, ~190 s before the planfast change) is benchmarks/plan_matrix.py, held to
+    the same check."""
     i = SYSTEMS.index(system)
     models = {system_model(system), MODELS[i % len(MODELS)], MODELS[(i + 6) % len(MODELS)]}
     if system == "gb300-nvl72":

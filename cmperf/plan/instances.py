@@ -122,20 +122,27 @@ def decode_curves(table: pd.DataFrame, dies_per_npu: int, output_tokens: float, 
     batch is per NPU of the ``request_dies`` column (the dies that hold requests: all of a
     decode instance's, an AFD instance's attention dies); an option's dies are the sum of its
     ``size`` columns."""
-    fits = table[table["fits"]] if len(table) else table
-    groups = fits.groupby(list(keys), sort=True) if len(fits) else []
     dies, names, batch, tpot, cap, step = [], [], [], [], [], []
-    for key, t in groups:
-        key = key if isinstance(key, tuple) else (key,)
-        t = t.sort_values("batch")
-        b = t["batch"].to_numpy(dtype=float)
-        s = t["tpot_ms"].to_numpy(dtype=float) / 1e3
-        names.append({k: float(v) for k, v in zip(keys, key)})
-        dies.append(sum(names[-1][c] for c in size))
-        batch.append(b)
-        tpot.append(s)
-        step.append(t["iteration_ms"].to_numpy(dtype=float) / 1e3)
-        cap.append(b * (float(t[request_dies].iat[0]) / dies_per_npu) / (output_tokens * s))
+    fit = table["fits"].to_numpy(dtype=bool) if len(table) else np.zeros(0, dtype=bool)
+    if fit.any():
+        col = lambda c: table[c].to_numpy()[fit]  # noqa: E731
+        key = np.column_stack([col(c).astype(float) for c in keys])
+        named = ~np.isnan(key).any(axis=1)  # as a group-by: rows without a key belong to no option
+        # the options in the order of their keys; each one's rows in table order, then by batch (as sort_values)
+        options, which = np.unique(key[named], axis=0, return_inverse=True)
+        rows = np.flatnonzero(named)
+        b_all, t_all, it_all, req = col("batch"), col("tpot_ms"), col("iteration_ms"), col(request_dies)
+        for g, values in enumerate(options):
+            at = rows[which.ravel() == g]
+            at = at[np.argsort(b_all[at], kind="quicksort")]
+            b = b_all[at].astype(float)
+            s = t_all[at].astype(float) / 1e3
+            names.append({k: float(v) for k, v in zip(keys, values)})
+            dies.append(sum(names[-1][c] for c in size))
+            batch.append(b)
+            tpot.append(s)
+            step.append(it_all[at].astype(float) / 1e3)
+            cap.append(b * (float(req[at[0]]) / dies_per_npu) / (output_tokens * s))
     return DecodeCurves(dies=np.asarray(dies, dtype=float), keys=names, batch=batch, tpot_s=tpot, capacity_rps=cap,
                         step_s=step)
 

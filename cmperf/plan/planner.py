@@ -369,8 +369,9 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     dec = instances.run("decode", _within_stack("decode", shapes.decode_rows(layouts, dec_common), specs, dpp), specs)
     tick(2, steps)
     curves = instances.decode_curves(dec, dpp, workload.output.mean)
+    sides: dict = {}  # the prefill side's searches, shared by PD and AFD (_disaggregated)
     tables = [_disaggregated("pd", pre, curves, workload, computed, budget_dies, dpp, fixed, hw, pre_long, pre_counts,
-                             router)] if "pd" in shape_names else []
+                             router, sides)] if "pd" in shape_names else []
     colo = afd = pd.DataFrame()
     afd_curves = None
     if "colocated" in shape_names:
@@ -385,7 +386,7 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
         afd_curves = instances.decode_curves(afd, dpp, workload.output.mean, ("attention_dies", "expert_dies"),
                                              "attention_dies", ("attention_dies", "expert_dies"))
         tables.append(_disaggregated("afd", pre, afd_curves, workload, computed, budget_dies, dpp, fixed, hw, pre_long,
-                                     pre_counts, router))
+                                     pre_counts, router, sides))
         tick(steps, steps)
     table = pd.concat([t for t in tables if len(t)], ignore_index=True) if any(len(t) for t in tables) else _empty()
     table = _rank(table, workload)
@@ -508,18 +509,82 @@ def arrival_scv(router: str, instances) -> np.ndarray:
 
 def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, computed, budget_dies: int,
                    dpp: int, fixed: tuple | None = None, hw=None, pre_long: pd.DataFrame | None = None,
-                   pre_counts: pd.DataFrame | None = None, router: str = "shared") -> pd.DataFrame:
+                   pre_counts: pd.DataFrame | None = None, router: str = "shared", sides: dict | None = None) -> pd.DataFrame:
     """Every deployment of prefill instances and separate decode instances (PD: decode
     instances; AFD: attention/expert split instances): prefill option x count x decode option,
     each decode option at the fewest instances that carry the prefill side's rate (or all that
     fit in what is left), and one row per pairing of a prefill and a decode option, its count
     of prefill instances that ranks first (:func:`_first_per_pairing`): rows grow with the
-    options, not with the budget."""
+    options, not with the budget. ``sides``: the prefill sides found so far in this plan
+    (:func:`_prefill_side`, by the longest wait for a decode step they assume), which PD and
+    AFD share when that wait is the same (one model, one MTP setting)."""
     slo = workload.slo
     pre = pre[pre["fits"]] if len(pre) else pre
     if len(pre) == 0 or len(curves.dies) == 0:
         return _empty()
+    # the prefill side's largest rate holds for any decode option it is paired with: the wait for
+    # the decode step a request joins at its longest, a step at the TPOT SLO (docs/model.md §9.3)
+    join_most = alignment_s(1.0, curves.step_at_tpot(slo.tpot_s), slo.ttft_stat)
+    side = None if sides is None else sides.get(float(join_most))
+    if side is None:
+        side = _prefill_side(pre, workload, computed, budget_dies, dpp, fixed, hw, pre_long, pre_counts, router, join_most)
+        if sides is not None:
+            sides[float(join_most)] = side
+    if side is None:
+        return _empty()
     d_max, d_memory = curves.max_rate(slo.tpot_s)
+    (i_idx, n_p, p_dies, pass_p, lone_p, count_p, kv_p, servers_p, slot_scv, period_p, scv_a, own, lam_row, warm,
+     rate_p_all) = (side[k] for k in ("i_idx", "n_p", "p_dies", "pass_p", "lone_p", "count_p", "kv_p", "servers_p",
+                                      "slot_scv", "period_p", "scv_a", "own", "lam_row", "warm", "rate_p_all"))
+    given = workload.arrival_rate_per_s
+    target = rate_p_all if given is None else np.minimum(rate_p_all, given)
+    left = budget_dies - n_p * p_dies[i_idx]
+    k_dies = curves.dies.astype(float)
+    n_d_max = np.floor(left[:, None] / k_dies[None, :])  # (prefill pairs, decode sizes)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        need = np.where(d_max[None, :] > 0, np.ceil(target[:, None] / d_max[None, :] - 1e-9), 1.0)
+    n_d_best = np.clip(need, 1.0, np.maximum(n_d_max, 1.0)) if fixed is None else np.full(need.shape, float(fixed[1]))
+    a, k = np.nonzero(n_d_max > 0)
+    a, k = _first_per_pairing(a, k, i_idx, n_p, p_dies, n_d_best, rate_p_all, d_max, k_dies, given)
+    n_d = n_d_best[a, k]
+    rate_p = rate_p_all[a]
+    i = i_idx[a]
+    pass_s, kv_s, servers, scv_s, period_s, lone_s = pass_p[a], kv_p[a], servers_p[a], slot_scv[a], period_p[a], lone_p[a]
+    routed = (scv_a[a], count_p[a], lam_row[a]) if own.any() else None
+
+    def ttft(rate):  # at the rate run: the wait for the decode step each request joins, of its pairing
+        join = decode_join_s(curves, k, n_d, rate, workload.output.mean, slo.ttft_stat)
+        return ttft_terms(rate, servers, pass_s, scv_s, period_s, kv_s, slo.ttft_stat, n_p[a], join, lone_s, routed,
+                          warm[:, a])
+
+    rate_d = d_max[k] * n_d
+    pool = pre["pool_load_ms"].to_numpy(dtype=float)[i] / pre["forward_ms"].to_numpy(dtype=float)[i] if "pool_load_ms" in pre else 0.0
+    rate, binding = _operating(rate_p, rate_d, workload.arrival_rate_per_s,
+                               np.where(d_memory[k], DECODE_MEMORY, DECODE_TPOT),
+                               np.where(np.asarray(pool) > 0.5, PREFILL_POOL, PREFILL_TTFT))
+    t = ttft(rate)
+    batch, tpot = curves.at_rate(k, rate / n_d)
+    queue = {"_servers": servers, "_service_s": pass_s, "_period_s": period_s, "_fixed_s": kv_s, "_instances": n_p[a],
+             "_scv": scv_s, "_lone_s": lone_s, "_arrival_scv": scv_a[a],
+             "_counts_s": list(count_p[a]),
+             "_decode_curve": k, "_tpot_pass_s": np.zeros(len(k))}
+    per_curve = lambda c, default: np.array([key.get(c, default) for key in curves.keys], dtype=float)[k]  # noqa: E731
+    split = {c: per_curve(c, 0.0) for c in ("attention_dies", "expert_dies")}
+    split["decode_tp"] = per_curve("tp", 1.0)
+    split["prefill_tp"] = pre["attn_tp"].to_numpy(dtype=float)[i]
+    return _frame(shape, workload, rate, binding, n_p=n_p[a], p_dies=p_dies[i], split=split,
+                  tokens_per_npu=pre["tokens_per_npu"].to_numpy(dtype=float)[i], n_d=n_d, d_dies=k_dies[k],
+                  batch=batch, tpot=tpot, t=t, pass_s=t["pass_s"], kv_s=kv_s, dpp=dpp,
+                  rate_p=rate_p, rate_d=rate_d, queue=queue)
+
+
+def _prefill_side(pre: pd.DataFrame, workload: Workload, computed, budget_dies: int, dpp: int, fixed: tuple | None,
+                  hw, pre_long: pd.DataFrame | None, pre_counts: pd.DataFrame | None, router: str,
+                  join_most: float) -> dict | None:
+    """The prefill side of :func:`_disaggregated` (``pre``: its fitting options): every option at
+    every count of instances, its queue's parameters and its largest rate within the TTFT SLO
+    when each request waits ``join_most`` for the decode step it joins; None without any."""
+    slo = workload.slo
     # prefill option i with n_p instances (the prefill side depends only on this pair: its
     # largest rate once per pair), then decode size k in what is left, with the fewest
     # instances n_d that carry the prefill side's rate (more add NPUs, never goodput)
@@ -528,7 +593,7 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
               else [instance_counts(int(x)) for x in np.floor(budget_dies / p_dies)])
     i_idx = np.repeat(np.arange(len(pre)), [len(c) for c in counts])
     if len(i_idx) == 0:
-        return _empty()
+        return None
     n_p = np.concatenate(counts).astype(float)
     # a pass holds whole prompts FCFS within its budget: its prompts, time and the time's scv from
     # the length distribution's packing (docs/model.md §9.3; fixed lengths: floor(budget / c))
@@ -561,10 +626,6 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
     # the residual of a varying pass is E[t] (1 + scv_t) / 2
     slot_scv = np.maximum(prompts, 1.0) * pass_scv
     period_p = pass_p * (1.0 + pass_scv)
-
-    # the prefill side's largest rate holds for any decode option it is paired with: the wait for
-    # the decode step a request joins at its longest, a step at the TPOT SLO (docs/model.md §9.3)
-    join_most = alignment_s(1.0, curves.step_at_tpot(slo.tpot_s), slo.ttft_stat)
 
     # the prefill side's largest rate: per instance where each has its own stream (docs/model.md §9.3), once per
     # option and stream (n_p instances then carry n_p times one's rate), else over the shared queue's slots
@@ -608,46 +669,9 @@ def _disaggregated(shape: str, pre: pd.DataFrame, curves, workload: Workload, co
 
         rate_p_all[rows] = largest_rate(ttft_over_s, (servers_p / pass_p)[rows])
     rate_p_all = rate_p_all * (prompts >= 1)
-    given = workload.arrival_rate_per_s
-    target = rate_p_all if given is None else np.minimum(rate_p_all, given)
-    left = budget_dies - n_p * p_dies[i_idx]
-    k_dies = curves.dies.astype(float)
-    n_d_max = np.floor(left[:, None] / k_dies[None, :])  # (prefill pairs, decode sizes)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        need = np.where(d_max[None, :] > 0, np.ceil(target[:, None] / d_max[None, :] - 1e-9), 1.0)
-    n_d_best = np.clip(need, 1.0, np.maximum(n_d_max, 1.0)) if fixed is None else np.full(need.shape, float(fixed[1]))
-    a, k = np.nonzero(n_d_max > 0)
-    a, k = _first_per_pairing(a, k, i_idx, n_p, p_dies, n_d_best, rate_p_all, d_max, k_dies, given)
-    n_d = n_d_best[a, k]
-    rate_p = rate_p_all[a]
-    i = i_idx[a]
-    pass_s, kv_s, servers, scv_s, period_s, lone_s = pass_p[a], kv_p[a], servers_p[a], slot_scv[a], period_p[a], lone_p[a]
-    routed = (scv_a[a], count_p[a], lam_row[a]) if own.any() else None
-
-    def ttft(rate):  # at the rate run: the wait for the decode step each request joins, of its pairing
-        join = decode_join_s(curves, k, n_d, rate, workload.output.mean, slo.ttft_stat)
-        return ttft_terms(rate, servers, pass_s, scv_s, period_s, kv_s, slo.ttft_stat, n_p[a], join, lone_s, routed,
-                          warm[:, a])
-
-    rate_d = d_max[k] * n_d
-    pool = pre["pool_load_ms"].to_numpy(dtype=float)[i] / pre["forward_ms"].to_numpy(dtype=float)[i] if "pool_load_ms" in pre else 0.0
-    rate, binding = _operating(rate_p, rate_d, workload.arrival_rate_per_s,
-                               np.where(d_memory[k], DECODE_MEMORY, DECODE_TPOT),
-                               np.where(np.asarray(pool) > 0.5, PREFILL_POOL, PREFILL_TTFT))
-    t = ttft(rate)
-    batch, tpot = curves.at_rate(k, rate / n_d)
-    queue = {"_servers": servers, "_service_s": pass_s, "_period_s": period_s, "_fixed_s": kv_s, "_instances": n_p[a],
-             "_scv": scv_s, "_lone_s": lone_s, "_arrival_scv": scv_a[a],
-             "_counts_s": list(count_p[a]),
-             "_decode_curve": k, "_tpot_pass_s": np.zeros(len(k))}
-    per_curve = lambda c, default: np.array([key.get(c, default) for key in curves.keys], dtype=float)[k]  # noqa: E731
-    split = {c: per_curve(c, 0.0) for c in ("attention_dies", "expert_dies")}
-    split["decode_tp"] = per_curve("tp", 1.0)
-    split["prefill_tp"] = pre["attn_tp"].to_numpy(dtype=float)[i]
-    return _frame(shape, workload, rate, binding, n_p=n_p[a], p_dies=p_dies[i], split=split,
-                  tokens_per_npu=pre["tokens_per_npu"].to_numpy(dtype=float)[i], n_d=n_d, d_dies=k_dies[k],
-                  batch=batch, tpot=tpot, t=t, pass_s=t["pass_s"], kv_s=kv_s, dpp=dpp,
-                  rate_p=rate_p, rate_d=rate_d, queue=queue)
+    return {"i_idx": i_idx, "n_p": n_p, "p_dies": p_dies, "pass_p": pass_p, "lone_p": lone_p, "count_p": count_p,
+            "kv_p": kv_p, "servers_p": servers_p, "slot_scv": slot_scv, "period_p": period_p, "scv_a": scv_a, "own": own,
+            "lam_row": lam_row, "warm": warm, "rate_p_all": rate_p_all}
 
 
 def _first_per_pairing(a, k, i_idx, n_p, p_dies, n_d, rate_p, d_max, k_dies, given):

@@ -195,6 +195,8 @@ _LAW_Z = np.linspace(-4.5, 4.5, 19)  # standard normal points of the waiting cou
 _LAW_W = np.exp(-0.5 * _LAW_Z ** 2) / np.exp(-0.5 * _LAW_Z ** 2).sum()
 _NEWTON_STEPS = 12  # 0-5 from a warm start, 3-8 from cold on the cases of docs/model.md §12.5; more: a law that does not settle
 _PLAIN_STEPS = 100  # the map's own iteration where Newton stalls: a last resort, only for the rows left
+_SLACK = np.array([0.0, 0.0, 1e-4])[:, None]  # a count's variance settles to 1e-4 prompts²: far below one prompt
+_UNIT = np.eye(3)[:, :, None]  # the Jacobian's perturbed part, one component at a time
 _TOL = 1e-8  # a row's terms are summed in one order whatever rows it is solved with (_over_law): they do not depend on them
 
 
@@ -208,11 +210,12 @@ def count_time(k, prompts, count_s):
     """The pass of ``k`` prompts (rows of ``k``): linear between the ``COUNT_GRID`` points
     ``1 + (prompts - 1) u`` where ``count_s`` holds its time."""
     m = len(COUNT_GRID) - 1
-    p = np.clip((k - 1.0) / np.maximum(prompts - 1.0, 1e-12)[:, None], 0.0, 1.0) * m
+    p = np.minimum(np.maximum((k - 1.0) / np.maximum(prompts - 1.0, 1e-12)[:, None], 0.0), 1.0) * m
     i = np.minimum(p.astype(int), m - 1)
     w = p - i
-    rows = np.arange(len(prompts))[:, None]
-    return count_s[rows, i] * (1.0 - w) + count_s[rows, i + 1] * w
+    at = i + (np.arange(len(prompts)) * count_s.shape[1])[:, None]  # row r's point i, in the flat table
+    flat = count_s.ravel()
+    return flat.take(at) * (1.0 - w) + flat.take(at + 1) * w
 
 
 def _count_law(mean, var):
@@ -234,30 +237,34 @@ def _upper_gamma(n, z):
     return ndtr(-((np.maximum(z, 0.0) / n) ** (1.0 / 3.0) - 1.0 + h) / np.sqrt(h))
 
 
-def _renewal(rate, scv, t):
+def _renewal(rate, scv, t, tail: bool = True):
     """Arrivals of a renewal stream of ``rate`` whose gaps are gamma-distributed with squared
     coefficient of variation ``scv`` (1: Poisson; 1/n: every n-th of a Poisson stream, round
-    robin over n instances), over a window of ``t`` (arrays of one shape):
+    robin over n instances), over a window of ``t`` (arrays that broadcast: a row's rate and
+    scv against its windows):
     ``(P(none in t), E[(R - t)+])`` from a random point (R the forward recurrence time:
     P(R > t) = λ E[(T - t)+], E[(R - t)+] = λ/2 E[((T - t)+)²]) and ``(P(none), E[(T - t)+])``
     from an arrival (T a gap). With n = 1/scv and x = n λ t, Q the regularised upper incomplete
     gamma function: P(T > t) = Q(n, x), E[(T - t)+] = Q(n + 1, x)/λ - t Q(n, x),
     P(R > t) = Q(n + 1, x) - (x/n) Q(n, x), E[(R - t)+] = λ/2 [(1 + 1/n) Q(n + 2, x)/λ²
-    - 2 t Q(n + 1, x)/λ + t² Q(n, x)]; Poisson: e^(-λt) and e^(-λt)/λ for both."""
+    - 2 t Q(n + 1, x)/λ + t² Q(n, x)]; Poisson: e^(-λt) and e^(-λt)/λ for both. ``tail``
+    False: P(R > t) alone (the others None), which the chain's map asks for at every step."""
     poisson = np.abs(scv - 1.0) < 1e-12
     x = rate * t
     p0 = np.exp(-x)
     if np.all(poisson):
-        return p0, p0 / rate, p0, p0 / rate
+        return (p0, p0 / rate, p0, p0 / rate) if tail else (p0, None, None, None)
     n = np.minimum(1.0 / np.maximum(scv, 1e-9), 1e9)
     z = n * x
-    Q0, Q1, Q2 = _upper_gamma(n, z), _upper_gamma(n + 1.0, z), _upper_gamma(n + 2.0, z)
-    p_r = np.maximum(Q1 - (z / n) * Q0, 0.0)
+    Q0, Q1 = _upper_gamma(n, z), _upper_gamma(n + 1.0, z)
+    p_r = np.where(poisson, p0, np.maximum(Q1 - (z / n) * Q0, 0.0))
+    if not tail:
+        return p_r, None, None, None
+    Q2 = _upper_gamma(n + 2.0, z)
     e_r = np.maximum(0.5 * rate * ((1.0 + 1.0 / n) * Q2 / rate ** 2 - 2.0 * t * Q1 / rate + t * t * Q0), 0.0)
     e_t = np.maximum(Q1 / rate - t * Q0, 0.0)
     # Poisson rows exactly, whatever rows they are evaluated with (a row's terms depend on its inputs alone)
-    return (np.where(poisson, p0, p_r), np.where(poisson, p0 / rate, e_r), np.where(poisson, p0, Q0),
-            np.where(poisson, p0 / rate, e_t))
+    return p_r, np.where(poisson, p0 / rate, e_r), np.where(poisson, p0, Q0), np.where(poisson, p0 / rate, e_t)
 
 
 class _Chain:
@@ -282,28 +289,47 @@ class _Chain:
         t = count_time(k, self.K, self.ts)
         return X, k, t
 
-    def __call__(self, y):
-        """(p_idle, m, v) -> the next pass's (p_idle', m', v')."""
-        p_i, m, v = y
+    _MAP = ("lam", "scv", "K", "ts", "p0_idle", "n_idle", "v_idle")  # what sums and mix read
+
+    def rows(self, idx) -> "_Chain":
+        """The map (:meth:`sums`, :meth:`mix`) of rows ``idx`` (or of ``idx`` repeated)."""
+        sub = _Chain.__new__(_Chain)
+        sub.__dict__ = {k: self.__dict__[k][idx] for k in self._MAP}
+        return sub
+
+    def sums(self, m, v):
+        """What the next pass start takes from a busy start of law (m, v) (rows of m, v): the
+        chance that the pass is followed by a gap, and the first two moments of the count the
+        next pass starts with (over the law's points, before the idle starts are mixed in:
+        :meth:`mix`)."""
         L, C = self.lam[:, None], self.scv[:, None]
         X, k, t = self.passes(m, v)
         nxt = X - k + L * t  # the prompts left and those that arrive during the pass
-        p_r, _, _, _ = _renewal(L + 0 * t, C + 0 * t, t)
+        p_r = _renewal(L, C, t, tail=False)[0]
         idle = p_r * (X <= self.K[:, None])  # none left, none came: the next pass starts after a gap
-        p_next = (1.0 - p_i) * _over_law(idle) + p_i * self.p0_idle
-        s1 = (1.0 - p_i) * _over_law(nxt) + p_i * self.n_idle
-        s2 = (1.0 - p_i) * _over_law(nxt * nxt + C * L * t) + p_i * (self.n_idle ** 2 + self.v_idle)
+        return _over_law(idle), _over_law(nxt), _over_law(nxt * nxt + C * L * t)
+
+    def mix(self, p_i, sums):
+        """(p_idle', m', v') from the idle share ``p_i`` and the busy starts' :meth:`sums`."""
+        idle, n1, n2 = sums
+        p_next = (1.0 - p_i) * idle + p_i * self.p0_idle
+        s1 = (1.0 - p_i) * n1 + p_i * self.n_idle
+        s2 = (1.0 - p_i) * n2 + p_i * (self.n_idle ** 2 + self.v_idle)
         # the busy starts' law, leaning to one prompt as busy starts become vanishingly rare (nearly every pass
         # followed by a gap): their share plus 1e-9 of a start of one prompt
         busy = 1.0 - p_next + 1e-9
         m2 = np.maximum((s1 + 1e-9) / busy, 1.0)
         return np.stack([p_next, m2, np.maximum((s2 + 1e-9) / busy - m2 * m2, 1e-6)])
 
+    def __call__(self, y):
+        """(p_idle, m, v) -> the next pass's (p_idle', m', v')."""
+        return self.mix(y[0], self.sums(y[1], y[2]))
+
     def out(self, y) -> dict:
         p_i, m, v = y
         L, C = self.lam[:, None], self.scv[:, None]
         X, k, t = self.passes(m, v)
-        _, e_r, _, _ = _renewal(L + 0 * t, C + 0 * t, t)
+        _, e_r, _, _ = _renewal(L, C, t)
         b = 1.0 - p_i
         cycle = b * (_over_law(t + e_r * (X <= self.K[:, None]))) + p_i * (self.t1 + self.gap_idle)
         queue = b * (_over_law((X - k) * t))
@@ -378,7 +404,6 @@ def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False)
     """Newton's method on the chain's fixed point for rows ``live`` of ``y`` (3 x rows); returns
     ``y`` and the rows that did not converge. ``plain``: iterate the map itself instead
     (``_PLAIN_STEPS``)."""
-    n = y.shape[1]
     stalled = [np.zeros(0, dtype=int)]
     for step in range((_PLAIN_STEPS if plain else _NEWTON_STEPS) + 1):  # the last pass only checks
         if not plain:  # a backlog past eight full passes that would not settle: stop there (not converged)
@@ -387,16 +412,14 @@ def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False)
             live = live[~gone]
             if not live.size:
                 break
-        sub = _Chain.__new__(_Chain)
-        sub.__dict__ = {k: (v[live] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v)
-                        for k, v in chain.__dict__.items()}
+        sub = chain.rows(live)
         yl = y[:, live]
-        f = sub(yl) - yl
+        sums = sub.sums(yl[1], yl[2])
+        f = sub.mix(yl[0], sums) - yl
         # settled: the idle share, and the busy law by the weight of the passes that start busy (a law
         # that almost never applies need not settle)
         weight = np.stack([np.ones(len(live)), 1.0 - yl[0], 1.0 - yl[0]])
-        slack = np.array([0.0, 0.0, 1e-4])[:, None]  # a count's variance to 1e-4 prompts²: far below one prompt
-        done = np.all(weight * np.abs(f) <= _TOL * (1.0 + np.abs(yl)) + slack, axis=0)
+        done = np.all(weight * np.abs(f) <= _TOL * (1.0 + np.abs(yl)) + _SLACK, axis=0)
         if done.all() or step == (_PLAIN_STEPS if plain else _NEWTON_STEPS):
             live = live[~done]
             break
@@ -404,14 +427,20 @@ def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False)
             y[:, live] = np.where(done, yl, yl + f)
             live = live[~done]
             continue
-        # the Jacobian by forward differences, the three perturbed states in one evaluation of the map
-        m = len(live)
+        # the Jacobian by forward differences of the rows not settled: the idle share moves only the mix
+        # (:meth:`_Chain.mix`), the busy law's mean and variance the passes (one evaluation of the map for both)
+        go = np.flatnonzero(~done)
+        m = go.size
+        sub, yl, f = sub.rows(go), yl[:, go], f[:, go]
+        sums = tuple(x[go] for x in sums)
         d = 1e-6 * np.maximum(np.abs(yl), 1e-3)
-        tiled = _Chain.__new__(_Chain)
-        tiled.__dict__ = {k: (np.concatenate([v] * 3) if isinstance(v, np.ndarray) and v.shape[:1] == (m,) else v)
-                          for k, v in sub.__dict__.items()}
-        shifted = np.concatenate([yl + d * (np.arange(3) == a)[:, None] for a in range(3)], axis=1)
-        moved = (tiled(shifted) - shifted).reshape(3, 3, m)  # [component, perturbed part, row]
+        moved = np.empty((3, 3, m))  # [component, perturbed part, row]
+        moved[:, 0] = sub.mix(yl[0] + d[0], sums) - (yl + d * _UNIT[0])
+        both = sub.rows(np.concatenate([np.arange(m)] * 2))
+        mv = both.mix(np.concatenate([yl[0]] * 2), both.sums(np.concatenate([yl[1] + d[1], yl[1]]),
+                                                             np.concatenate([yl[2], yl[2] + d[2]])))
+        moved[:, 1] = mv[:, :m] - (yl + d * _UNIT[1])
+        moved[:, 2] = mv[:, m:] - (yl + d * _UNIT[2])
         J = ((moved - f[:, None, :]) / d[None, :, :]).transpose(2, 0, 1)
         # Newton's step where the Jacobian is regular; a plain step of the map elsewhere (an instance
         # idle after every pass: its busy law does not move the map)
@@ -429,6 +458,6 @@ def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False)
         yn[0] = np.clip(yn[0], 0.0, 1.0)
         yn[1] = np.clip(yn[1], np.maximum(0.5 * yl[1], 1.0), 2.0 * yl[1])
         yn[2] = np.clip(yn[2], np.maximum(0.1 * yl[2], 1e-6), 4.0 * yl[2])
-        y[:, live] = np.where(done, yl, yn)
-        live = live[~done]
+        live = live[go]
+        y[:, live] = yn
     return y, np.concatenate([live] + stalled)
