@@ -43,6 +43,9 @@ from ..cost.pool import pass_with_pool_s
 from .predictor import DecodePredictor, PrefillPredictor, pool_traffic_s
 
 
+_max, _min, _sum = np.maximum.reduce, np.minimum.reduce, np.add.reduce  # ndarray.max / min / sum without their wrapper
+
+
 def mtp_tokens_per_step(k: int, a: float) -> tuple[float, float]:
     """(mean, variance) of the tokens a request emits per step with k draft tokens each
     accepted with probability a, a draft kept only if all before it were: P(1 + j) = a^j (1 - a)
@@ -142,12 +145,24 @@ class DecodeInstance:
         self.reserved: dict = {}  # request -> the KV tokens it reserves on its rank (_reserve)
         self.peak_kv = 0.0  # the most KV tokens any rank held (at a boundary, before its completions)
         self.reserve_output = True  # admission reserves a request's whole context (else its prompt: preemption)
+        self._kv: dict = {}  # step s -> S_r(s) of the batch as it is (_kv_at; emptied when the batch changes)
 
-    # -- load (the hot path: array methods, not numpy's functions, whose dispatch costs a few µs a call) --
+    # -- load (the hot path: a numpy call costs ~1 µs whatever the ranks, so each rank array is made
+    # once per batch and step, and reduced by the ufuncs' own reduce, without ndarray.max's wrapper) --
+    def _kv_at(self, s: float) -> np.ndarray:
+        """Each rank's KV tokens at step ``s``, S_r(s) = A_r + n_r mu s (module docstring), kept
+        while the batch is unchanged: a boundary's plan, its peak and its admissions read it."""
+        kv = self._kv.get(s)
+        if kv is None:
+            if len(self._kv) > 1:
+                self._kv.clear()
+            kv = self._kv[s] = self.A_r + self.n_r * self.mu * s
+        return kv
+
     def _step_s(self, s: float) -> float:
         if self.n == 0:
             return 0.0
-        hot = float((self.A_r + self.n_r * self.mu * s).max())
+        hot = float(_max(self._kv_at(s)))
         return self.pred.step(self.n / self.pred.npus, hot / (self.n / self.R))
 
     def _steps_until(self, k_max: float, t_goal: float | None) -> tuple[int, float]:
@@ -184,12 +199,13 @@ class DecodeInstance:
         if self.pending and self._room():
             t_goal = self.pending[0][0]
         k, dt, T0, d = self._steps_until(math.ceil(k_c - 1e-9), t_goal)
-        mean_kv = float((self.A_r + self.n_r * self.mu * self.s).sum()) / self.n
+        mean_kv = float(_sum(self._kv_at(self.s))) / self.n
         self.planned = (k, dt, T0, d, self.pred.step(self.n / self.pred.npus, mean_kv))
         return self.t + dt
 
     def _room(self) -> bool:
-        return bool((self._load()[0] < self.cap_n).any())
+        """A rank has fewer requests than it may run."""
+        return bool(_min(self._load_n()) < self.cap_n)
 
     def _steps_to_full(self) -> float:
         """Steps until a rank's KV outgrows what it holds (a forced boundary; none here:
@@ -214,7 +230,7 @@ class DecodeInstance:
             self.stats.intervals.append((T0, d, k, self.n, T_mean))
             self.busy += dt
             self.s += k
-            self.peak_kv = max(self.peak_kv, float(self._load()[1].max()))
+            self.peak_kv = max(self.peak_kv, float(_max(self._load_kv())))
         self.t = now
         self._complete(now, done)
         while self.pending and self.pending[0][0] <= now + 1e-12:
@@ -231,6 +247,7 @@ class DecodeInstance:
                 continue
             del self.live[rid]
             r = self.rank_of.pop(rid)
+            self._kv.clear()
             self.n_r[r] -= 1
             self.A_r[r] -= self.q.prompt[rid] + self.extra.pop(rid, 0.0) - self.mu * self.admit_step.pop(rid)
             self._release(rid, r)
@@ -254,6 +271,7 @@ class DecodeInstance:
             req.finish_s[rid] = now
             done.append(rid)
             return
+        self._kv.clear()
         self.n_r[r] += 1
         self.A_r[r] += self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.s
         self.reserved[rid] = self._reserve(rid, steps)
@@ -274,9 +292,13 @@ class DecodeInstance:
             self.waiting.popleft()
             self._join(rid, r, now, done)
 
-    def _load(self):
-        """(requests, KV tokens) of each rank now."""
-        return self.n_r, self.A_r + self.n_r * self.mu * self.s
+    def _load_n(self) -> np.ndarray:
+        """Requests of each rank now."""
+        return self.n_r
+
+    def _load_kv(self) -> np.ndarray:
+        """KV tokens of each rank now."""
+        return self._kv_at(self.s)
 
     def _reserve(self, rid: int, steps: float) -> float:
         """The KV tokens request ``rid`` holds at its end, reserved on its rank while it runs:
@@ -294,22 +316,33 @@ class DecodeInstance:
         running requests' growth is held for them and the rank never over-fills; otherwise (a
         co-located instance, vLLM's on-demand blocks) the rank's KV now plus the new prompt's
         and one step's, the rank preempting when it outgrows (CoLocatedInstance._preempt)."""
-        n_r, kv = self._load()
+        n_r = self._load_n()
         if self.reserve_output:
             used, need = self.W_r, self._reserve(rid, self.steps_left.get(rid, self.q.steps[rid]))
         else:
-            used, need = kv, self.q.prompt[rid] + self.extra.get(rid, 0.0) + self.mu
-        ok = (n_r < self.cap_n) & ((used + need <= self.cap_kv) | (n_r == 0))
+            used, need = self._load_kv(), self.q.prompt[rid] + self.extra.get(rid, 0.0) + self.mu
+        if self.policy != "least_kv":  # round robin: the rank whose turn it is, the usual answer, alone first
+            r = self.rr % self.R
+            if self._fits(n_r[r], used[r], need):
+                self.rr = r + 1
+                return r
+        ok = self._fits(n_r, used, need)
         if not ok.any():
             return None
         if self.policy == "least_kv":
-            return int(np.where(ok, kv, np.inf).argmin())
-        for j in range(self.R):
+            return int(np.where(ok, self._load_kv(), np.inf).argmin())
+        for j in range(1, self.R):
             r = (self.rr + j) % self.R
             if ok[r]:
                 self.rr = r + 1
                 return r
         return None
+
+    def _fits(self, n, used, need):
+        """Room on ranks (or one rank) holding ``n`` requests and ``used`` KV tokens for a
+        request needing ``need`` more (_rank_for): fewer requests than the cap and the KV
+        within the rank, or an empty rank."""
+        return (n < self.cap_n) & ((used + need <= self.cap_kv) | (n == 0))
 
 
 class CoLocatedInstance(DecodeInstance):
@@ -342,8 +375,11 @@ class CoLocatedInstance(DecodeInstance):
             return self.iteration[0]
         return super().next_event()
 
-    def _load(self):
-        return self.n_r + self.held_n, self.A_r + self.n_r * self.mu * self.s + self.held_kv
+    def _load_n(self) -> np.ndarray:
+        return self.n_r + self.held_n
+
+    def _load_kv(self) -> np.ndarray:
+        return self._kv_at(self.s) + self.held_kv
 
     def _admit(self, now: float, done: list) -> None:
         """After a decode-only boundary: preempt where KV outgrew a rank, then the prompts that
@@ -366,8 +402,7 @@ class CoLocatedInstance(DecodeInstance):
         (the latest admitted) leaves the batch, its KV dropped; it waits at the head of the queue
         to recompute its prompt and the tokens it had generated, then resumes its remaining steps."""
         while True:
-            n_r, kv = self._load()
-            over = np.flatnonzero((kv > self.cap_kv + 1e-6) & (self.n_r > 1))
+            over = np.flatnonzero((self._load_kv() > self.cap_kv + 1e-6) & (self.n_r > 1))
             if not len(over):
                 return
             r = int(over[0])
@@ -375,6 +410,7 @@ class CoLocatedInstance(DecodeInstance):
             done_steps = self.s - self.admit_step[rid]
             left = self.live.pop(rid) - self.s
             self.rank_of.pop(rid)
+            self._kv.clear()
             self.n_r[r] -= 1
             self.A_r[r] -= self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.admit_step.pop(rid)
             self._release(rid, r)
@@ -453,8 +489,8 @@ class CoLocatedInstance(DecodeInstance):
         tokens = sum(t for _, t in chunk) / self.pred.npus
         b = self.n / self.pred.npus
         if self.n > 0:
-            kv = self.A_r + self.n_r * self.mu * self.s
-            hot, mean = float(kv.max()) / (self.n / self.R), float(kv.sum()) / self.n
+            kv = self._kv_at(self.s)
+            hot, mean = float(_max(kv)) / (self.n / self.R), float(_sum(kv)) / self.n
         else:
             hot = mean = 16.0
         T, T_mean = self.pred.step(b, hot, tokens), self.pred.step(b, mean, tokens)
