@@ -145,25 +145,43 @@ class DecodeInstance:
         self.reserved: dict = {}  # request -> the KV tokens it reserves on its rank (_reserve)
         self.peak_kv = 0.0  # the most KV tokens any rank held (at a boundary, before its completions)
         self.reserve_output = True  # admission reserves a request's whole context (else its prompt: preemption)
-        self._kv: dict = {}  # step s -> S_r(s) of the batch as it is (_kv_at; emptied when the batch changes)
+        self._memo: dict = {}  # what the batch as it is gives at a step (_kv_at, _step_s, _mean_step_s)
 
-    # -- load (the hot path: a numpy call costs ~1 µs whatever the ranks, so each rank array is made
-    # once per batch and step, and reduced by the ufuncs' own reduce, without ndarray.max's wrapper) --
+    # -- load (the hot path: a numpy call costs ~1 µs whatever the ranks, so each rank array and step
+    # time is made once per batch and step, and reduced by the ufuncs' own reduce, without
+    # ndarray.max's wrapper; a boundary planned again for a new KV arrival reads its batch's again) --
+    def _changed(self) -> None:
+        """The batch changed (a request joined or left a rank): what it gave is made anew."""
+        self._memo.clear()
+
+    def _kept(self, key, value):
+        if len(self._memo) > 6:  # a batch running on (co-located iterations) leaves its earlier steps behind
+            self._memo.clear()
+        self._memo[key] = value
+        return value
+
     def _kv_at(self, s: float) -> np.ndarray:
-        """Each rank's KV tokens at step ``s``, S_r(s) = A_r + n_r mu s (module docstring), kept
-        while the batch is unchanged: a boundary's plan, its peak and its admissions read it."""
-        kv = self._kv.get(s)
-        if kv is None:
-            if len(self._kv) > 1:
-                self._kv.clear()
-            kv = self._kv[s] = self.A_r + self.n_r * self.mu * s
-        return kv
+        """Each rank's KV tokens at step ``s``, S_r(s) = A_r + n_r mu s (module docstring)."""
+        kv = self._memo.get(s)
+        return kv if kv is not None else self._kept(s, self.A_r + self.n_r * self.mu * s)
 
     def _step_s(self, s: float) -> float:
+        """The step time at step ``s``, T(s) = T_d(b, L_hot(s)) (module docstring)."""
         if self.n == 0:
             return 0.0
-        hot = float(_max(self._kv_at(s)))
-        return self.pred.step(self.n / self.pred.npus, hot / (self.n / self.R))
+        T = self._memo.get(("T", s))
+        if T is None:
+            hot = float(_max(self._kv_at(s)))
+            T = self._kept(("T", s), self.pred.step(self.n / self.pred.npus, hot / (self.n / self.R)))
+        return T
+
+    def _mean_step_s(self) -> float:
+        """The step time now were every rank's KV the mean (the step without the DP ranks' spread)."""
+        T = self._memo.get(("mean", self.s))
+        if T is None:
+            mean_kv = float(_sum(self._kv_at(self.s))) / self.n
+            T = self._kept(("mean", self.s), self.pred.step(self.n / self.pred.npus, mean_kv))
+        return T
 
     def _steps_until(self, k_max: float, t_goal: float | None) -> tuple[int, float]:
         """(k, time of k steps) for the first boundary at or after ``t_goal`` (or k_max)."""
@@ -199,8 +217,7 @@ class DecodeInstance:
         if self.pending and self._room():
             t_goal = self.pending[0][0]
         k, dt, T0, d = self._steps_until(math.ceil(k_c - 1e-9), t_goal)
-        mean_kv = float(_sum(self._kv_at(self.s))) / self.n
-        self.planned = (k, dt, T0, d, self.pred.step(self.n / self.pred.npus, mean_kv))
+        self.planned = (k, dt, T0, d, self._mean_step_s())
         return self.t + dt
 
     def _room(self) -> bool:
@@ -247,7 +264,7 @@ class DecodeInstance:
                 continue
             del self.live[rid]
             r = self.rank_of.pop(rid)
-            self._kv.clear()
+            self._changed()
             self.n_r[r] -= 1
             self.A_r[r] -= self.q.prompt[rid] + self.extra.pop(rid, 0.0) - self.mu * self.admit_step.pop(rid)
             self._release(rid, r)
@@ -271,7 +288,7 @@ class DecodeInstance:
             req.finish_s[rid] = now
             done.append(rid)
             return
-        self._kv.clear()
+        self._changed()
         self.n_r[r] += 1
         self.A_r[r] += self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.s
         self.reserved[rid] = self._reserve(rid, steps)
@@ -410,7 +427,7 @@ class CoLocatedInstance(DecodeInstance):
             done_steps = self.s - self.admit_step[rid]
             left = self.live.pop(rid) - self.s
             self.rank_of.pop(rid)
-            self._kv.clear()
+            self._changed()
             self.n_r[r] -= 1
             self.A_r[r] -= self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.admit_step.pop(rid)
             self._release(rid, r)
