@@ -43,7 +43,13 @@ from ..cost.pool import pass_with_pool_s
 from .predictor import DecodePredictor, PrefillPredictor, pool_traffic_s
 
 
+TRIED_ALONE = 4  # ranks a round robin tries one by one before testing every rank at once (_rank_for)
 _max, _min, _sum = np.maximum.reduce, np.minimum.reduce, np.add.reduce  # ndarray.max / min / sum without their wrapper
+
+
+def _steps_s(k: int, T0: float, d: float) -> float:
+    """The time of k steps from a step of T0 growing by d a step: k T0 + d k (k - 1) / 2."""
+    return k * T0 + d * k * (k - 1) / 2.0
 
 
 def mtp_tokens_per_step(k: int, a: float) -> tuple[float, float]:
@@ -163,7 +169,12 @@ class DecodeInstance:
     def _kv_at(self, s: float) -> np.ndarray:
         """Each rank's KV tokens at step ``s``, S_r(s) = A_r + n_r mu s (module docstring)."""
         kv = self._memo.get(s)
-        return kv if kv is not None else self._kept(s, self.A_r + self.n_r * self.mu * s)
+        if kv is None:
+            growth = self._memo.get("growth")  # n_r mu: each rank's KV growth per step
+            if growth is None:
+                growth = self._kept("growth", self.n_r * self.mu)
+            kv = self._kept(s, self.A_r + growth * s)
+        return kv
 
     def _step_s(self, s: float) -> float:
         """The step time at step ``s``, T(s) = T_d(b, L_hot(s)) (module docstring)."""
@@ -188,19 +199,15 @@ class DecodeInstance:
         T0 = self._step_s(self.s)
         span = max(k_max, 1.0)
         d = (self._step_s(self.s + span) - T0) / span if span > 1 else 0.0
-
-        def cum(k):
-            return k * T0 + d * k * (k - 1) / 2.0
-
         k = int(k_max)
-        if t_goal is not None and cum(k) > t_goal - self.t:
+        if t_goal is not None and _steps_s(k, T0, d) > t_goal - self.t:
             dt = t_goal - self.t
             if d > 1e-15:
                 kk = (-(T0 - d / 2) + math.sqrt((T0 - d / 2) ** 2 + 2 * d * dt)) / d
             else:
                 kk = dt / T0 if T0 > 0 else 0.0
             k = max(1, min(k, math.ceil(kk - 1e-9)))
-        return k, cum(k), T0, d
+        return k, _steps_s(k, T0, d), T0, d
 
     def next_event(self) -> float | None:
         """Plan the next boundary (stored: steps and their time); None when idle with nothing pending."""
@@ -338,17 +345,20 @@ class DecodeInstance:
             used, need = self.W_r, self._reserve(rid, self.steps_left.get(rid, self.q.steps[rid]))
         else:
             used, need = self._load_kv(), self.q.prompt[rid] + self.extra.get(rid, 0.0) + self.mu
-        if self.policy != "least_kv":  # round robin: the rank whose turn it is, the usual answer, alone first
-            r = self.rr % self.R
-            if self._fits(n_r[r], used[r], need):
-                self.rr = r + 1
-                return r
-        ok = self._fits(n_r, used, need)
+        tried = 0
+        if self.policy != "least_kv":  # round robin: the next ranks in turn one by one (the usual answer)
+            tried = min(self.R, TRIED_ALONE)
+            for j in range(tried):
+                r = (self.rr + j) % self.R
+                if self._fits(n_r.item(r), used.item(r), need):
+                    self.rr = r + 1
+                    return r
+        ok = self._fits(n_r, used, need)  # then every rank at once
         if not ok.any():
             return None
         if self.policy == "least_kv":
             return int(np.where(ok, self._load_kv(), np.inf).argmin())
-        for j in range(1, self.R):
+        for j in range(tried, self.R):
             r = (self.rr + j) % self.R
             if ok[r]:
                 self.rr = r + 1

@@ -83,6 +83,10 @@ class Grid2:
         self._v = np.asarray(self.v, dtype=float).tolist()
 
     def __call__(self, x: float, y: float) -> float:
+        return self.at(x, y)
+
+    def at(self, x: float, y: float) -> float:
+        """The value at (x, y) (a method: Python calls an instance through its type's slot, slower)."""
         if len(self.x) == 1:
             i = i1 = 0
             wi = 0.0
@@ -132,7 +136,7 @@ class DecodePredictor:
     def step(self, batch_per_npu: float, kv: float, chunk_per_npu: float = 0.0) -> float:
         b = max(batch_per_npu, 1.0)
         if self.chunk_step_s is None or chunk_per_npu <= 0:
-            return self.step_s(b, kv)
+            return self.step_s.at(b, kv)
         cs = self._chunks
         if chunk_per_npu <= cs[0]:
             return self.chunk_step_s[0][1](b, kv) if cs[0] == chunk_per_npu else \
@@ -285,7 +289,23 @@ def _pool_fn(hw, fn, dies: float):
     or None on a system without a pool (cmperf/cost/pool.py)."""
     if hw.system.memory_pool is None:
         return None
-    return lambda B, n: float(fn(hw, B, n, dies))
+    return _memoised(lambda B, n: float(fn(hw, B, n, dies)))
+
+
+def _memoised(fn, most: int = 4096):
+    """``fn`` of numbers, each call's value computed once (up to ``most`` kept): a run's passes
+    repeat a few sizes, and a cost-model function reads the specs, some µs a call."""
+    seen: dict = {}
+
+    def once(*args):
+        v = seen.get(args)
+        if v is None:
+            if len(seen) >= most:
+                seen.clear()
+            v = seen[args] = fn(*args)
+        return v
+
+    return once
 
 
 def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: float, computed: np.ndarray,
@@ -335,5 +355,5 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
         compute_s=[(C, Grid2(list(ts), list(cs), comp[j])) for j, C in enumerate(levels)],
         min_tokens_per_npu=min_tokens,
         pool_read_s=_pool_fn(hw, pool_read_s, readers), pool_write_s=_pool_fn(hw, pool_write_s, readers),
-        send_s=lambda B: float(kv_send_s(hw, B))) for comp in comps]
+        send_s=_memoised(lambda B: float(kv_send_s(hw, B)))) for comp in comps]
     return out if sweeps else out[0]
