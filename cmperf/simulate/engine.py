@@ -264,12 +264,12 @@ class DecodeInstance:
 
     def _complete(self, now: float, done: list) -> None:
         """The requests whose last step has run leave the batch."""
-        req = self.req
-        while self.finishing and self.finishing[0][0] <= self.s + 1e-9:
-            step, rid = heapq.heappop(self.finishing)
-            if self.live.get(rid) != step:
+        req, finishing, live, end = self.req, self.finishing, self.live, self.s + 1e-9
+        while finishing and finishing[0][0] <= end:
+            step, rid = heapq.heappop(finishing)
+            if live.get(rid) != step:
                 continue
-            del self.live[rid]
+            del live[rid]
             r = self.rank_of.pop(rid)
             self._changed()
             self.n_r[r] -= 1
@@ -619,11 +619,12 @@ class Simulation:
 
     def run(self, progress=None) -> None:
         req, order, n, arrival = self.req, self._order, len(self.req.prompt), self.q.arrival_s
+        heap, queue_samples = self.heap, self.stats.queue
         now = 0.0
         tick = max(n // 100, 1)
         sent = 0
         while True:
-            t_heap = self.heap[0][0] if self.heap else math.inf
+            t_heap = heap[0][0] if heap else math.inf
             t_send = math.inf
             if self.next_send < n and self.in_flight < self.C:
                 t_send = max(arrival[order[self.next_send]], now)
@@ -653,16 +654,15 @@ class Simulation:
                 if progress and sent % tick == 0:
                     progress(sent, n)
                 continue
-            t, _, kind, obj, version = heapq.heappop(self.heap)
+            t, _, kind, obj, version = heapq.heappop(heap)
             now = t
             if kind == "pass_end":
                 self._pass_end(obj, now)
             elif kind == "boundary" and version == obj.version:
-                for rid in obj.advance(now):
-                    self.in_flight -= 1
+                self.in_flight -= len(obj.advance(now))
                 self._plan(obj)
-            if len(self.stats.queue) < 20000 and self.seq % 50 == 0:
-                self.stats.queue.append((now, self._queued(), sum(len(d.waiting) + len(d.pending) for d in self.decode),
+            if self.seq % 50 == 0 and len(queue_samples) < 20000:
+                queue_samples.append((now, self._queued(), sum(len(d.waiting) + len(d.pending) for d in self.decode),
                                          sum(d.n for d in self.decode)))
         if progress:
             progress(n, n)

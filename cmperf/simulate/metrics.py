@@ -17,6 +17,8 @@ Mean, median and p99 are over requests (ITL: over chunks).
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 from .engine import Requests, Stats
@@ -71,7 +73,7 @@ def metrics(req: Requests, stats: Stats, slo_ttft_ms: float | None = None, slo_t
         keep[order[: int(warmup * len(order))]] = False
     start, end = np.nanmin(req.send_s), np.nanmax(req.finish_s)
     duration = max(end - start, 1e-12)
-    intervals = np.asarray(stats.intervals, dtype=float).reshape(-1, 5)
+    intervals = np.fromiter(chain.from_iterable(stats.intervals), float, 5 * len(stats.intervals)).reshape(-1, 5)
     t, w = _itl(intervals)
     res = {
         "completed": int(done.sum()),

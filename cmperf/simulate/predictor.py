@@ -139,10 +139,10 @@ class DecodePredictor:
             return self.step_s.at(b, kv)
         cs = self._chunks
         if chunk_per_npu <= cs[0]:
-            return self.chunk_step_s[0][1](b, kv) if cs[0] == chunk_per_npu else \
-                self.step_s(b, kv) + (self.chunk_step_s[0][1](b, kv) - self.step_s(b, kv)) * chunk_per_npu / cs[0]
+            return self.chunk_step_s[0][1].at(b, kv) if cs[0] == chunk_per_npu else \
+                self.step_s.at(b, kv) + (self.chunk_step_s[0][1].at(b, kv) - self.step_s.at(b, kv)) * chunk_per_npu / cs[0]
         i, w = _interp_index(cs, chunk_per_npu)
-        lo, hi = self.chunk_step_s[i][1](b, kv), self.chunk_step_s[i + 1][1](b, kv)
+        lo, hi = self.chunk_step_s[i][1].at(b, kv), self.chunk_step_s[i + 1][1].at(b, kv)
         return lo + (hi - lo) * w
 
 
@@ -178,10 +178,10 @@ class PrefillPredictor:
         t = max(tokens / self.npus, self.min_tokens_per_npu(c_eff))
         levels = self.compute_s
         if len(levels) == 1 or C_eff <= levels[0][0]:
-            comp = levels[0][1](t, c_eff)
+            comp = levels[0][1].at(t, c_eff)
         else:
             i, w = _interp_index(self._levels, C_eff)
-            comp = levels[i][1](t, c_eff) * (1 - w) + levels[i + 1][1](t, c_eff) * w
+            comp = levels[i][1].at(t, c_eff) * (1 - w) + levels[i + 1][1].at(t, c_eff) * w
         share = min(float(prompts), float(self.groups)) * self.tp
         pool, write = pool_traffic_s(self.pool_read_s, self.pool_write_s, share, pool_B, blocks, write_B, write_blocks)
         return float(pass_with_pool_s(comp, pool, write)), self.send_s(kv_B / share)
