@@ -151,44 +151,54 @@ class DecodeInstance:
         self.reserved: dict = {}  # request -> the KV tokens it reserves on its rank (_reserve)
         self.peak_kv = 0.0  # the most KV tokens any rank held (at a boundary, before its completions)
         self.reserve_output = True  # admission reserves a request's whole context (else its prompt: preemption)
-        self._memo: dict = {}  # what the batch as it is gives at a step (_kv_at, _step_s, _mean_step_s)
+        self._growth = None  # n_r mu, each rank's KV growth per step (_kv_at)
+        self._kv: dict = {}  # step -> S_r at that step, of the last few steps asked for (_kv_at)
+        self._times: dict = {}  # step times of the batch as it is (_step_s, _mean_step_s)
 
-    # -- load (the hot path: a numpy call costs ~1 µs whatever the ranks, so each rank array and step
-    # time is made once per batch and step, and reduced by the ufuncs' own reduce, without
-    # ndarray.max's wrapper; a boundary planned again for a new KV arrival reads its batch's again) --
-    def _changed(self) -> None:
-        """The batch changed (a request joined or left a rank): what it gave is made anew."""
-        self._memo.clear()
-
-    def _kept(self, key, value):
-        if len(self._memo) > 6:  # a batch running on (co-located iterations) leaves its earlier steps behind
-            self._memo.clear()
-        self._memo[key] = value
-        return value
+    # -- load (the hot path: a numpy call costs ~1 µs whatever the ranks, so a rank array is made
+    # once and then kept up to date rank by rank, and reduced by the ufuncs' own reduce, without
+    # ndarray.max's wrapper; a step time is made once per batch and step) --
+    def _changed(self, r: int) -> None:
+        """Rank ``r``'s batch changed (a request joined or left it; n_r and A_r updated): the
+        rank arrays kept are made anew at ``r`` (as the whole array makes it), the step times
+        dropped."""
+        self._times.clear()
+        if self._growth is not None:  # in Python floats (the same IEEE arithmetic, without numpy scalars)
+            g = self._growth[r] = self.n_r.item(r) * self.mu
+            a = self.A_r.item(r)
+            for s, kv in self._kv.items():
+                kv[r] = a + g * s
 
     def _kv_at(self, s: float) -> np.ndarray:
         """Each rank's KV tokens at step ``s``, S_r(s) = A_r + n_r mu s (module docstring)."""
-        kv = self._memo.get(s)
+        kv = self._kv.get(s)
         if kv is None:
-            growth = self._memo.get("growth")  # n_r mu: each rank's KV growth per step
-            if growth is None:
-                growth = self._kept("growth", self.n_r * self.mu)
-            kv = self._kept(s, self.A_r + growth * s)
+            if self._growth is None:
+                self._growth = self.n_r * self.mu
+            if len(self._kv) > 1:  # a boundary reads its own step and its plan's end (the next boundary's own)
+                del self._kv[next(iter(self._kv))]
+            kv = self._kv[s] = self.A_r + self._growth * s
         return kv
+
+    def _kept(self, key, value: float) -> float:
+        if len(self._times) > 5:  # a batch running on (co-located iterations) leaves its earlier steps behind
+            self._times.clear()
+        self._times[key] = value
+        return value
 
     def _step_s(self, s: float) -> float:
         """The step time at step ``s``, T(s) = T_d(b, L_hot(s)) (module docstring)."""
         if self.n == 0:
             return 0.0
-        T = self._memo.get(("T", s))
+        T = self._times.get(s)
         if T is None:
             hot = float(_max(self._kv_at(s)))
-            T = self._kept(("T", s), self.pred.step(self.n / self.pred.npus, hot / (self.n / self.R)))
+            T = self._kept(s, self.pred.step(self.n / self.pred.npus, hot / (self.n / self.R)))
         return T
 
     def _mean_step_s(self) -> float:
         """The step time now were every rank's KV the mean (the step without the DP ranks' spread)."""
-        T = self._memo.get(("mean", self.s))
+        T = self._times.get(("mean", self.s))
         if T is None:
             mean_kv = float(_sum(self._kv_at(self.s))) / self.n
             T = self._kept(("mean", self.s), self.pred.step(self.n / self.pred.npus, mean_kv))
@@ -271,9 +281,9 @@ class DecodeInstance:
                 continue
             del live[rid]
             r = self.rank_of.pop(rid)
-            self._changed()
             self.n_r[r] -= 1
             self.A_r[r] -= self.q.prompt[rid] + self.extra.pop(rid, 0.0) - self.mu * self.admit_step.pop(rid)
+            self._changed(r)
             self._release(rid, r)
             self.n -= 1
             req.finish_s[rid] = now
@@ -295,9 +305,9 @@ class DecodeInstance:
             req.finish_s[rid] = now
             done.append(rid)
             return
-        self._changed()
         self.n_r[r] += 1
         self.A_r[r] += self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.s
+        self._changed(r)
         self.reserved[rid] = self._reserve(rid, steps)
         self.W_r[r] += self.reserved[rid]
         self.n += 1
@@ -341,12 +351,17 @@ class DecodeInstance:
         co-located instance, vLLM's on-demand blocks) the rank's KV now plus the new prompt's
         and one step's, the rank preempting when it outgrows (CoLocatedInstance._preempt)."""
         n_r = self._load_n()
+        kv = self._load_kv() if self.policy == "least_kv" or not self.reserve_output else None
         if self.reserve_output:
             used, need = self.W_r, self._reserve(rid, self.steps_left.get(rid, self.q.steps[rid]))
         else:
-            used, need = self._load_kv(), self.q.prompt[rid] + self.extra.get(rid, 0.0) + self.mu
+            used, need = kv, self.q.prompt[rid] + self.extra.get(rid, 0.0) + self.mu
         tried = 0
-        if self.policy != "least_kv":  # round robin: the next ranks in turn one by one (the usual answer)
+        if self.policy == "least_kv":  # the rank with the least KV alone first: with room, the answer
+            r = int(kv.argmin())
+            if self._fits(n_r.item(r), used.item(r), need):
+                return r
+        else:  # round robin: the next ranks in turn one by one (the usual answer)
             tried = min(self.R, TRIED_ALONE)
             for j in range(tried):
                 r = (self.rr + j) % self.R
@@ -357,7 +372,7 @@ class DecodeInstance:
         if not ok.any():
             return None
         if self.policy == "least_kv":
-            return int(np.where(ok, self._load_kv(), np.inf).argmin())
+            return int(np.where(ok, kv, np.inf).argmin())
         for j in range(tried, self.R):
             r = (self.rr + j) % self.R
             if ok[r]:
@@ -437,9 +452,9 @@ class CoLocatedInstance(DecodeInstance):
             done_steps = self.s - self.admit_step[rid]
             left = self.live.pop(rid) - self.s
             self.rank_of.pop(rid)
-            self._changed()
             self.n_r[r] -= 1
             self.A_r[r] -= self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.admit_step.pop(rid)
+            self._changed(r)
             self._release(rid, r)
             self.n -= 1
             self.extra[rid] = self.extra.get(rid, 0.0) + self.mu * done_steps
