@@ -176,7 +176,7 @@ class _Points:
                 continue
             vals = [self.values(u) for u in new]
             sweeps = {p["path"]: [v[p["path"]] for v in vals] for p in self.params}
-            m = simulated({**self.ref, "rows": [r]}, sweeps, self.seed, self.inputs)[r["id"]]
+            m = simulated({**self.ref, "rows": [r]}, sweeps, self.seed, inputs=self.inputs)[r["id"]]
             for i, u in enumerate(new):
                 self.sim.setdefault(u, {})[r["id"]] = m[:, i:i + 1]
 
