@@ -165,6 +165,7 @@ class PrefillPredictor:
 
     def __post_init__(self):
         self._levels = [float(c) for c, _ in self.compute_s]
+        self._times = _memoised(self._pass_times)
 
     def times(self, tokens: float, c_eff: float, C_eff: float = 0.0, prompts: int = 1, pool_B: float = 0.0,
               blocks: float = 0.0, kv_B: float = 0.0, write_B: float = 0.0, write_blocks: float = 0.0) -> tuple[float, float]:
@@ -174,7 +175,11 @@ class PrefillPredictor:
         ``prompts``, their cached prefixes' ``pool_B`` bytes in ``blocks`` blocks and their whole
         KV, ``kv_B`` bytes, and the new blocks written back, ``write_B`` bytes in ``write_blocks``
         (overlapped with the pass: :func:`cmperf.cost.pool.pass_with_pool_s`). A die reads,
-        writes and sends its share: the batch's over the dies of the groups it occupies."""
+        writes and sends its share: the batch's over the dies of the groups it occupies.
+        Memoised: a run's passes repeat a few batches where prompts have one length."""
+        return self._times(tokens, c_eff, C_eff, prompts, pool_B, blocks, kv_B, write_B, write_blocks)
+
+    def _pass_times(self, tokens, c_eff, C_eff, prompts, pool_B, blocks, kv_B, write_B, write_blocks):
         t = max(tokens / self.npus, self.min_tokens_per_npu(c_eff))
         levels = self.compute_s
         if len(levels) == 1 or C_eff <= levels[0][0]:
