@@ -81,6 +81,7 @@ class Grid2:
     def __post_init__(self):
         self.x, self.y = [float(a) for a in self.x], [float(a) for a in self.y]
         self._v = np.asarray(self.v, dtype=float).tolist()
+        self._x_at, self._x_index = None, None  # the last x and its (i, w): a boundary reads one batch at several KV
 
     def __call__(self, x: float, y: float) -> float:
         return self.at(x, y)
@@ -91,7 +92,9 @@ class Grid2:
             i = i1 = 0
             wi = 0.0
         else:
-            i, wi = _interp_index(self.x, x)
+            if x != self._x_at:
+                self._x_at, self._x_index = x, _interp_index(self.x, x)
+            i, wi = self._x_index
             i1 = i + 1
         if len(self.y) == 1:
             j = j1 = 0
