@@ -158,14 +158,15 @@ class DecodeInstance:
     # -- load (the hot path: a numpy call costs ~1 µs whatever the ranks, so a rank array is made
     # once and then kept up to date rank by rank, and reduced by the ufuncs' own reduce, without
     # ndarray.max's wrapper; a step time is made once per batch and step) --
-    def _changed(self, r: int) -> None:
-        """Rank ``r``'s batch changed (a request joined or left it; n_r and A_r updated): the
-        rank arrays kept are made anew at ``r`` (as the whole array makes it), the step times
-        dropped."""
+    def _move(self, r: int, dn: int, dA: float) -> None:
+        """A request joins (dn = 1) or leaves (dn = -1) rank ``r``, its A_r changing by ``dA``:
+        the rank arrays kept are made anew at ``r`` (as the whole array makes it), the step
+        times dropped. In Python floats: the same IEEE arithmetic, without numpy scalars."""
+        self.n_r[r] = n = self.n_r.item(r) + dn
+        self.A_r[r] = a = self.A_r.item(r) + dA
         self._times.clear()
-        if self._growth is not None:  # in Python floats (the same IEEE arithmetic, without numpy scalars)
-            g = self._growth[r] = self.n_r.item(r) * self.mu
-            a = self.A_r.item(r)
+        if self._growth is not None:
+            g = self._growth[r] = n * self.mu
             for s, kv in self._kv.items():
                 kv[r] = a + g * s
 
@@ -281,9 +282,7 @@ class DecodeInstance:
                 continue
             del live[rid]
             r = self.rank_of.pop(rid)
-            self.n_r[r] -= 1
-            self.A_r[r] -= self.q.prompt[rid] + self.extra.pop(rid, 0.0) - self.mu * self.admit_step.pop(rid)
-            self._changed(r)
+            self._move(r, -1, -(self.q.prompt[rid] + self.extra.pop(rid, 0.0) - self.mu * self.admit_step.pop(rid)))
             self._release(rid, r)
             self.n -= 1
             req.finish_s[rid] = now
@@ -293,7 +292,7 @@ class DecodeInstance:
         """Request ``rid``, leaving rank ``r`` (already counted out of n_r), frees its reservation
         (an emptied rank holds none: no rounding left over)."""
         w = self.reserved.pop(rid)
-        self.W_r[r] = self.W_r[r] - w if self.n_r[r] > 0 else 0.0
+        self.W_r[r] = self.W_r.item(r) - w if self.n_r.item(r) > 0 else 0.0
 
     def _join(self, rid: int, r: int, now: float, done: list) -> None:
         """Request ``rid`` joins the batch on rank ``r`` (its first token reaches the client now)."""
@@ -305,11 +304,9 @@ class DecodeInstance:
             req.finish_s[rid] = now
             done.append(rid)
             return
-        self.n_r[r] += 1
-        self.A_r[r] += self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.s
-        self._changed(r)
-        self.reserved[rid] = self._reserve(rid, steps)
-        self.W_r[r] += self.reserved[rid]
+        self._move(r, 1, self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.s)
+        self.reserved[rid] = w = self._reserve(rid, steps)
+        self.W_r[r] = self.W_r.item(r) + w
         self.n += 1
         self.rank_of[rid] = r
         self.admit_step[rid] = self.s
@@ -452,9 +449,7 @@ class CoLocatedInstance(DecodeInstance):
             done_steps = self.s - self.admit_step[rid]
             left = self.live.pop(rid) - self.s
             self.rank_of.pop(rid)
-            self.n_r[r] -= 1
-            self.A_r[r] -= self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.admit_step.pop(rid)
-            self._changed(r)
+            self._move(r, -1, -(self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.admit_step.pop(rid)))
             self._release(rid, r)
             self.n -= 1
             self.extra[rid] = self.extra.get(rid, 0.0) + self.mu * done_steps
