@@ -153,18 +153,18 @@ class DecodeInstance:
         self.reserve_output = True  # admission reserves a request's whole context (else its prompt: preemption)
         self._growth = None  # n_r mu, each rank's KV growth per step (_kv_at)
         self._kv: dict = {}  # step -> S_r at that step, of the last few steps asked for (_kv_at)
-        self._times: dict = {}  # step times of the batch as it is (_step_s, _mean_step_s)
+        self._plan_at = None  # ((step, span), (T0, d, T_mean)) of the batch as it is (_step_times)
 
     # -- load (the hot path: a numpy call costs ~1 µs whatever the ranks, so a rank array is made
     # once and then kept up to date rank by rank, and reduced by the ufuncs' own reduce, without
-    # ndarray.max's wrapper; a step time is made once per batch and step) --
+    # ndarray.max's wrapper; a boundary planned again for a new KV arrival reuses its step times) --
     def _move(self, r: int, dn: int, dA: float) -> None:
         """A request joins (dn = 1) or leaves (dn = -1) rank ``r``, its A_r changing by ``dA``:
         the rank arrays kept are made anew at ``r`` (as the whole array makes it), the step
         times dropped. In Python floats: the same IEEE arithmetic, without numpy scalars."""
         self.n_r[r] = n = self.n_r.item(r) + dn
         self.A_r[r] = a = self.A_r.item(r) + dA
-        self._times.clear()
+        self._plan_at = None
         if self._growth is not None:
             g = self._growth[r] = n * self.mu
             for s, kv in self._kv.items():
@@ -181,35 +181,33 @@ class DecodeInstance:
             kv = self._kv[s] = self.A_r + self._growth * s
         return kv
 
-    def _kept(self, key, value: float) -> float:
-        if len(self._times) > 5:  # a batch running on (co-located iterations) leaves its earlier steps behind
-            self._times.clear()
-        self._times[key] = value
-        return value
-
     def _step_s(self, s: float) -> float:
         """The step time at step ``s``, T(s) = T_d(b, L_hot(s)) (module docstring)."""
         if self.n == 0:
             return 0.0
-        T = self._times.get(s)
-        if T is None:
-            hot = float(_max(self._kv_at(s)))
-            T = self._kept(s, self.pred.step(self.n / self.pred.npus, hot / (self.n / self.R)))
-        return T
+        hot = float(_max(self._kv_at(s)))
+        return self.pred.step(self.n / self.pred.npus, hot / (self.n / self.R))
 
     def _mean_step_s(self) -> float:
         """The step time now were every rank's KV the mean (the step without the DP ranks' spread)."""
-        T = self._times.get(("mean", self.s))
-        if T is None:
-            mean_kv = float(_sum(self._kv_at(self.s))) / self.n
-            T = self._kept(("mean", self.s), self.pred.step(self.n / self.pred.npus, mean_kv))
-        return T
+        return self.pred.step(self.n / self.pred.npus, float(_sum(self._kv_at(self.s))) / self.n)
 
-    def _steps_until(self, k_max: float, t_goal: float | None) -> tuple[int, float]:
-        """(k, time of k steps) for the first boundary at or after ``t_goal`` (or k_max)."""
+    def _step_times(self, span: float) -> tuple[float, float, float]:
+        """(T0, d, T_mean) from the step now over ``span`` steps: the first step's time, its
+        growth per step and the first step's time at the mean KV (module docstring)."""
+        key = (self.s, span)
+        if self._plan_at is not None and self._plan_at[0] == key:
+            return self._plan_at[1]
         T0 = self._step_s(self.s)
-        span = max(k_max, 1.0)
         d = (self._step_s(self.s + span) - T0) / span if span > 1 else 0.0
+        times = T0, d, self._mean_step_s()
+        self._plan_at = key, times
+        return times
+
+    def _steps_until(self, k_max: float, t_goal: float | None) -> tuple[int, float, float, float, float]:
+        """(k, time of k steps, T0, d, T_mean) for the first boundary at or after ``t_goal`` (or k_max)."""
+        span = max(k_max, 1.0)
+        T0, d, T_mean = self._step_times(span)
         k = int(k_max)
         if t_goal is not None and _steps_s(k, T0, d) > t_goal - self.t:
             dt = t_goal - self.t
@@ -218,7 +216,7 @@ class DecodeInstance:
             else:
                 kk = dt / T0 if T0 > 0 else 0.0
             k = max(1, min(k, math.ceil(kk - 1e-9)))
-        return k, _steps_s(k, T0, d), T0, d
+        return k, _steps_s(k, T0, d), T0, d, T_mean
 
     def next_event(self) -> float | None:
         """Plan the next boundary (stored: steps and their time); None when idle with nothing pending."""
@@ -234,9 +232,8 @@ class DecodeInstance:
         t_goal = None
         if self.pending and self._room():
             t_goal = self.pending[0][0]
-        k, dt, T0, d = self._steps_until(math.ceil(k_c - 1e-9), t_goal)
-        self.planned = (k, dt, T0, d, self._mean_step_s())
-        return self.t + dt
+        self.planned = self._steps_until(math.ceil(k_c - 1e-9), t_goal)
+        return self.t + self.planned[1]
 
     def _room(self) -> bool:
         """A rank has fewer requests than it may run."""
