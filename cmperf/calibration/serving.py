@@ -6,8 +6,9 @@ constants that no micro-benchmark publishes (the file's ``fit:``) are fitted to 
 (:func:`fit_serving`), and each run is reported at the fit to the OTHER runs
 (leave-one-run-out): a run used to fit is never its own validation.
 
-Speed: a run's simulation is ~0.3 s of step-time grids (``predict``) and up to 0.5 s of engine
-(the HT run's 3,328 requests). The fit evaluates its points in batches: one simulate call per
+Speed (CPU, ``benchmarks/serving_fit_speed.py``): a run's step-time grids (``predict``) are
+~0.035 s per batch of points, its engine up to ~0.07 s per point (the HT run's 3,328 requests);
+the fit of sglang-a3-serving.yaml ~7.5 s over 60 points. The fit evaluates its points in batches: one simulate call per
 run with the batch as a zipped sweep of stack paths, whose grids come from one vectorised
 ``predict`` per instance (``simulate(..., sweeps=)``), every (run, point) once and only where a
 fold needs it: not the run it leaves out, nor a run no fit sees (:class:`_Points`).
