@@ -4,7 +4,7 @@
     python benchmarks/simulate_snapshot.py save /tmp/sim-before.pkl     # on the code before
     python benchmarks/simulate_snapshot.py compare /tmp/sim-before.pkl  # on the code after
 
-The set (~45 runs, about a minute of CPU): PD, AFD and co-located deployments (chunked prefill
+The set (43 runs, ~10 s of CPU): PD, AFD and co-located deployments (chunked prefill
 on and off, KV preemption), MTP, prefix hits with a KV pool and a working set, every prefill
 router (the stacks' shared, round_robin and random, least_load by ``--set``; no stack), a
 closed loop, bursty and trace arrivals, fixed, log-normal, exponential and sampled lengths, a
