@@ -28,7 +28,7 @@ def _ref(perturbed: dict[str, float], not_fitted=()):
                     {"path": "stack.b", "lo": 0.1, "hi": 2.0, "meaning": "b"}]}  # log ranges of 20: 3 % steps at the end
 
 
-def _fake(ref, sweeps, seed=0):
+def _fake(ref, sweeps, seed=0, inputs=None):
     """Throughput 100 x0/x, TPOT 100 x/x0, TTFT 100 y/y0 for every run."""
     x = np.asarray(sweeps["stack.a"], dtype=float)
     y = np.asarray(sweeps["stack.b"], dtype=float)

@@ -6,8 +6,9 @@ constants that no micro-benchmark publishes (the file's ``fit:``) are fitted to 
 (:func:`fit_serving`), and each run is reported at the fit to the OTHER runs
 (leave-one-run-out): a run used to fit is never its own validation.
 
-Speed: a run's simulation is ~0.3 s of step-time grids (``predict``) and up to 0.5 s of engine
-(the HT run's 3,328 requests). The fit evaluates its points in batches: one simulate call per
+Speed (CPU, ``benchmarks/serving_fit_speed.py``): a run's step-time grids (``predict``) are
+~0.035 s per batch of points, its engine up to ~0.07 s per point (the HT run's 3,328 requests);
+the fit of sglang-a3-serving.yaml ~7.5 s over 60 points. The fit evaluates its points in batches: one simulate call per
 run with the batch as a zipped sweep of stack paths, whose grids come from one vectorised
 ``predict`` per instance (``simulate(..., sweeps=)``), every (run, point) once and only where a
 fold needs it: not the run it leaves out, nor a run no fit sees (:class:`_Points`).
@@ -78,15 +79,23 @@ def _run_inputs(ref: dict, r: dict):
     return specs, workload, dep, traffic
 
 
-def simulated(ref: dict, sweeps: dict[str, list] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+def simulated(ref: dict, sweeps: dict[str, list] | None = None, seed: int = 0,
+              inputs: dict | None = None) -> dict[str, np.ndarray]:
     """Each run's simulated metrics (run id -> array (metrics of the run, points)): at the
     spec values of the files, or at each of the points of ``sweeps`` (stack paths -> values,
-    taken together; one vectorised step-time evaluation per run and instance)."""
+    taken together; one vectorised step-time evaluation per run and instance). ``inputs``:
+    run id -> its :func:`_run_inputs`, kept there by a caller that simulates the runs again
+    (the fit: the specs are loaded and the acceptance solved once per run)."""
     from ..simulate import simulate
 
     out = {}
     for r in ref["rows"]:
-        specs, workload, dep, traffic = _run_inputs(ref, r)
+        if inputs is None:
+            specs, workload, dep, traffic = _run_inputs(ref, r)
+        else:
+            if r["id"] not in inputs:
+                inputs[r["id"]] = _run_inputs(ref, r)
+            specs, workload, dep, traffic = inputs[r["id"]]
         res = simulate(specs, workload, dep, traffic, seed, sweeps=sweeps or None)
         res = res if sweeps else [res]
         out[r["id"]] = np.array([[x.metrics[m] for x in res] for m in r["measured"]], dtype=float)
@@ -143,6 +152,7 @@ class _Points:
         self.lo = np.log([p["lo"] for p in params])
         self.hi = np.log([p["hi"] for p in params])
         self.sim: dict[tuple, dict[str, np.ndarray]] = {}
+        self.inputs: dict = {}  # run id -> its inputs (simulated)
 
     def values(self, u) -> dict[str, float]:
         x = np.exp(self.lo + np.clip(np.asarray(u, dtype=float), 0.0, 1.0) * (self.hi - self.lo))
@@ -167,7 +177,7 @@ class _Points:
                 continue
             vals = [self.values(u) for u in new]
             sweeps = {p["path"]: [v[p["path"]] for v in vals] for p in self.params}
-            m = simulated({**self.ref, "rows": [r]}, sweeps, self.seed)[r["id"]]
+            m = simulated({**self.ref, "rows": [r]}, sweeps, self.seed, inputs=self.inputs)[r["id"]]
             for i, u in enumerate(new):
                 self.sim.setdefault(u, {})[r["id"]] = m[:, i:i + 1]
 

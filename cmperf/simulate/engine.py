@@ -43,6 +43,15 @@ from ..cost.pool import pass_with_pool_s
 from .predictor import DecodePredictor, PrefillPredictor, pool_traffic_s
 
 
+TRIED_ALONE = 4  # ranks a round robin tries one by one before testing every rank at once (_rank_for)
+_max, _min, _sum = np.maximum.reduce, np.minimum.reduce, np.add.reduce  # ndarray.max / min / sum without their wrapper
+
+
+def _steps_s(k: int, T0: float, d: float) -> float:
+    """The time of k steps from a step of T0 growing by d a step: k T0 + d k (k - 1) / 2."""
+    return k * T0 + d * k * (k - 1) / 2.0
+
+
 def mtp_tokens_per_step(k: int, a: float) -> tuple[float, float]:
     """(mean, variance) of the tokens a request emits per step with k draft tokens each
     accepted with probability a, a draft kept only if all before it were: P(1 + j) = a^j (1 - a)
@@ -142,32 +151,72 @@ class DecodeInstance:
         self.reserved: dict = {}  # request -> the KV tokens it reserves on its rank (_reserve)
         self.peak_kv = 0.0  # the most KV tokens any rank held (at a boundary, before its completions)
         self.reserve_output = True  # admission reserves a request's whole context (else its prompt: preemption)
+        self._growth = None  # n_r mu, each rank's KV growth per step (_kv_at)
+        self._kv: dict = {}  # step -> S_r at that step, of the last few steps asked for (_kv_at)
+        self._plan_at = None  # ((step, span), (T0, d, T_mean)) of the batch as it is (_step_times)
 
-    # -- load (the hot path: array methods, not numpy's functions, whose dispatch costs a few µs a call) --
+    # -- load (the hot path: a numpy call costs ~1 µs whatever the ranks, so a rank array is made
+    # once and then kept up to date rank by rank, and reduced by the ufuncs' own reduce, without
+    # ndarray.max's wrapper; a boundary planned again for a new KV arrival reuses its step times) --
+    def _move(self, r: int, dn: int, dA: float) -> None:
+        """A request joins (dn = 1) or leaves (dn = -1) rank ``r``, its A_r changing by ``dA``:
+        the rank arrays kept are made anew at ``r`` (as the whole array makes it), the step
+        times dropped. In Python floats: the same IEEE arithmetic, without numpy scalars."""
+        self.n_r[r] = n = self.n_r.item(r) + dn
+        self.A_r[r] = a = self.A_r.item(r) + dA
+        self._plan_at = None
+        if self._growth is not None:
+            g = self._growth[r] = n * self.mu
+            for s, kv in self._kv.items():
+                kv[r] = a + g * s
+
+    def _kv_at(self, s: float) -> np.ndarray:
+        """Each rank's KV tokens at step ``s``, S_r(s) = A_r + n_r mu s (module docstring)."""
+        kv = self._kv.get(s)
+        if kv is None:
+            if self._growth is None:
+                self._growth = self.n_r * self.mu
+            if len(self._kv) > 1:  # a boundary reads its own step and its plan's end (the next boundary's own)
+                del self._kv[next(iter(self._kv))]
+            kv = self._kv[s] = self.A_r + self._growth * s
+        return kv
+
     def _step_s(self, s: float) -> float:
+        """The step time at step ``s``, T(s) = T_d(b, L_hot(s)) (module docstring)."""
         if self.n == 0:
             return 0.0
-        hot = float((self.A_r + self.n_r * self.mu * s).max())
+        hot = float(_max(self._kv_at(s)))
         return self.pred.step(self.n / self.pred.npus, hot / (self.n / self.R))
 
-    def _steps_until(self, k_max: float, t_goal: float | None) -> tuple[int, float]:
-        """(k, time of k steps) for the first boundary at or after ``t_goal`` (or k_max)."""
+    def _mean_step_s(self) -> float:
+        """The step time now were every rank's KV the mean (the step without the DP ranks' spread)."""
+        return self.pred.step(self.n / self.pred.npus, float(_sum(self._kv_at(self.s))) / self.n)
+
+    def _step_times(self, span: float) -> tuple[float, float, float]:
+        """(T0, d, T_mean) from the step now over ``span`` steps: the first step's time, its
+        growth per step and the first step's time at the mean KV (module docstring)."""
+        key = (self.s, span)
+        if self._plan_at is not None and self._plan_at[0] == key:
+            return self._plan_at[1]
         T0 = self._step_s(self.s)
-        span = max(k_max, 1.0)
         d = (self._step_s(self.s + span) - T0) / span if span > 1 else 0.0
+        times = T0, d, self._mean_step_s()
+        self._plan_at = key, times
+        return times
 
-        def cum(k):
-            return k * T0 + d * k * (k - 1) / 2.0
-
+    def _steps_until(self, k_max: float, t_goal: float | None) -> tuple[int, float, float, float, float]:
+        """(k, time of k steps, T0, d, T_mean) for the first boundary at or after ``t_goal`` (or k_max)."""
+        span = max(k_max, 1.0)
+        T0, d, T_mean = self._step_times(span)
         k = int(k_max)
-        if t_goal is not None and cum(k) > t_goal - self.t:
+        if t_goal is not None and _steps_s(k, T0, d) > t_goal - self.t:
             dt = t_goal - self.t
             if d > 1e-15:
                 kk = (-(T0 - d / 2) + math.sqrt((T0 - d / 2) ** 2 + 2 * d * dt)) / d
             else:
                 kk = dt / T0 if T0 > 0 else 0.0
             k = max(1, min(k, math.ceil(kk - 1e-9)))
-        return k, cum(k), T0, d
+        return k, _steps_s(k, T0, d), T0, d, T_mean
 
     def next_event(self) -> float | None:
         """Plan the next boundary (stored: steps and their time); None when idle with nothing pending."""
@@ -183,13 +232,12 @@ class DecodeInstance:
         t_goal = None
         if self.pending and self._room():
             t_goal = self.pending[0][0]
-        k, dt, T0, d = self._steps_until(math.ceil(k_c - 1e-9), t_goal)
-        mean_kv = float((self.A_r + self.n_r * self.mu * self.s).sum()) / self.n
-        self.planned = (k, dt, T0, d, self.pred.step(self.n / self.pred.npus, mean_kv))
-        return self.t + dt
+        self.planned = self._steps_until(math.ceil(k_c - 1e-9), t_goal)
+        return self.t + self.planned[1]
 
     def _room(self) -> bool:
-        return bool((self._load()[0] < self.cap_n).any())
+        """A rank has fewer requests than it may run."""
+        return bool(_min(self._load_n()) < self.cap_n)
 
     def _steps_to_full(self) -> float:
         """Steps until a rank's KV outgrows what it holds (a forced boundary; none here:
@@ -214,7 +262,7 @@ class DecodeInstance:
             self.stats.intervals.append((T0, d, k, self.n, T_mean))
             self.busy += dt
             self.s += k
-            self.peak_kv = max(self.peak_kv, float(self._load()[1].max()))
+            self.peak_kv = max(self.peak_kv, float(_max(self._load_kv())))
         self.t = now
         self._complete(now, done)
         while self.pending and self.pending[0][0] <= now + 1e-12:
@@ -224,15 +272,14 @@ class DecodeInstance:
 
     def _complete(self, now: float, done: list) -> None:
         """The requests whose last step has run leave the batch."""
-        req = self.req
-        while self.finishing and self.finishing[0][0] <= self.s + 1e-9:
-            step, rid = heapq.heappop(self.finishing)
-            if self.live.get(rid) != step:
+        req, finishing, live, end = self.req, self.finishing, self.live, self.s + 1e-9
+        while finishing and finishing[0][0] <= end:
+            step, rid = heapq.heappop(finishing)
+            if live.get(rid) != step:
                 continue
-            del self.live[rid]
+            del live[rid]
             r = self.rank_of.pop(rid)
-            self.n_r[r] -= 1
-            self.A_r[r] -= self.q.prompt[rid] + self.extra.pop(rid, 0.0) - self.mu * self.admit_step.pop(rid)
+            self._move(r, -1, -(self.q.prompt[rid] + self.extra.pop(rid, 0.0) - self.mu * self.admit_step.pop(rid)))
             self._release(rid, r)
             self.n -= 1
             req.finish_s[rid] = now
@@ -242,7 +289,7 @@ class DecodeInstance:
         """Request ``rid``, leaving rank ``r`` (already counted out of n_r), frees its reservation
         (an emptied rank holds none: no rounding left over)."""
         w = self.reserved.pop(rid)
-        self.W_r[r] = self.W_r[r] - w if self.n_r[r] > 0 else 0.0
+        self.W_r[r] = self.W_r.item(r) - w if self.n_r.item(r) > 0 else 0.0
 
     def _join(self, rid: int, r: int, now: float, done: list) -> None:
         """Request ``rid`` joins the batch on rank ``r`` (its first token reaches the client now)."""
@@ -254,10 +301,9 @@ class DecodeInstance:
             req.finish_s[rid] = now
             done.append(rid)
             return
-        self.n_r[r] += 1
-        self.A_r[r] += self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.s
-        self.reserved[rid] = self._reserve(rid, steps)
-        self.W_r[r] += self.reserved[rid]
+        self._move(r, 1, self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.s)
+        self.reserved[rid] = w = self._reserve(rid, steps)
+        self.W_r[r] = self.W_r.item(r) + w
         self.n += 1
         self.rank_of[rid] = r
         self.admit_step[rid] = self.s
@@ -274,9 +320,13 @@ class DecodeInstance:
             self.waiting.popleft()
             self._join(rid, r, now, done)
 
-    def _load(self):
-        """(requests, KV tokens) of each rank now."""
-        return self.n_r, self.A_r + self.n_r * self.mu * self.s
+    def _load_n(self) -> np.ndarray:
+        """Requests of each rank now."""
+        return self.n_r
+
+    def _load_kv(self) -> np.ndarray:
+        """KV tokens of each rank now."""
+        return self._kv_at(self.s)
 
     def _reserve(self, rid: int, steps: float) -> float:
         """The KV tokens request ``rid`` holds at its end, reserved on its rank while it runs:
@@ -294,22 +344,41 @@ class DecodeInstance:
         running requests' growth is held for them and the rank never over-fills; otherwise (a
         co-located instance, vLLM's on-demand blocks) the rank's KV now plus the new prompt's
         and one step's, the rank preempting when it outgrows (CoLocatedInstance._preempt)."""
-        n_r, kv = self._load()
+        n_r = self._load_n()
+        kv = self._load_kv() if self.policy == "least_kv" or not self.reserve_output else None
         if self.reserve_output:
             used, need = self.W_r, self._reserve(rid, self.steps_left.get(rid, self.q.steps[rid]))
         else:
             used, need = kv, self.q.prompt[rid] + self.extra.get(rid, 0.0) + self.mu
-        ok = (n_r < self.cap_n) & ((used + need <= self.cap_kv) | (n_r == 0))
+        tried = 0
+        if self.policy == "least_kv":  # the rank with the least KV alone first: with room, the answer
+            r = int(kv.argmin())
+            if self._fits(n_r.item(r), used.item(r), need):
+                return r
+        else:  # round robin: the next ranks in turn one by one (the usual answer)
+            tried = min(self.R, TRIED_ALONE)
+            for j in range(tried):
+                r = (self.rr + j) % self.R
+                if self._fits(n_r.item(r), used.item(r), need):
+                    self.rr = r + 1
+                    return r
+        ok = self._fits(n_r, used, need)  # then every rank at once
         if not ok.any():
             return None
         if self.policy == "least_kv":
             return int(np.where(ok, kv, np.inf).argmin())
-        for j in range(self.R):
+        for j in range(tried, self.R):
             r = (self.rr + j) % self.R
             if ok[r]:
                 self.rr = r + 1
                 return r
         return None
+
+    def _fits(self, n, used, need):
+        """Room on ranks (or one rank) holding ``n`` requests and ``used`` KV tokens for a
+        request needing ``need`` more (_rank_for): fewer requests than the cap and the KV
+        within the rank, or an empty rank."""
+        return (n < self.cap_n) & ((used + need <= self.cap_kv) | (n == 0))
 
 
 class CoLocatedInstance(DecodeInstance):
@@ -342,8 +411,11 @@ class CoLocatedInstance(DecodeInstance):
             return self.iteration[0]
         return super().next_event()
 
-    def _load(self):
-        return self.n_r + self.held_n, self.A_r + self.n_r * self.mu * self.s + self.held_kv
+    def _load_n(self) -> np.ndarray:
+        return self.n_r + self.held_n
+
+    def _load_kv(self) -> np.ndarray:
+        return self._kv_at(self.s) + self.held_kv
 
     def _admit(self, now: float, done: list) -> None:
         """After a decode-only boundary: preempt where KV outgrew a rank, then the prompts that
@@ -366,8 +438,7 @@ class CoLocatedInstance(DecodeInstance):
         (the latest admitted) leaves the batch, its KV dropped; it waits at the head of the queue
         to recompute its prompt and the tokens it had generated, then resumes its remaining steps."""
         while True:
-            n_r, kv = self._load()
-            over = np.flatnonzero((kv > self.cap_kv + 1e-6) & (self.n_r > 1))
+            over = np.flatnonzero((self._load_kv() > self.cap_kv + 1e-6) & (self.n_r > 1))
             if not len(over):
                 return
             r = int(over[0])
@@ -375,8 +446,7 @@ class CoLocatedInstance(DecodeInstance):
             done_steps = self.s - self.admit_step[rid]
             left = self.live.pop(rid) - self.s
             self.rank_of.pop(rid)
-            self.n_r[r] -= 1
-            self.A_r[r] -= self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.admit_step.pop(rid)
+            self._move(r, -1, -(self.q.prompt[rid] + self.extra.get(rid, 0.0) - self.mu * self.admit_step.pop(rid)))
             self._release(rid, r)
             self.n -= 1
             self.extra[rid] = self.extra.get(rid, 0.0) + self.mu * done_steps
@@ -453,8 +523,8 @@ class CoLocatedInstance(DecodeInstance):
         tokens = sum(t for _, t in chunk) / self.pred.npus
         b = self.n / self.pred.npus
         if self.n > 0:
-            kv = self.A_r + self.n_r * self.mu * self.s
-            hot, mean = float(kv.max()) / (self.n / self.R), float(kv.sum()) / self.n
+            kv = self._kv_at(self.s)
+            hot, mean = float(_max(kv)) / (self.n / self.R), float(_sum(kv)) / self.n
         else:
             hot = mean = 16.0
         T, T_mean = self.pred.step(b, hot, tokens), self.pred.step(b, mean, tokens)
@@ -556,11 +626,12 @@ class Simulation:
 
     def run(self, progress=None) -> None:
         req, order, n, arrival = self.req, self._order, len(self.req.prompt), self.q.arrival_s
+        heap, queue_samples = self.heap, self.stats.queue
         now = 0.0
         tick = max(n // 100, 1)
         sent = 0
         while True:
-            t_heap = self.heap[0][0] if self.heap else math.inf
+            t_heap = heap[0][0] if heap else math.inf
             t_send = math.inf
             if self.next_send < n and self.in_flight < self.C:
                 t_send = max(arrival[order[self.next_send]], now)
@@ -590,16 +661,15 @@ class Simulation:
                 if progress and sent % tick == 0:
                     progress(sent, n)
                 continue
-            t, _, kind, obj, version = heapq.heappop(self.heap)
+            t, _, kind, obj, version = heapq.heappop(heap)
             now = t
             if kind == "pass_end":
                 self._pass_end(obj, now)
             elif kind == "boundary" and version == obj.version:
-                for rid in obj.advance(now):
-                    self.in_flight -= 1
+                self.in_flight -= len(obj.advance(now))
                 self._plan(obj)
-            if len(self.stats.queue) < 20000 and self.seq % 50 == 0:
-                self.stats.queue.append((now, self._queued(), sum(len(d.waiting) + len(d.pending) for d in self.decode),
+            if self.seq % 50 == 0 and len(queue_samples) < 20000:
+                queue_samples.append((now, self._queued(), sum(len(d.waiting) + len(d.pending) for d in self.decode),
                                          sum(d.n for d in self.decode)))
         if progress:
             progress(n, n)

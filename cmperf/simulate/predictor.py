@@ -70,23 +70,41 @@ def _interp_index(axis: np.ndarray, x: float) -> tuple[int, float]:
 
 @dataclass
 class Grid2:
-    """Values on a (x, y) grid, interpolated bilinearly (clamped at the edges)."""
+    """Values on a (x, y) grid, interpolated bilinearly (clamped at the edges). Read as Python
+    floats (axes and values, made once): an engine calls it a few times per event, and a numpy
+    scalar is slower to index and to compute with (the same values, the same IEEE arithmetic)."""
 
     x: list  # increasing
     y: list
     v: np.ndarray  # (len(x), len(y))
 
+    def __post_init__(self):
+        self.x, self.y = [float(a) for a in self.x], [float(a) for a in self.y]
+        self._v = np.asarray(self.v, dtype=float).tolist()
+        self._x_at, self._x_index = None, None  # the last x and its (i, w): a boundary reads one batch at several KV
+
     def __call__(self, x: float, y: float) -> float:
+        return self.at(x, y)
+
+    def at(self, x: float, y: float) -> float:
+        """The value at (x, y) (a method: Python calls an instance through its type's slot, slower)."""
         if len(self.x) == 1:
-            i, wi, xs = 0, 0.0, False
+            i = i1 = 0
+            wi = 0.0
         else:
-            (i, wi), xs = _interp_index(self.x, x), True
-        j, wj = _interp_index(self.y, y) if len(self.y) > 1 else (0, 0.0)
-        v = self.v
-        i1 = i + 1 if xs else i
-        j1 = j + 1 if len(self.y) > 1 else j
-        a = v[i, j] + (v[i, j1] - v[i, j]) * wj
-        b = v[i1, j] + (v[i1, j1] - v[i1, j]) * wj
+            if x != self._x_at:
+                self._x_at, self._x_index = x, _interp_index(self.x, x)
+            i, wi = self._x_index
+            i1 = i + 1
+        if len(self.y) == 1:
+            j = j1 = 0
+            wj = 0.0
+        else:
+            j, wj = _interp_index(self.y, y)
+            j1 = j + 1
+        vi, vi1 = self._v[i], self._v[i1]
+        a = vi[j] + (vi[j1] - vi[j]) * wj
+        b = vi1[j] + (vi1[j1] - vi1[j]) * wj
         return float(a + (b - a) * wi)
 
 
@@ -115,16 +133,19 @@ class DecodePredictor:
     pool_read_s: Any = None  # co-located with a pool: callable (bytes per die, blocks per die) -> read time
     pool_write_s: Any = None  # ... and the write-back's time (none: no pool)
 
+    def __post_init__(self):
+        self._chunks = [float(c) for c, _ in self.chunk_step_s or ()]
+
     def step(self, batch_per_npu: float, kv: float, chunk_per_npu: float = 0.0) -> float:
         b = max(batch_per_npu, 1.0)
         if self.chunk_step_s is None or chunk_per_npu <= 0:
-            return self.step_s(b, kv)
-        cs = [c for c, _ in self.chunk_step_s]
+            return self.step_s.at(b, kv)
+        cs = self._chunks
         if chunk_per_npu <= cs[0]:
-            return self.chunk_step_s[0][1](b, kv) if cs[0] == chunk_per_npu else \
-                self.step_s(b, kv) + (self.chunk_step_s[0][1](b, kv) - self.step_s(b, kv)) * chunk_per_npu / cs[0]
-        i, w = _interp_index(np.asarray(cs), chunk_per_npu)
-        lo, hi = self.chunk_step_s[i][1](b, kv), self.chunk_step_s[i + 1][1](b, kv)
+            return self.chunk_step_s[0][1].at(b, kv) if cs[0] == chunk_per_npu else \
+                self.step_s.at(b, kv) + (self.chunk_step_s[0][1].at(b, kv) - self.step_s.at(b, kv)) * chunk_per_npu / cs[0]
+        i, w = _interp_index(cs, chunk_per_npu)
+        lo, hi = self.chunk_step_s[i][1].at(b, kv), self.chunk_step_s[i + 1][1].at(b, kv)
         return lo + (hi - lo) * w
 
 
@@ -145,6 +166,10 @@ class PrefillPredictor:
     inputs: dict = None  # the instance's full predict inputs (as predict resolved them)
     pool_write_s: Any = None  # callable (bytes per die, blocks per die) -> the write-back's time (none: no pool)
 
+    def __post_init__(self):
+        self._levels = [float(c) for c, _ in self.compute_s]
+        self._times = _memoised(self._pass_times)
+
     def times(self, tokens: float, c_eff: float, C_eff: float = 0.0, prompts: int = 1, pool_B: float = 0.0,
               blocks: float = 0.0, kv_B: float = 0.0, write_B: float = 0.0, write_blocks: float = 0.0) -> tuple[float, float]:
         """(pass, KV transfer) of a batch: ``tokens`` computed in all, ``c_eff`` = sum c_i^2 /
@@ -153,14 +178,18 @@ class PrefillPredictor:
         ``prompts``, their cached prefixes' ``pool_B`` bytes in ``blocks`` blocks and their whole
         KV, ``kv_B`` bytes, and the new blocks written back, ``write_B`` bytes in ``write_blocks``
         (overlapped with the pass: :func:`cmperf.cost.pool.pass_with_pool_s`). A die reads,
-        writes and sends its share: the batch's over the dies of the groups it occupies."""
+        writes and sends its share: the batch's over the dies of the groups it occupies.
+        Memoised: a run's passes repeat a few batches where prompts have one length."""
+        return self._times(tokens, c_eff, C_eff, prompts, pool_B, blocks, kv_B, write_B, write_blocks)
+
+    def _pass_times(self, tokens, c_eff, C_eff, prompts, pool_B, blocks, kv_B, write_B, write_blocks):
         t = max(tokens / self.npus, self.min_tokens_per_npu(c_eff))
         levels = self.compute_s
         if len(levels) == 1 or C_eff <= levels[0][0]:
-            comp = levels[0][1](t, c_eff)
+            comp = levels[0][1].at(t, c_eff)
         else:
-            i, w = _interp_index(np.asarray([c for c, _ in levels]), C_eff)
-            comp = levels[i][1](t, c_eff) * (1 - w) + levels[i + 1][1](t, c_eff) * w
+            i, w = _interp_index(self._levels, C_eff)
+            comp = levels[i][1].at(t, c_eff) * (1 - w) + levels[i + 1][1].at(t, c_eff) * w
         share = min(float(prompts), float(self.groups)) * self.tp
         pool, write = pool_traffic_s(self.pool_read_s, self.pool_write_s, share, pool_B, blocks, write_B, write_blocks)
         return float(pass_with_pool_s(comp, pool, write)), self.send_s(kv_B / share)
@@ -268,7 +297,23 @@ def _pool_fn(hw, fn, dies: float):
     or None on a system without a pool (cmperf/cost/pool.py)."""
     if hw.system.memory_pool is None:
         return None
-    return lambda B, n: float(fn(hw, B, n, dies))
+    return _memoised(lambda B, n: float(fn(hw, B, n, dies)))
+
+
+def _memoised(fn, most: int = 4096):
+    """``fn`` of numbers, each call's value computed once (up to ``most`` kept): a run's passes
+    repeat a few sizes, and a cost-model function reads the specs, some µs a call."""
+    seen: dict = {}
+
+    def once(*args):
+        v = seen.get(args)
+        if v is None:
+            if len(seen) >= most:
+                seen.clear()
+            v = seen[args] = fn(*args)
+        return v
+
+    return once
 
 
 def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: float, computed: np.ndarray,
@@ -318,5 +363,5 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
         compute_s=[(C, Grid2(list(ts), list(cs), comp[j])) for j, C in enumerate(levels)],
         min_tokens_per_npu=min_tokens,
         pool_read_s=_pool_fn(hw, pool_read_s, readers), pool_write_s=_pool_fn(hw, pool_write_s, readers),
-        send_s=lambda B: float(kv_send_s(hw, B))) for comp in comps]
+        send_s=_memoised(lambda B: float(kv_send_s(hw, B)))) for comp in comps]
     return out if sweeps else out[0]
