@@ -192,11 +192,12 @@ def test_closed_form_and_simulation_tell_one_story(case):
     TTFT rises with the load, the SLOs are met, and the closed form (docs/model.md §9.3: each
     prefill instance's greedy passes as a chain fed by the stack's router, or the shared queue's
     M/G/c; the pass; the transfer; the wait for the decode step a request joins) is within 5 % of
-    the simulation at 20 and 50 % load and 18 % at 70 and 90 % (measured, docs/model.md §12.5:
-    -2 ... +1 % at 20-50 %; at 70-90 % -9 ... +1 % on this seed, -17 ... +1 % over seeds 1-3,
-    h800-cluster's 3 x 16 at 90 % the worst: near the greedy instance's capacity its pass count
-    branches, the closure's passes are short of the engine's, and one seed's run differs from the
-    next by 10 %). Before
+    the simulation at 20 and 50 % load and 15 % at 70 and 90 % (issue 22). Near capacity one
+    run's steady mean is itself a noisy estimate — a 6,000-request run differs from the next
+    seed's by up to 10 % at 90 % (h800-cluster 3 x 16: closed form / simulation - 1 = -8.9,
+    -15.9, -8.7 % on seeds 1, 2, 3; h100-cluster 2 x 4: -4.3, -14.1, -2.7 %) — so there the
+    simulation's mean is that of three independent runs (seeds 1-3, 18,000 requests; the worst
+    case, h800-cluster at 90 %, 13 % from the closed form). Before
     the chain (each instance's wait as M/G/c slots and one busy share) h200-cluster's single
     instance was +20 % at 90 %; before the router (one shared queue in the simulation) the
     instances of h800-cluster clustered and the closed form was +10 ... +18 % there."""
@@ -215,13 +216,17 @@ def test_closed_form_and_simulation_tell_one_story(case):
         rate = load * float(best["goodput_rps"])
         wr = Workload(**{**w.__dict__, "arrival_rate_per_s": rate})
         row = plan(wr, specs=specs, npus=npus, shape_names=("pd",), deployment=dep).best
-        n = 6000 if load > 0.5 else int(min(max(1500, rate * 60), 6000))  # near capacity one run's noise is ~10 %
-        res = simulate(specs, wr, from_plan_row(row, dpp), Traffic(rate_rps=rate, num_prompts=n), seed=1)
-        st = steady(res.requests, 2.0, 0.05)
-        assert st["meets_slos"], (load, st)
-        tol = 0.05 if load <= 0.5 else 0.18
-        assert st["ttft_ms"] == pytest.approx(float(row["ttft_ms"]), rel=tol), (load, st["ttft_ms"], row["ttft_ms"])
-        seen.append(st["ttft_ms"])
+        n = 6000 if load > 0.5 else int(min(max(1500, rate * 60), 6000))
+        runs = []
+        for seed in ((1, 2, 3) if load > 0.5 else (1,)):  # near capacity one run's noise is ~10 %: three runs
+            res = simulate(specs, wr, from_plan_row(row, dpp), Traffic(rate_rps=rate, num_prompts=n), seed=seed)
+            st = steady(res.requests, 2.0, 0.05)
+            assert st["meets_slos"], (load, seed, st)
+            runs.append(st["ttft_ms"])
+        ttft = float(np.mean(runs))  # equal windows: the mean of the runs' means is the mean over their requests
+        tol = 0.05 if load <= 0.5 else 0.15
+        assert ttft == pytest.approx(float(row["ttft_ms"]), rel=tol), (load, runs, row["ttft_ms"])
+        seen.append(ttft)
     # never falls with the load (but for a run's noise where it is flat: an instance always busy, every pass as
     # long as a full one, waits half a pass at any load -- cloudmatrix384's 1 x 96, 209.6 and 209.5 ms at 20, 50 %)
     assert all(b >= 0.99 * a for a, b in zip(seen, seen[1:])), seen
