@@ -307,11 +307,14 @@ def test_a_long_run_off_a_terminal_says_so_once(capsys):
     from cmperf.cli.progress import ProgressBar
 
     bar = ProgressBar("simulating requests")
-    bar.t0 -= 1.0  # one second for the first of 100: about 100 s in all
+    bar.t0 -= 1.0  # one second for the first of 100: no measure yet (a first item costs more)
     bar(1, 100)
-    bar(2, 100)
+    assert capsys.readouterr().err == ""
+    bar.t0 -= 11.0  # 12 s for 10 of 100: about 120 s in all
+    bar(10, 100)
+    bar(11, 100)
     err = capsys.readouterr().err
-    assert err.count("cmperf: simulating requests: about") == 1 and "100 s for 100" in err
+    assert err.count("cmperf: simulating requests:") == 1 and "10 of 100 in 12 s, about 120 s in all" in err
     quick = ProgressBar("x")
     quick.t0 -= 0.5
     quick(50, 100)
