@@ -142,25 +142,33 @@ def same(a, b) -> bool:
     return a == b
 
 
-def main() -> int:
+def save_or_compare(make, noun: str, differences) -> int:
+    """The command line of a snapshot script: ``save PATH`` pickles ``make()``'s answers,
+    ``compare PATH`` prints ``differences(before, now)`` (printable items, at most 40 shown)
+    and exits 1 when there is any; ``noun`` names what is counted."""
     if len(sys.argv) != 3 or sys.argv[1] not in ("save", "compare"):
-        print(__doc__)
+        print(sys.modules["__main__"].__doc__)
         return 2
     t = time.process_time()
-    now = answers()
+    now = make()
     took = time.process_time() - t
     if sys.argv[1] == "save":
         with open(sys.argv[2], "wb") as f:
             pickle.dump(now, f)
-        print(f"{len(now)} answers saved to {sys.argv[2]} ({took:.0f} s CPU)")
+        print(f"{len(now)} {noun} saved to {sys.argv[2]} ({took:.0f} s CPU)")
         return 0
     with open(sys.argv[2], "rb") as f:
         before = pickle.load(f)
-    differ = [k for k in before.keys() | now.keys() if k not in now or k not in before or not same(before[k], now[k])]
-    for k in sorted(differ, key=repr)[:40]:
-        print("differs:", k)
-    print(f"{len(now)} answers compared ({took:.0f} s CPU): {len(differ)} differ")
+    differ = differences(before, now)
+    for item in differ[:40]:
+        print("differs:", item)
+    print(f"{len(now)} {noun} compared ({took:.0f} s CPU): {len(differ)} differ")
     return 1 if differ else 0
+
+
+def main() -> int:
+    return save_or_compare(answers, "answers", lambda before, now: sorted(
+        (k for k in before.keys() | now.keys() if k not in now or k not in before or not same(before[k], now[k])), key=repr))
 
 
 if __name__ == "__main__":

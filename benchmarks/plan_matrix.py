@@ -49,33 +49,41 @@ def run_cli(*args) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def main() -> int:
-    from helpers import check_default_plan
-
+def walk(command, check, header: str, describe) -> int:
+    """Every system (the command line's, else every shipped one) x every model: ``command(system,
+    model)`` the CLI arguments, ``check(code, out, err, model)`` its check (an AssertionError a
+    failure; None: the pair says why it cannot run), ``describe(result, out, code)`` the row's
+    columns after ``header``'s first three. Prints a row per pair and the total CPU; 1 when any
+    pair fails."""
     from cmperf.specs.loader import list_builtin
 
     systems = sys.argv[1:] or [n for n, _ in list_builtin("system")]
     models = [n for n, _ in list_builtin("model")]
     failed, total = [], time.process_time()
-    print(f"{'system':<20} {'model':<20} {'exit':>4} {'shape':<10} {'NPUs':>7} {'goodput/s':>10} {'CPU s':>6}")
+    print(header)
     for system in systems:
         for model in models:
             t = time.process_time()
-            code, out, err = run_cli("plan", "--hardware", system, "--model", model, "--format", "json")
+            code, out, err = run_cli(*command(system, model))
             took = time.process_time() - t
             try:
-                best = check_default_plan(code, out, err, model)
+                result = check(code, out, err, model)
             except AssertionError as e:
                 failed.append((system, model))
                 print(f"{system:<20} {model:<20} FAIL {str(e)[:200]}")
                 continue
-            if best is None:
-                print(f"{system:<20} {model:<20} {code:>4} {'-':<10} {'-':>7} {'-':>10} {took:6.2f}  {err.strip()[:80]}")
-            else:
-                print(f"{system:<20} {model:<20} {code:>4} {best['shape']:<10} {best['npus']:>7,.0f} "
-                      f"{best['goodput_rps']:>10,.1f} {took:6.2f}")
+            cols = describe(result, out, code) if result is not None else f"{code:>4} -"
+            print(f"{system:<20} {model:<20} {cols} {took:6.2f}" + ("" if result is not None else f"  {err.strip()[-90:]}"))
     print(f"{len(systems) * len(models)} pairs, {len(failed)} failed, {time.process_time() - total:.1f} s of CPU")
     return 1 if failed else 0
+
+
+def main() -> int:
+    from helpers import check_default_plan
+
+    return walk(lambda s, m: ("plan", "--hardware", s, "--model", m, "--format", "json"), check_default_plan,
+                f"{'system':<20} {'model':<20} {'exit':>4} {'shape':<10} {'NPUs':>7} {'goodput/s':>10} {'CPU s':>6}",
+                lambda best, out, code: f"{code:>4} {best['shape']:<10} {best['npus']:>7,.0f} {best['goodput_rps']:>10,.1f}")
 
 
 if __name__ == "__main__":

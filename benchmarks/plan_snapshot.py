@@ -16,8 +16,6 @@ every deployment evaluated (``--out``) and the plan's whole table (the ``_`` col
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
 import os
 import pickle
@@ -28,6 +26,8 @@ import time
 from pathlib import Path
 
 REPO = Path(os.environ.get("CMPERF_REPO", Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plan_matrix import run_cli  # noqa: E402  (the command line in this process)
 
 FLAGGED = {
     "npus64": ["--npus", "64"],
@@ -67,22 +67,6 @@ VERIFY = {
     "verify-h800-given": ["--hardware", "h800-cluster", "--prefill", "2x16", "--decode", "1x32", "--verify",
                           "--verify-prompts", "1000"],
 }
-
-
-def run_cli(*args) -> tuple[int, str, str]:
-    from cmperf.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    argv, sys.argv = sys.argv, ["cmperf", *map(str, args)]
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = argv
-    return code, out.getvalue(), err.getvalue()
 
 
 def plan_case(args, tmp) -> dict:
@@ -241,6 +225,9 @@ def compare(old: dict, new: dict) -> list[str]:
 
 def main() -> int:
     sys.path.insert(0, str(REPO))
+    if len(sys.argv) != 3 or sys.argv[1] not in ("save", "check"):
+        print(__doc__)
+        return 2
     what, path = sys.argv[1], Path(sys.argv[2])
     new = snapshot()
     if what == "save":

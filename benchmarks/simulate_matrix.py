@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,35 +27,17 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 def main() -> int:
     from helpers import SIMULATED_PROMPTS, check_default_simulate
-    from plan_matrix import run_cli
+    from plan_matrix import walk
 
-    from cmperf.specs.loader import list_builtin
+    def describe(m, out, code) -> str:
+        s = json.loads(out)["settings"]
+        rate = float(s["traffic"].split(" at ")[-1].split(" ")[0])
+        return f"{code:>4} {s['deployment'][:44]:<44} {rate:>8.2f} {m['mean_ttft_ms']:>8,.0f} {m['mean_tpot_ms']:>8.1f}"
 
-    systems = sys.argv[1:] or [n for n, _ in list_builtin("system")]
-    models = [n for n, _ in list_builtin("model")]
-    failed, total = [], time.process_time()
-    print(f"{'system':<20} {'model':<20} {'exit':>4} {'deployment':<44} {'rate/s':>8} {'TTFT ms':>8} {'TPOT ms':>8} {'CPU s':>6}")
-    for system in systems:
-        for model in models:
-            t = time.process_time()
-            code, out, err = run_cli("simulate", "--hardware", system, "--model", model,
-                                     "--num-prompts", SIMULATED_PROMPTS, "--format", "json")
-            took = time.process_time() - t
-            try:
-                m = check_default_simulate(code, out, err, model)
-            except AssertionError as e:
-                failed.append((system, model))
-                print(f"{system:<20} {model:<20} FAIL {str(e)[:200]}")
-                continue
-            if m is None:
-                print(f"{system:<20} {model:<20} {code:>4} {'-':<44} {'-':>8} {'-':>8} {'-':>8} {took:6.2f}  {err.strip()[-90:]}")
-            else:
-                s = json.loads(out)["settings"]
-                rate = s["traffic"].split(" at ")[-1].split(" ")[0]
-                print(f"{system:<20} {model:<20} {code:>4} {s['deployment'][:44]:<44} {float(rate):>8.2f} "
-                      f"{m['mean_ttft_ms']:>8,.0f} {m['mean_tpot_ms']:>8.1f} {took:6.2f}")
-    print(f"{len(systems) * len(models)} pairs, {len(failed)} failed, {time.process_time() - total:.1f} s of CPU")
-    return 1 if failed else 0
+    return walk(lambda s, m: ("simulate", "--hardware", s, "--model", m, "--num-prompts", SIMULATED_PROMPTS,
+                              "--format", "json"), check_default_simulate,
+                f"{'system':<20} {'model':<20} {'exit':>4} {'deployment':<44} {'rate/s':>8} {'TTFT ms':>8} {'TPOT ms':>8} "
+                f"{'CPU s':>6}", describe)
 
 
 if __name__ == "__main__":

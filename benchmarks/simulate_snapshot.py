@@ -20,15 +20,13 @@ NaN equal to NaN) and exits 1 if any does.
 from __future__ import annotations
 
 import math
-import pickle
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.answers_snapshot import same  # noqa: E402
+from benchmarks.answers_snapshot import same, save_or_compare  # noqa: E402
 
 REQ_FIELDS = ("arrival_s", "prompt", "output", "cached", "steps", "send_s", "prefill_start_s", "prefill_end_s",
               "kv_arrive_s", "first_token_s", "finish_s", "pool_B", "blocks", "kv_B", "write_B", "write_blocks")
@@ -188,20 +186,8 @@ def runs() -> dict:
     return out
 
 
-def main() -> int:
-    if len(sys.argv) != 3 or sys.argv[1] not in ("save", "compare"):
-        print(__doc__)
-        return 2
-    t = time.process_time()
-    now = runs()
-    took = time.process_time() - t
-    if sys.argv[1] == "save":
-        with open(sys.argv[2], "wb") as f:
-            pickle.dump(now, f)
-        print(f"{len(now)} runs saved to {sys.argv[2]} ({took:.0f} s CPU)")
-        return 0
-    with open(sys.argv[2], "rb") as f:
-        before = pickle.load(f)
+def differences(before: dict, now: dict) -> list:
+    """(run, what differs) of every run whose outputs are not the same to the bit."""
     differ = []
     for k in sorted(before.keys() | now.keys(), key=repr):
         if k not in now or k not in before:
@@ -214,10 +200,11 @@ def main() -> int:
                 differ.append((k, sorted(map(str, bad))[:8]))
         elif not same(a, b):
             differ.append((k, "value"))
-    for k, what in differ[:40]:
-        print("differs:", k, what)
-    print(f"{len(now)} runs compared ({took:.0f} s CPU): {len(differ)} differ")
-    return 1 if differ else 0
+    return differ
+
+
+def main() -> int:
+    return save_or_compare(runs, "runs", differences)
 
 
 if __name__ == "__main__":
