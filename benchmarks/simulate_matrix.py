@@ -7,7 +7,7 @@ Each pair is simulated as ``cmperf simulate --hardware SYSTEM --model MODEL --nu
 --format json`` (the system's default deployment for the model, at the rate the planner's
 closed form promises for it; in this one process, as the suite's ``cli`` fixture runs it) and
 held to what the suite holds its pairs to (tests/helpers.py ``check_default_simulate``): every
-request completes with finite, positive metrics within 1.5x the default SLOs, or one line says
+request completes with finite, positive metrics within 10 % of the default SLOs, or one line says
 why the pair cannot run; never a traceback. Printed per pair: the outcome, the deployment,
 the rate, mean TTFT and TPOT and the CPU seconds it took. Exit 1 when any pair fails.
 

@@ -38,9 +38,9 @@ def check_default_simulate(code, out, err, model=None):
     """`cmperf simulate --hardware S --model M --num-prompts 200 --format json` with no other
     flag (the system's default deployment for the model at the rate the planner's closed form
     promises for it): every request completes with finite, positive latencies and throughput,
-    and the run meets the default SLOs it was planned for within the start-up's slack (mean
-    TTFT <= 2 s and mean TPOT <= 50 ms, x 1.5: 200 requests measure no steady state, but a
-    run at twice an SLO is a plan the simulation refutes); or one line saying why it cannot
+    and the run meets the default SLOs it was planned for within 10 % (mean TTFT <= 2 s and
+    mean TPOT <= 50 ms: 200 requests measure no steady state; over the 168 pairs the worst is
+    2,003 ms and 44 ms, h20-cluster, and the bug this found ran 3.5 s); or one line saying why it cannot
     run (exit 1 or 2); never a traceback. Returns the metrics (None when it cannot run).
     Shared by tests/test_deployment.py and benchmarks/simulate_matrix.py."""
     import json
@@ -54,5 +54,5 @@ def check_default_simulate(code, out, err, model=None):
     assert m["completed"] == SIMULATED_PROMPTS, (model, m["completed"])
     for k in ("mean_ttft_ms", "mean_tpot_ms", "output_throughput_tps", "request_throughput_rps"):
         assert math.isfinite(m[k]) and m[k] > 0, (model, k, m[k])
-    assert m["mean_ttft_ms"] <= 1.5 * 2000 and m["mean_tpot_ms"] <= 1.5 * 50, (model, m["mean_ttft_ms"], m["mean_tpot_ms"])
+    assert m["mean_ttft_ms"] <= 1.1 * 2000 and m["mean_tpot_ms"] <= 1.1 * 50, (model, m["mean_ttft_ms"], m["mean_tpot_ms"])
     return m
