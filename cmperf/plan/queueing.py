@@ -196,7 +196,7 @@ _LAW_W = np.exp(-0.5 * _LAW_Z ** 2) / np.exp(-0.5 * _LAW_Z ** 2).sum()
 _NEWTON_STEPS = 12  # 0-5 from a warm start, 3-8 from cold on the cases of docs/model.md §12.5; more: a law that does not settle
 _PLAIN_STEPS = 100  # the map's own iteration where Newton stalls: a last resort, only for the rows left
 _SLACK = np.array([0.0, 0.0, 1e-4])[:, None]  # a count's variance settles to 1e-4 prompts²: far below one prompt
-_EYE = np.eye(3)  # the fixed point's residual map(y) - y: the map's Jacobian less the identity
+_UNIT = np.eye(3)[:, :, None]  # the Jacobian's perturbed part, one component at a time
 _TOL = 1e-8  # a row's terms are summed in one order whatever rows it is solved with (_over_law): they do not depend on them
 
 
@@ -206,48 +206,33 @@ def _over_law(x):
     return (x * _LAW_W).sum(axis=1)
 
 
-def count_time(k, prompts, count_s, slope: bool = False):
+def count_time(k, prompts, count_s):
     """The pass of ``k`` prompts (rows of ``k``): linear between the ``COUNT_GRID`` points
-    ``1 + (prompts - 1) u`` where ``count_s`` holds its time. ``slope``: also dt/dk, the
-    slope of the segment k is on (0 outside the grid, where t is held)."""
+    ``1 + (prompts - 1) u`` where ``count_s`` holds its time."""
     m = len(COUNT_GRID) - 1
-    u = (k - 1.0) / np.maximum(prompts - 1.0, 1e-12)[:, None]
-    p = np.minimum(np.maximum(u, 0.0), 1.0) * m
+    p = np.minimum(np.maximum((k - 1.0) / np.maximum(prompts - 1.0, 1e-12)[:, None], 0.0), 1.0) * m
     i = np.minimum(p.astype(int), m - 1)
     w = p - i
     at = i + (np.arange(len(prompts)) * count_s.shape[1])[:, None]  # row r's point i, in the flat table
     flat = count_s.ravel()
-    lo, hi = flat.take(at), flat.take(at + 1)
-    t = lo * (1.0 - w) + hi * w
-    if not slope:
-        return t
-    return t, (hi - lo) * (m / np.maximum(prompts - 1.0, 1e-12))[:, None] * ((u > 0.0) & (u < 1.0))
+    return flat.take(at) * (1.0 - w) + flat.take(at + 1) * w
 
 
-def _count_law(mean, var, grad: bool = False):
+def _count_law(mean, var):
     """Points of the waiting count X at a busy pass start (weights ``_LAW_W``): a gamma law of
     that mean and variance by the Wilson–Hilferty cube, X = m (1 - h + z √h)³, h = var / (9 m²)
-    (right-skewed like a backlog), at least one prompt. ``grad``: also dX/dm and dX/dv
-    (dh/dm = -2h/m, dh/dv = h/v; 0 where X is held at one prompt or the cube at 0)."""
+    (right-skewed like a backlog), at least one prompt."""
     h = var / (9.0 * mean * mean)
-    r = np.sqrt(h)[:, None]
-    g = np.maximum(1.0 - h[:, None] + _LAW_Z[None, :] * r, 0.0)
-    x = mean[:, None] * g ** 3
-    if not grad:
-        return np.maximum(x, 1.0)
-    dg_dh = (x > 1.0) * (_LAW_Z[None, :] / (2.0 * r) - 1.0)  # on the points that move (g > 0 there)
-    lift = 3.0 * mean[:, None] * g * g * dg_dh
-    return (np.maximum(x, 1.0), (x > 1.0) * g ** 3 + lift * (-2.0 * h / mean)[:, None],
-            lift / (9.0 * mean * mean)[:, None])
+    x = mean[:, None] * np.maximum(1.0 - h[:, None] + _LAW_Z[None, :] * np.sqrt(h)[:, None], 0.0) ** 3
+    return np.maximum(x, 1.0)
 
 
-def _upper_gamma(n, z, more=(), slope: bool = False):
+def _upper_gamma(n, z, more=()):
     """Q(n, z), the regularised upper incomplete gamma function, by the Wilson–Hilferty cube:
     ``Φc(((z/n)^(1/3) - 1 + 1/(9n)) / √(1/(9n)))`` (within 0.003 from n = 2 on; 10x quicker than
     the series, and it runs in every step of a plan's rate search). ``more``: offsets ``d`` of
     n whose Q(n + d, z) are returned too (a tuple), at the same z: one cube root of z for all
-    (``(z/n)^(1/3) = z^(1/3) n^(-1/3)``, the n terms once per row). ``slope``: each Q followed
-    by its dQ/dz, the normal density at the argument times its z-derivative."""
+    (``(z/n)^(1/3) = z^(1/3) n^(-1/3)``, the n terms once per row)."""
     from scipy.special import ndtr
 
     root = np.cbrt(np.maximum(z, 0.0))
@@ -255,16 +240,11 @@ def _upper_gamma(n, z, more=(), slope: bool = False):
     for a in (n, *(n + d for d in more)):
         h = 1.0 / (9.0 * a)
         scale = 1.0 / np.sqrt(h)
-        arg = (1.0 - h) * scale - root * (scale / np.cbrt(a))
-        out.append(ndtr(arg))
-        if slope:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                out.append(np.where(z > 0.0, -np.exp(-0.5 * arg * arg) / np.sqrt(2.0 * np.pi) * (scale / np.cbrt(a))
-                                    * root / (3.0 * z), 0.0))
-    return tuple(out) if more or slope else out[0]
+        out.append(ndtr((1.0 - h) * scale - root * (scale / np.cbrt(a))))
+    return tuple(out) if more else out[0]
 
 
-def _renewal(rate, scv, t, tail: bool = True, slope: bool = False):
+def _renewal(rate, scv, t, tail: bool = True):
     """Arrivals of a renewal stream of ``rate`` whose gaps are gamma-distributed with squared
     coefficient of variation ``scv`` (1: Poisson; 1/n: every n-th of a Poisson stream, round
     robin over n instances), over a window of ``t`` (arrays that broadcast: a row's rate and
@@ -275,21 +255,14 @@ def _renewal(rate, scv, t, tail: bool = True, slope: bool = False):
     gamma function: P(T > t) = Q(n, x), E[(T - t)+] = Q(n + 1, x)/λ - t Q(n, x),
     P(R > t) = Q(n + 1, x) - (x/n) Q(n, x), E[(R - t)+] = λ/2 [(1 + 1/n) Q(n + 2, x)/λ²
     - 2 t Q(n + 1, x)/λ + t² Q(n, x)]; Poisson: e^(-λt) and e^(-λt)/λ for both. ``tail``
-    False: P(R > t) alone (the others None), which the chain's map asks for at every step; with
-    ``slope``, followed by its t-derivative (-λ P(T > t) for the exact law; here that of the
-    formula above, Wilson–Hilferty's Q included) instead of the first None."""
+    False: P(R > t) alone (the others None), which the chain's map asks for at every step."""
     poisson = np.abs(scv - 1.0) < 1e-12
     x = rate * t
     p0 = np.exp(-x)
     if np.all(poisson):
-        return (p0, p0 / rate, p0, p0 / rate) if tail else (p0, -rate * p0 if slope else None, None, None)
+        return (p0, p0 / rate, p0, p0 / rate) if tail else (p0, None, None, None)
     n = np.minimum(1.0 / np.maximum(scv, 1e-9), 1e9)
     z = n * x
-    if not tail and slope:
-        Q0, dQ0, Q1, dQ1 = _upper_gamma(n, z, (1.0,), slope=True)
-        q = Q1 - (z / n) * Q0
-        dp = (dQ1 - Q0 / n - (z / n) * dQ0) * n * rate * (q > 0.0)
-        return np.where(poisson, p0, np.maximum(q, 0.0)), np.where(poisson, -rate * p0, dp), None, None
     Q0, Q1, Q2 = _upper_gamma(n, z, (1.0, 2.0) if tail else (1.0,)) + ((None,) if not tail else ())
     p_r = np.where(poisson, p0, np.maximum(Q1 - (z / n) * Q0, 0.0))
     if not tail:
@@ -330,40 +303,20 @@ class _Chain:
         sub.__dict__ = {k: self.__dict__[k][idx] for k in self._MAP}
         return sub
 
-    def sums(self, m, v, grad: bool = False):
+    def sums(self, m, v):
         """What the next pass start takes from a busy start of law (m, v) (rows of m, v): the
         chance that the pass is followed by a gap, and the first two moments of the count the
         next pass starts with (over the law's points, before the idle starts are mixed in:
-        :meth:`mix`). ``grad``: also their derivatives in m and in v (``[d/dm, d/dv]``, each
-        like the sums), by the chain rule through the law's points, k = min(K, X), the pass's
-        segment and the renewal chance (0 where a term is held: X at one prompt, k at K)."""
+        :meth:`mix`)."""
         L, C = self.lam[:, None], self.scv[:, None]
-        if not grad:
-            X, k, t = self.passes(m, v)
-        else:
-            X, dX_dm, dX_dv = _count_law(m, v, grad=True)
-            k = np.minimum(self.K[:, None], X)
-            t, dt_dk = count_time(k, self.K, self.ts, slope=True)
+        X, k, t = self.passes(m, v)
         nxt = X - k + L * t  # the prompts left and those that arrive during the pass
-        p_r, dp_dt, _, _ = _renewal(L, C, t, tail=False, slope=grad)
-        fits = X <= self.K[:, None]
-        idle = p_r * fits  # none left, none came: the next pass starts after a gap
-        sums = _over_law(idle), _over_law(nxt), _over_law(nxt * nxt + C * L * t)
-        if not grad:
-            return sums
-        moves = X < self.K[:, None]  # k = X, not K
-        d = []
-        for dX in (dX_dm, dX_dv):
-            dk = dX * moves
-            dt = dt_dk * dk
-            dn = dX - dk + L * dt
-            d.append((_over_law(dp_dt * dt * fits), _over_law(dn), _over_law(2.0 * nxt * dn + C * L * dt)))
-        return sums, d
+        p_r = _renewal(L, C, t, tail=False)[0]
+        idle = p_r * (X <= self.K[:, None])  # none left, none came: the next pass starts after a gap
+        return _over_law(idle), _over_law(nxt), _over_law(nxt * nxt + C * L * t)
 
-    def mix(self, p_i, sums, d=None):
-        """(p_idle', m', v') from the idle share ``p_i`` and the busy starts' :meth:`sums`; with
-        their derivatives ``d`` (:meth:`sums` ``grad``), also the map's Jacobian in (p, m, v)
-        (rows x 3 x 3: [row, part of the map, part of y])."""
+    def mix(self, p_i, sums):
+        """(p_idle', m', v') from the idle share ``p_i`` and the busy starts' :meth:`sums`."""
         idle, n1, n2 = sums
         p_next = (1.0 - p_i) * idle + p_i * self.p0_idle
         s1 = (1.0 - p_i) * n1 + p_i * self.n_idle
@@ -372,19 +325,7 @@ class _Chain:
         # followed by a gap): their share plus 1e-9 of a start of one prompt
         busy = 1.0 - p_next + 1e-9
         m2 = np.maximum((s1 + 1e-9) / busy, 1.0)
-        v2 = (s2 + 1e-9) / busy - m2 * m2
-        y = np.stack([p_next, m2, np.maximum(v2, 1e-6)])
-        if d is None:
-            return y
-        q = 1.0 - p_i
-        J = np.empty((len(p_i), 3, 3))
-        for j, (dp, d1, d2) in enumerate(((self.p0_idle - idle, self.n_idle - n1, self.n_idle ** 2 + self.v_idle - n2),
-                                          tuple(q * x for x in d[0]), tuple(q * x for x in d[1]))):
-            dm2 = (d1 + (s1 + 1e-9) / busy * dp) / busy * ((s1 + 1e-9) / busy > 1.0)
-            J[:, 0, j] = dp
-            J[:, 1, j] = dm2
-            J[:, 2, j] = ((d2 + (s2 + 1e-9) / busy * dp) / busy - 2.0 * m2 * dm2) * (v2 > 1e-6)
-        return y, J
+        return np.stack([p_next, m2, np.maximum((s2 + 1e-9) / busy - m2 * m2, 1e-6)])
 
     def __call__(self, y):
         """(p_idle, m, v) -> the next pass's (p_idle', m', v')."""
@@ -468,8 +409,7 @@ def greedy_instance(rate, arrival_scv, prompts, count_s, state=None, thorough: b
 def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Newton's method on the chain's fixed point for rows ``live`` of ``y`` (3 x rows); returns
     ``y`` and the rows that did not converge. ``plain``: iterate the map itself instead
-    (``_PLAIN_STEPS``). The Jacobian is the map's own (:meth:`_Chain.sums` ``grad``, evaluated with
-    the residual: one pass over the law's points a step, where forward differences took three)."""
+    (``_PLAIN_STEPS``)."""
     stalled = [np.zeros(0, dtype=int)]
     for step in range((_PLAIN_STEPS if plain else _NEWTON_STEPS) + 1):  # the last pass only checks
         if not plain:  # a backlog past eight full passes that would not settle: stop there (not converged)
@@ -480,11 +420,8 @@ def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False)
                 break
         sub = chain.rows(live)
         yl = y[:, live]
-        if plain:
-            f = sub.mix(yl[0], sub.sums(yl[1], yl[2])) - yl
-        else:  # the map's Jacobian with it (analytic: :meth:`_Chain.sums` grad, :meth:`_Chain.mix`)
-            f, jac = sub.mix(yl[0], *sub.sums(yl[1], yl[2], grad=True))
-            f = f - yl
+        sums = sub.sums(yl[1], yl[2])
+        f = sub.mix(yl[0], sums) - yl
         # settled: the idle share, and the busy law by the weight of the passes that start busy (a law
         # that almost never applies need not settle)
         weight = np.stack([np.ones(len(live)), 1.0 - yl[0], 1.0 - yl[0]])
@@ -496,9 +433,21 @@ def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False)
             y[:, live] = np.where(done, yl, yl + f)
             live = live[~done]
             continue
+        # the Jacobian by forward differences of the rows not settled: the idle share moves only the mix
+        # (:meth:`_Chain.mix`), the busy law's mean and variance the passes (one evaluation of the map for both)
         go = np.flatnonzero(~done)
-        yl, f = yl[:, go], f[:, go]
-        J = jac[go] - _EYE
+        m = go.size
+        sub, yl, f = sub.rows(go), yl[:, go], f[:, go]
+        sums = tuple(x[go] for x in sums)
+        d = 1e-6 * np.maximum(np.abs(yl), 1e-3)
+        moved = np.empty((3, 3, m))  # [component, perturbed part, row]
+        moved[:, 0] = sub.mix(yl[0] + d[0], sums) - (yl + d * _UNIT[0])
+        both = sub.rows(np.concatenate([np.arange(m)] * 2))
+        mv = both.mix(np.concatenate([yl[0]] * 2), both.sums(np.concatenate([yl[1] + d[1], yl[1]]),
+                                                             np.concatenate([yl[2], yl[2] + d[2]])))
+        moved[:, 1] = mv[:, :m] - (yl + d * _UNIT[1])
+        moved[:, 2] = mv[:, m:] - (yl + d * _UNIT[2])
+        J = ((moved - f[:, None, :]) / d[None, :, :]).transpose(2, 0, 1)
         # Newton's step where the Jacobian is regular; a plain step of the map elsewhere (an instance
         # idle after every pass: its busy law does not move the map)
         s = f.copy()
