@@ -259,9 +259,10 @@ def _renewal(rate, scv, t, tail: bool = True):
     False: P(R > t) alone (the others None), which the chain's map asks for at every step."""
     poisson = np.abs(scv - 1.0) < 1e-12
     x = rate * t
-    p0 = np.exp(-x)
     if np.all(poisson):
+        p0 = np.exp(-x)
         return (p0, p0 / rate, p0, p0 / rate) if tail else (p0, None, None, None)
+    p0 = np.exp(-x) if np.any(poisson) else 0.0  # read only where a row is Poisson
     n = np.minimum(1.0 / np.maximum(scv, 1e-9), 1e9)
     z = n * x
     Q0, Q1, Q2 = _upper_gamma(n, z, (1.0, 2.0) if tail else (1.0,)) + ((None,) if not tail else ())
