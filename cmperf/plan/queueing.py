@@ -197,6 +197,7 @@ _NEWTON_STEPS = 12  # 0-5 from a warm start, 3-8 from cold on the cases of docs/
 _PLAIN_STEPS = 100  # the map's own iteration where Newton stalls: a last resort, only for the rows left
 _SLACK = np.array([0.0, 0.0, 1e-4])[:, None]  # a count's variance settles to 1e-4 prompts²: far below one prompt
 _UNIT = np.eye(3)[:, :, None]  # the Jacobian's perturbed part, one component at a time
+_TWIN_AGE = 7  # a warm start not settled in this many steps has its cold start run alongside (_newton twin)
 _TOL = 1e-8  # a row's terms are summed in one order whatever rows it is solved with (_over_law): they do not depend on them
 
 
@@ -251,9 +252,10 @@ def _renewal(rate, scv, t, tail: bool = True):
     False: P(R > t) alone (the others None), which the chain's map asks for at every step."""
     poisson = np.abs(scv - 1.0) < 1e-12
     x = rate * t
-    p0 = np.exp(-x)
     if np.all(poisson):
+        p0 = np.exp(-x)
         return (p0, p0 / rate, p0, p0 / rate) if tail else (p0, None, None, None)
+    p0 = np.exp(-x) if np.any(poisson) else 0.0  # read only where a row is Poisson
     n = np.minimum(1.0 / np.maximum(scv, 1e-9), 1e9)
     z = n * x
     Q0, Q1 = _upper_gamma(n, z), _upper_gamma(n + 1.0, z)
@@ -380,10 +382,9 @@ def greedy_instance(rate, arrival_scv, prompts, count_s, state=None, thorough: b
     cold = np.stack([np.exp(-lam * count_s[:, 0]), m0, m0])
     warm = state is not None and np.shape(state) == cold.shape
     y = np.where(np.all(np.isfinite(state), axis=0), np.asarray(state, dtype=float), cold) if warm else cold
-    y, live = _newton(chain, y, np.arange(n))
-    if warm and live.size:  # a warm start that did not converge (from a rate past a bifurcation): from cold
-        y[:, live] = cold[:, live]
-        y, live = _newton(chain, y, live)
+    # a warm start that does not converge (from a rate past a bifurcation): from cold, run alongside it
+    twin = np.where(np.all(np.isfinite(state), axis=0), cold, np.nan) if warm else None
+    y, live = _newton(chain, y, np.arange(n), twin=twin)
     if thorough and live.size:  # Newton's clamped steps can cycle from one start: from a backlog of two full passes
         y[:, live] = np.stack([np.zeros(live.size), 2.0 * K[live], 4.0 * K[live] ** 2])
         y, live = _newton(chain, y, live)
@@ -400,64 +401,96 @@ def greedy_instance(rate, arrival_scv, prompts, count_s, state=None, thorough: b
     return out, y
 
 
-def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def _newton(chain: _Chain, y: np.ndarray, live: np.ndarray, plain: bool = False,
+            twin: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Newton's method on the chain's fixed point for rows ``live`` of ``y`` (3 x rows); returns
     ``y`` and the rows that did not converge. ``plain``: iterate the map itself instead
-    (``_PLAIN_STEPS``)."""
-    stalled = [np.zeros(0, dtype=int)]
-    for step in range((_PLAIN_STEPS if plain else _NEWTON_STEPS) + 1):  # the last pass only checks
+    (``_PLAIN_STEPS``).
+
+    ``twin`` (3 x rows, NaN where none): a second start for each row, used where the first does
+    not converge: run as a row of its own (its steps those it took after the first's failure, when
+    it ran second) from the moment the first has not settled in ``_TWIN_AGE`` steps, dropped when
+    the first settles; a row that converges from neither start keeps the second's last point.
+    Each row counts its own steps, so its iterates are the same whatever rows it is solved with;
+    the loop runs as long as its slowest row (12 steps and 12 more, for a probe past the chain's
+    last fixed point, were 25 passes; now 8 + 13)."""
+    n = y.shape[1]
+    live = asked = np.asarray(live, dtype=int)
+    if twin is not None:  # rows n + r: row r's second start
+        chain = chain.rows(np.concatenate([np.arange(n), np.arange(n)]))
+        y = np.concatenate([y, twin], axis=1)
+        second = np.all(np.isfinite(twin), axis=0)
+    steps = _PLAIN_STEPS if plain else _NEWTON_STEPS
+    age = np.zeros(y.shape[1], dtype=int)  # a row's steps taken
+    settled = np.zeros(y.shape[1], dtype=bool)
+    started = np.zeros(n, dtype=bool)  # its second start running (or run)
+    while live.size:
+        failed = np.zeros(0, dtype=int)
         if not plain:  # a backlog past eight full passes that would not settle: stop there (not converged)
             gone = y[1, live] > 8.0 * chain.K[live]
-            stalled.append(live[gone])
-            live = live[~gone]
-            if not live.size:
-                break
-        sub = chain.rows(live)
-        yl = y[:, live]
-        sums = sub.sums(yl[1], yl[2])
-        f = sub.mix(yl[0], sums) - yl
-        # settled: the idle share, and the busy law by the weight of the passes that start busy (a law
-        # that almost never applies need not settle)
-        weight = np.stack([np.ones(len(live)), 1.0 - yl[0], 1.0 - yl[0]])
-        done = np.all(weight * np.abs(f) <= _TOL * (1.0 + np.abs(yl)) + _SLACK, axis=0)
-        if done.all() or step == (_PLAIN_STEPS if plain else _NEWTON_STEPS):
-            live = live[~done]
-            break
-        if plain:
-            y[:, live] = np.where(done, yl, yl + f)
-            live = live[~done]
-            continue
-        # the Jacobian by forward differences of the rows not settled: the idle share moves only the mix
-        # (:meth:`_Chain.mix`), the busy law's mean and variance the passes (one evaluation of the map for both)
-        go = np.flatnonzero(~done)
-        m = go.size
-        sub, yl, f = sub.rows(go), yl[:, go], f[:, go]
-        sums = tuple(x[go] for x in sums)
-        d = 1e-6 * np.maximum(np.abs(yl), 1e-3)
-        moved = np.empty((3, 3, m))  # [component, perturbed part, row]
-        moved[:, 0] = sub.mix(yl[0] + d[0], sums) - (yl + d * _UNIT[0])
-        both = sub.rows(np.concatenate([np.arange(m)] * 2))
-        mv = both.mix(np.concatenate([yl[0]] * 2), both.sums(np.concatenate([yl[1] + d[1], yl[1]]),
-                                                             np.concatenate([yl[2], yl[2] + d[2]])))
-        moved[:, 1] = mv[:, :m] - (yl + d * _UNIT[1])
-        moved[:, 2] = mv[:, m:] - (yl + d * _UNIT[2])
-        J = ((moved - f[:, None, :]) / d[None, :, :]).transpose(2, 0, 1)
-        # Newton's step where the Jacobian is regular; a plain step of the map elsewhere (an instance
-        # idle after every pass: its busy law does not move the map)
-        s = f.copy()
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            det = np.linalg.det(J)
-            regular = np.flatnonzero(np.isfinite(det) & (np.abs(det) > 1e-12) & np.all(np.isfinite(J), axis=(1, 2)))
-            if regular.size:
-                s[:, regular] = np.linalg.solve(J[regular], -f.T[regular][..., None])[..., 0].T
-        s = np.where(np.isfinite(s), s, f)
-        # a step keeps a law a law, each part clamped: p in [0, 1], the mean within half and twice its value, the
-        # variance within a tenth and four times (far out, where every pass is full, the map no longer sees the mean
-        # and a free step runs away)
-        yn = yl + s
-        yn[0] = np.clip(yn[0], 0.0, 1.0)
-        yn[1] = np.clip(yn[1], np.maximum(0.5 * yl[1], 1.0), 2.0 * yl[1])
-        yn[2] = np.clip(yn[2], np.maximum(0.1 * yl[2], 1e-6), 4.0 * yl[2])
-        live = live[go]
-        y[:, live] = yn
-    return y, np.concatenate([live] + stalled)
+            failed, live = live[gone], live[~gone]
+        if live.size:
+            sub = chain.rows(live)
+            yl = y[:, live]
+            sums = sub.sums(yl[1], yl[2])
+            f = sub.mix(yl[0], sums) - yl
+            # settled: the idle share, and the busy law by the weight of the passes that start busy (a law
+            # that almost never applies need not settle)
+            weight = np.stack([np.ones(len(live)), 1.0 - yl[0], 1.0 - yl[0]])
+            done = np.all(weight * np.abs(f) <= _TOL * (1.0 + np.abs(yl)) + _SLACK, axis=0)
+            settled[live[done]] = True
+            last = ~done & (age[live] >= steps)
+            failed = np.concatenate([failed, live[last]])
+            go = np.flatnonzero(~done & ~last)
+            if plain:
+                y[:, live[go]] = yl[:, go] + f[:, go]
+            elif go.size:
+                y[:, live[go]] = _newton_step(sub.rows(go), yl[:, go], f[:, go], tuple(x[go] for x in sums))
+            live = live[go]
+            age[live] += 1
+        if twin is not None:  # second starts: of the first starts that failed or are slow; dropped when these settle
+            first = live[live < n]
+            spawn = np.concatenate([failed[failed < n], first[age[first] >= _TWIN_AGE]])
+            spawn = spawn[second[spawn] & ~started[spawn]]
+            started[spawn] = True
+            live = live[~((live >= n) & settled[np.where(live >= n, live - n, 0)])]
+            live = np.concatenate([live, spawn + n])
+    if twin is None:
+        return y, asked[~settled[asked]]
+    use = np.flatnonzero(~settled[:n] & started)  # the second start's point: converged, or its last
+    y[:, use] = y[:, use + n]
+    return y[:, :n], asked[~(settled[asked] | (started[asked] & settled[asked + n]))]
+
+
+def _newton_step(sub: _Chain, yl, f, sums):
+    """Newton's step of rows ``yl`` (3 x rows) of the map ``sub``, whose residual is ``f`` and
+    :meth:`_Chain.sums` ``sums`` there, clamped to keep a law a law."""
+    # the Jacobian by forward differences: the idle share moves only the mix (:meth:`_Chain.mix`), the busy
+    # law's mean and variance the passes (one evaluation of the map for both)
+    m = yl.shape[1]
+    d = 1e-6 * np.maximum(np.abs(yl), 1e-3)
+    moved = np.empty((3, 3, m))  # [component, perturbed part, row]
+    moved[:, 0] = sub.mix(yl[0] + d[0], sums) - (yl + d * _UNIT[0])
+    both = sub.rows(np.concatenate([np.arange(m)] * 2))
+    mv = both.mix(np.concatenate([yl[0]] * 2), both.sums(np.concatenate([yl[1] + d[1], yl[1]]),
+                                                         np.concatenate([yl[2], yl[2] + d[2]])))
+    moved[:, 1] = mv[:, :m] - (yl + d * _UNIT[1])
+    moved[:, 2] = mv[:, m:] - (yl + d * _UNIT[2])
+    J = ((moved - f[:, None, :]) / d[None, :, :]).transpose(2, 0, 1)
+    # Newton's step where the Jacobian is regular; a plain step of the map elsewhere (an instance
+    # idle after every pass: its busy law does not move the map)
+    s = f.copy()
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        det = np.linalg.det(J)
+        regular = np.flatnonzero(np.isfinite(det) & (np.abs(det) > 1e-12) & np.all(np.isfinite(J), axis=(1, 2)))
+        if regular.size:
+            s[:, regular] = np.linalg.solve(J[regular], -f.T[regular][..., None])[..., 0].T
+    s = np.where(np.isfinite(s), s, f)
+    # a step keeps a law a law, each part clamped: p in [0, 1], the mean within half and twice its value, the
+    # variance within a tenth and four times (far out, where every pass is full, the map no longer sees the mean
+    # and a free step runs away)
+    yn = yl + s
+    yn[0] = np.clip(yn[0], 0.0, 1.0)
+    yn[1] = np.clip(yn[1], np.maximum(0.5 * yl[1], 1.0), 2.0 * yl[1])
+    yn[2] = np.clip(yn[2], np.maximum(0.1 * yl[2], 1e-6), 4.0 * yl[2])
+    return yn
