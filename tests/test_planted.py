@@ -242,3 +242,23 @@ def test_a_config_that_leaves_fields_out_takes_transformers_defaults(tmp_path):
     p.write_text(json.dumps(cfg))
     model, _ = import_hf_file(p)
     assert model["attention"]["num_kv_heads"] == 64 and model["tie_word_embeddings"] is False
+
+
+def test_the_mutation_catalogue_still_plants_every_bug():
+    """Each of benchmarks/mutation.py's planted bugs is one exact replacement whose text occurs
+    once in its file: when the code moves, the catalogue must follow (six entries had drifted
+    unseen, and the benchmark refused to run until they were re-pointed)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("mutation_catalogue", root / "benchmarks" / "mutation.py")
+    mutation = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mutation  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(mutation)
+    finally:
+        del sys.modules[spec.name]
+    mutation.check_catalogue(mutation.CATALOGUE, root)  # raises CatalogueError naming each entry that drifted
+    assert len(mutation.CATALOGUE) >= 40
