@@ -308,6 +308,12 @@ def default_deployment(specs, workload) -> DeploymentSpec:
                           decode=[InstanceGroup(int(b["decode_instances"]), {"dies": int(b["decode_dies"]), "tp": int(b["decode_tp"])})])
 
 
+def pass_tokens(per_npu: float, dies: int, dpp: int) -> int:
+    """The prompt tokens one pass (or co-located iteration) of an instance of ``dies`` takes
+    at a plan's ``per_npu`` tokens per NPU (``dpp`` dies per NPU), at least one."""
+    return max(int(round(float(per_npu) * int(dies) / dpp)), 1)
+
+
 def with_plan_budget(dep: DeploymentSpec, b, dpp: int) -> tuple[DeploymentSpec, bool]:
     """``dep`` with the pass budget the plan of it chose (row ``b``: its tokens per NPU, the
     budget that serves its rate within the SLOs, SGLang's --max-prefill-tokens) on every
@@ -323,7 +329,7 @@ def with_plan_budget(dep: DeploymentSpec, b, dpp: int) -> tuple[DeploymentSpec, 
         return dep, False
     groups = dep.decode if dep.colocated else dep.prefill
     new = [g if "pass_tokens" in g.limits or "dies" not in g.inputs else
-           replace(g, limits={**g.limits, "pass_tokens": max(int(round(per_npu * int(g.inputs["dies"]) / dpp)), 1)})
+           replace(g, limits={**g.limits, "pass_tokens": pass_tokens(per_npu, g.inputs["dies"], dpp)})
            for g in groups]
     if all(a is b for a, b in zip(new, groups)):
         return dep, False
@@ -334,11 +340,10 @@ def from_plan_row(b, dpp: int) -> DeploymentSpec:
     """The DeploymentSpec of one plan row (PD, AFD or co-located), its prefill passes at the
     row's tokens per NPU (the pass budget the plan chose: SGLang's --max-prefill-tokens)."""
     if b["shape"] == "colocated":  # the row's chunk per NPU over the instance's own NPUs, every iteration (docs/model.md §9.4)
-        chunk = float(b["prefill_tokens_per_npu"]) * int(b["decode_dies"]) / dpp
         return DeploymentSpec(decode=[InstanceGroup(int(b["decode_instances"]), {"dies": int(b["decode_dies"]),
                                                                                   "tp": int(b["decode_tp"])},
-                                                    {"pass_tokens": max(int(round(chunk)), 1)})], colocated=True)
-    pass_tokens = float(b["prefill_tokens_per_npu"]) * int(b["prefill_dies"]) / dpp
+                                                    {"pass_tokens": pass_tokens(b["prefill_tokens_per_npu"], b["decode_dies"], dpp)})],
+                              colocated=True)
     if b["shape"] == "afd":
         dec = InstanceGroup(int(b["decode_instances"]), {"attention_dies": int(b["attention_dies"]),
                                                          "expert_dies": int(b["expert_dies"])})
@@ -346,5 +351,5 @@ def from_plan_row(b, dpp: int) -> DeploymentSpec:
         dec = InstanceGroup(int(b["decode_instances"]), {"dies": int(b["decode_dies"]), "tp": int(b["decode_tp"])})
     return DeploymentSpec(prefill=[InstanceGroup(int(b["prefill_instances"]), {"dies": int(b["prefill_dies"]),
                                                                                "attn_tp": int(b["prefill_tp"])},
-                                                 {"pass_tokens": int(round(pass_tokens))})],
+                                                 {"pass_tokens": pass_tokens(b["prefill_tokens_per_npu"], b["prefill_dies"], dpp)})],
                           decode=[dec], decode_phase="afd" if b["shape"] == "afd" else "decode")
