@@ -113,3 +113,50 @@ def test_validate_serving_replays_a_file_without_a_fit(cli, tmp_path):
     rows = json.loads(out)["rows"]
     assert len(rows) == 3 and {r["fold"] for r in rows} == {"nothing fitted"}
     assert all(r["simulated"] > 0 for r in rows)
+
+
+def test_a_family_fold_predicts_the_runs_it_held_out_at_constants_that_never_saw_them(fit):
+    """R2 (the longest prompts) logged its TPOT 30 % high: the length fold that holds it out
+    fits the others alone (the constants of the response, X0) and reports R2's whole -23 %;
+    the fold that holds out the co-located R3 fits the three PD runs; the co-located run alone
+    (3 metrics) cannot identify 2 constants and is said so, never fitted."""
+    ref = _ref({"R2": 1.3})
+    for r, ell, fam in zip(ref["rows"], (1000, 1000, 4000, 2000), ("prefill", "prefill", "prefill", "colocated")):
+        r["workload"], r["deployment"] = {"prompt_len": ell}, {fam: []}
+    f = fit(ref)
+    g = {x["fold"]: x for x in f["group_folds"]}
+    longest = g["fit without the longest prompts (4,000 tokens)"]
+    assert longest["fitted"] == ["R0", "R1", "R3"] and longest["predicted"] == ["R2"]
+    assert longest["values"]["stack.a"] == pytest.approx(X0, rel=0.03)
+    assert longest["errors"]["R2 mean_tpot_ms"] == pytest.approx(100 * (1 / 1.3 - 1), abs=2.5)
+    assert g["fit without the co-located runs"]["fitted"] == ["R0", "R1", "R2"]
+    assert g["fit without the co-located runs"]["predicted"] == ["R3"]
+    assert g["fit without the PD runs"]["note"].startswith("not identifiable: the other runs give 3 metrics")
+    shortest = g["fit without the shortest prompts (1,000 tokens)"]
+    assert shortest["fitted"] == ["R2", "R3"] and shortest["predicted"] == ["R0", "R1"]
+    assert "group_folds" not in f["values"] and set(f["values"]) == {"all runs", "without R0", "without R1", "without R2", "without R3"}
+    assert f["counts"] == {"fitted_runs": 4, "fitted_metrics": 12, "runs": 4, "metrics": 12}
+
+
+def test_the_counts_name_the_metrics_fitted_and_those_only_predicted(fit):
+    """A not-fitted run's metrics are counted apart: '... fitted to 9 metrics of 3 runs; 3
+    metrics of 1 more run(s) never fitted'."""
+    f = fit(_ref({}, not_fitted=("R3",)))
+    line = serving.fit_counts(f, "x")
+    assert "fitted to 9 metrics of 3 runs" in line and "3 metrics of 1 more run(s) never fitted" in line
+
+
+def test_the_shipped_stack_constants_are_a_fresh_fit():
+    """stacks/sglang-ascend.yaml holds what `python -m cmperf.calibration --stack
+    sglang-ascend --write` gives from today's code and runs (written to 4 significant
+    digits): a change to the cost model that moves the fit must re-write them."""
+    from pathlib import Path
+
+    from cmperf.predict import load_specs
+
+    path = Path(serving.REFERENCE_DIR) / "sglang-a3-serving.yaml"
+    ref = serving.load_serving(path)
+    f = serving.fit_serving(path)
+    stack = load_specs(ref["hardware"], ref["model"], [], ref["stack"]).stack_view()
+    for p, v in f["values"]["all runs"].items():
+        assert float(getattr(stack, p.split(".", 1)[1])) == pytest.approx(v, rel=1e-3), p

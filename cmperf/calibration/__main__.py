@@ -120,7 +120,7 @@ def calibrate_stack(name: str, do_write: bool) -> int:
     """Fit the host constants of stack ``name`` to every serving file for it, print the
     constants, each run's leave-one-run-out and in-sample errors and the runs each constant
     moves; with ``do_write``, store them in stacks/NAME.yaml, each with the runs it was fitted to."""
-    from .serving import SERVING_FILES, fit_serving, load_serving, stack_sources
+    from .serving import SERVING_FILES, fit_counts, fit_serving, group_fold_table, load_serving, stack_sources
 
     files = [p for p in SERVING_FILES if load_serving(p)["stack"] == name]
     if not files:
@@ -128,8 +128,7 @@ def calibrate_stack(name: str, do_write: bool) -> int:
         return 2
     for path in files:
         f = fit_serving(path)
-        print(f"== {path.name}: {len(f['params'])} constants of stack {name} fitted to {len(f['rows'])} metrics of "
-              f"{f['rows']['id'].nunique()} runs ({f['evaluations']} simulated points)")
+        print(f"== {path.name}: {fit_counts(f, name)} ({f['evaluations']} simulated points)")
         for p in f["params"]:
             folds = [v[p["path"]] for k, v in f["values"].items() if k != "all runs"]
             print(f"  {p['path']:28s} = {f['values']['all runs'][p['path']]:.4g}  (folds {min(folds):.4g} ... "
@@ -139,6 +138,7 @@ def calibrate_stack(name: str, do_write: bool) -> int:
                     "within", "fold"]].to_string(index=False))
         print(f"{int(rows['within'].sum())} of {len(rows)} metrics within their targets, each predicted by a fit that "
               f"did not see its run")
+        print(group_fold_table(f).to_string(index=False))
         if do_write:
             from ..predict import load_specs
 

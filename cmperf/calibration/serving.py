@@ -125,7 +125,7 @@ def _row(ref: dict, rid: str, metric: str, measured: float, sim: float) -> dict:
 
 # --------------------------------------------------------------------------- the stack's fit
 COARSE = 3  # grid points per parameter (log-spaced between its bounds, at the cells' centres)
-MIN_STEP = 0.01  # of each parameter's log range: the pattern search stops below it (~3 % of a value for a range of 20)
+MIN_STEP = 0.002  # of each parameter's log range: the pattern search stops below it (~0.6 % of a value for a range of 20)
 def _residuals(ref: dict, sim: dict[str, np.ndarray], runs) -> np.ndarray:
     """Each metric's error in units of its target, log(simulated / measured) / target, of the
     ``runs`` (ids), stacked: (metrics, points)."""
@@ -233,11 +233,14 @@ def fit_serving(path: Path, seed: int = 0) -> dict:
         raise SpecError(f"{path}: fit: {len(params)} constants need at least {3 * len(params)} metrics in every "
                         f"leave-one-run-out fold (at most one constant per three rows); the fitted runs give {fewest}")
     folds = {"all runs": set(runs), **{f"without {rid}": set(runs) - {rid} for rid in runs}}
+    groups = group_folds(ref, runs, 3 * len(params))
+    folds |= {name: fit for name, (fit, _) in groups.items() if fit is not None}
     pts = _Points(ref, params, seed)
     best = _fold_search(pts, folds)
     values = {f: pts.values(u) for f, u in best.items()}
     # each run at the fit that did not see it, and every run at the fit to all (in sample)
-    pts.need_all([([best[f"without {rid}"]], {rid}) for rid in runs] + [([best["all runs"]], None)])
+    pts.need_all([([best[f"without {rid}"]], {rid}) for rid in runs] + [([best["all runs"]], None)]
+                 + [([best[name]], held) for name, (fit, held) in groups.items() if fit is not None])
     rows = []
     for r in ref["rows"]:
         fitted = not r.get("not_fitted")  # a run the fit never sees: the full fit predicts it
@@ -248,9 +251,91 @@ def fit_serving(path: Path, seed: int = 0) -> dict:
             row["in_sample_error_pct"] = 100 * (float(full[j, 0]) / measured - 1) if fitted else float("nan")
             row["fold"] = f"without {r['id']}" if fitted else f"not fitted ({r['not_fitted']})"
             rows.append(row)
+    families = []
+    for name, (fit, held) in groups.items():
+        entry = {"fold": name, "fitted": sorted(fit) if fit is not None else [], "predicted": sorted(held)}
+        if fit is None:
+            entry["note"] = (f"not identifiable: the other runs give {_metrics(ref, set(runs) - held)} metrics for "
+                             f"{len(params)} constants (three a constant)")
+        else:
+            sim = pts.sim[pts.key(best[name])]
+            errs = [_row(ref, r["id"], m, v, float(sim[r["id"]][j, 0]))
+                    for r in ref["rows"] if r["id"] in held for j, (m, v) in enumerate(r["measured"].items())]
+            entry |= {"values": values[name], "within": sum(e["within"] for e in errs), "metrics": len(errs),
+                      "median_abs_error_pct": float(np.median([abs(e["error_pct"]) for e in errs])),
+                      "errors": {f"{e['id']} {e['metric']}": e["error_pct"] for e in errs}}
+        families.append(entry)
     moves = _moves(ref, pts, params, best["all runs"])
-    return {"values": values, "rows": pd.DataFrame(rows), "moves": moves, "evaluations": len(pts.sim),
-            "params": params}
+    return {"values": {k: v for k, v in values.items() if k not in groups}, "rows": pd.DataFrame(rows), "moves": moves,
+            "evaluations": len(pts.sim), "params": params, "group_folds": families,
+            "counts": {"fitted_runs": len(runs), "fitted_metrics": _metrics(ref, set(runs)),
+                       "runs": len(ref["rows"]), "metrics": _metrics(ref, {r["id"] for r in ref["rows"]})}}
+
+
+def fit_counts(f: dict, stack: str) -> str:
+    """What a fit of :func:`fit_serving` fitted, counted: its constants, the metrics and runs
+    it fitted to, and those it only predicts (runs marked ``not_fitted``)."""
+    c = f["counts"]
+    out = (f"{len(f['params'])} constants of stack {stack} fitted to {c['fitted_metrics']} metrics of "
+           f"{c['fitted_runs']} runs")
+    if c["runs"] > c["fitted_runs"]:
+        out += (f"; {c['metrics'] - c['fitted_metrics']} metrics of {c['runs'] - c['fitted_runs']} more run(s) "
+                f"never fitted, predicted by the fit to all")
+    return out
+
+
+def group_fold_table(f: dict):
+    """The family and length folds of a fit (:func:`group_folds`) as a table: what each fold
+    fitted and predicted, its constants, and its predicted metrics' errors."""
+    import pandas as pd
+
+    rows = []
+    for g in f["group_folds"]:
+        row = {"fold": g["fold"], "fitted": ", ".join(g["fitted"]) or "-", "predicted": ", ".join(g["predicted"])}
+        if "note" in g:
+            row["result"] = g["note"]
+        else:
+            errs = "; ".join(f"{k} {v:+.1f} %" for k, v in g["errors"].items())
+            consts = ", ".join(f"{k.split('.', 1)[1]} {v:.4g}" for k, v in g["values"].items())
+            row["result"] = f"{g['within']} of {g['metrics']} within (median |error| {g['median_abs_error_pct']:.1f} %) at {consts}: {errs}"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["fold", "fitted", "predicted", "result"])
+
+
+def _metrics(ref: dict, runs: set) -> int:
+    """Measured metrics of ``runs`` (ids)."""
+    return sum(len(r["measured"]) for r in ref["rows"] if r["id"] in runs)
+
+
+def _family(r: dict) -> str:
+    """A run's serving family: PD-disaggregated or co-located (its deployment)."""
+    return "co-located" if "colocated" in r.get("deployment", {}) else "PD"
+
+
+def group_folds(ref: dict, runs: list[str], need: int) -> dict[str, tuple]:
+    """Folds that hold out a whole family of runs, beside leave-one-run-out (docs/calibration.md
+    #serving-evidence): name -> (runs fitted, or None when they give fewer than ``need``
+    metrics; runs predicted).
+
+    - family: fit on the runs of the other serving families alone (PD-disaggregated vs
+      co-located), predict the family's runs, those never fitted included (a co-located run
+      predicted by constants that never saw a co-located scheduler);
+    - length: fit on all but the runs of the longest (shortest) prompts among the fitted runs,
+      predict those: the prompt-length extrapolation the constants must carry."""
+    rows = {r["id"]: r for r in ref["rows"]}
+    out = {}
+    for fam in sorted({_family(r) for r in rows.values()}):
+        held = {rid for rid, r in rows.items() if _family(r) == fam}
+        fit = set(runs) - held
+        if held and len(held) < len(rows):
+            out[f"fit without the {fam} runs"] = (fit if _metrics(ref, fit) >= need else None, held)
+    lengths = {rid: rows[rid].get("workload", {}).get("prompt_len") for rid in runs}
+    if None not in lengths.values() and len(set(lengths.values())) > 1:
+        for which, ell in (("longest", max(lengths.values())), ("shortest", min(lengths.values()))):
+            held = {rid for rid, v in lengths.items() if v == ell}
+            fit = set(runs) - held
+            out[f"fit without the {which} prompts ({ell:,} tokens)"] = (fit if _metrics(ref, fit) >= need else None, held)
+    return out
 
 
 ELASTIC = 0.05  # a metric moves with a constant when d log(metric) / d log(constant) exceeds this
@@ -284,7 +369,7 @@ def stack_sources(path: Path, f: dict) -> dict[str, str]:
     for p in f["params"]:
         folds = [v[p["path"]] for k, v in f["values"].items() if k != "all runs"]
         metrics = sorted({m.split(" ", 1)[1] for m in f["moves"][p["path"]] if m.split(" ")[0] in runs})
-        out[p["path"]] = (f"fitted: {p['meaning']}; jointly to the {3 * len(runs)} metrics of runs {', '.join(runs)} "
+        out[p["path"]] = (f"fitted: {p['meaning']}; jointly to the {_metrics(ref, set(runs))} metrics of runs {', '.join(runs)} "
                           f"of cmperf/reference/{Path(path).name} (it moves their {', '.join(metrics) or 'none'}); "
                           f"leave-one-run-out folds {min(folds):.3g} ... {max(folds):.3g} "
                           f"(docs/calibration.md#serving-evidence)")

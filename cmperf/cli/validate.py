@@ -232,7 +232,7 @@ def _serving(files, fmt: str) -> None:
     outside its target is reported, not failed."""
     import pandas as pd
 
-    from ..calibration.serving import SERVING_FILES, load_serving, replay
+    from ..calibration.serving import SERVING_FILES, fit_counts, group_fold_table, load_serving, replay
     from ..report import check_format, print_csv, print_json, print_table, provenance
 
     check_format(fmt)
@@ -258,7 +258,7 @@ def _serving(files, fmt: str) -> None:
     prov = provenance("validate --serving", None, None, [])
     if fmt == "json":
         print_json({"rows": res.to_dict(orient="records"), "fitted": constants.to_dict(orient="records"),
-                    "provenance": prov})
+                    "group_folds": {str(p): f["group_folds"] for p, f in fits}, "provenance": prov})
     elif fmt == "csv":
         print_csv({"rows": res, "fitted": constants} if len(constants) else res, prov)
     else:
@@ -284,6 +284,8 @@ def _serving(files, fmt: str) -> None:
                      "fitted to": f"the {f['rows'].loc[~f['rows']['fold'].str.startswith('not'), 'id'].nunique()} "
                                   f"fitted runs but the one predicted",
                      "moves": ", ".join(f["moves"][q["path"]]) or "none"} for q in f["params"]]
-            print_table(rows, f"stack constants fitted to {p} (python -m cmperf.calibration --stack NAME --write stores them)")
+            print_table(rows, f"stack constants fitted to {p} (python -m cmperf.calibration --stack NAME --write stores them): "
+                              f"{fit_counts(f, load_serving(p)['stack'])}")
+            print_table(group_fold_table(f), f"{p}: folds that hold out a family of runs (fitted on the others alone)")
         typer.echo(f"{int(res['within'].sum())} of {len(res)} metrics within their targets"
                    + (" (leave-one-run-out)" if fits else ""))
