@@ -45,7 +45,8 @@ def plan_cmd(
     pool_path: Optional[str] = typer.Option(None, "--pool-path", help="tier cached KV is read over: ub (default, Table 1) or e.g. vpc for comparison"),
     ttft_slo: float = typer.Option(2000.0, "--ttft-slo", help="TTFT SLO in ms (paper: 2,000)"),
     tpot_slo: float = typer.Option(50.0, "--tpot-slo", help="TPOT SLO in ms (paper: 50)"),
-    ttft_stat: str = typer.Option("mean", "--ttft-stat", help="which TTFT the SLO bounds: mean or p90"),
+    slo_stat: str = typer.Option("mean", "--slo-stat", help="the statistic of the requests' TTFT and TPOT the SLOs bound: mean, p50, p90 or p99"),
+    ttft_stat: Optional[str] = typer.Option(None, "--ttft-stat", help="the TTFT's statistic alone (default: --slo-stat's)"),
     shapes: str = typer.Option("pd,colocated,afd", "--shapes", help="deployment shapes to consider: pd (prefill/decode disaggregated), colocated (chunked prefill), afd (PD with attention-FFN disaggregated decode); comma-separated"),
     kv_tier: Optional[str] = typer.Option(None, "--kv-tier", help="tier of the prefill-to-decode KV transfer, e.g. rdma (paper) or ub (default: the system's)"),
     top: int = typer.Option(5, "--top", help="runner-up deployments shown"),
@@ -83,7 +84,7 @@ def plan_cmd(
     rates, hits = _list(rate, "--rate"), _list(prefix_hit, "--prefix-hit")
     _cap_plans(len(rates) * len(hits), {})
     variants = [({"rate": r, "prefix_hit": h} if len(rates) * len(hits) > 1 else {},
-                 _workload(r, prompt_len, output_len, trace, h, ttft_slo, tpot_slo, ttft_stat))
+                 _workload(r, prompt_len, output_len, trace, h, ttft_slo, tpot_slo, ttft_stat, slo_stat))
                 for r in rates for h in hits]
     workload = variants[0][1]
     if working_set is not None and not (math.isfinite(working_set) and 0 < working_set <= 1e18):
@@ -109,7 +110,8 @@ def plan_cmd(
     prov = provenance("plan", hardware, model, sets, sweep or [], npus=npus, supernode=supernode, rate=rate,
                       prompt_len=None if trace else prompt_len, output_len=None if trace else output_len, trace=trace,
                       prefix_hit=prefix_hit, pool_path=pool_path, block_tokens=block_tokens, working_set_tokens=working_set, ttft_slo_ms=ttft_slo,
-                      ttft_stat=ttft_stat, tpot_slo_ms=tpot_slo, shapes=shapes, kv_tier=kv_tier)
+                      ttft_stat=workload.slo.ttft_stat, tpot_slo_ms=tpot_slo, tpot_stat=workload.slo.tpot_stat, shapes=shapes,
+                      kv_tier=kv_tier)
 
     sweeps = {}
     if sweep:
@@ -195,8 +197,10 @@ def _list(text: str, flag: str) -> list[str]:
     return items
 
 
-def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, ttft_stat):
-    from ..plan.workload import MAX_TOKENS, SLO, Workload, parse_lengths, read_trace
+def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, ttft_stat, slo_stat="mean"):
+    """The workload the flags give; ``slo_stat`` the statistic both SLOs bound (``--slo-stat``),
+    ``ttft_stat`` the TTFT's alone when given (``--ttft-stat``)."""
+    from ..plan.workload import MAX_TOKENS, SLO, SLO_STATS, Workload, parse_lengths, read_trace
 
     from ..errors import parse_number
 
@@ -206,8 +210,10 @@ def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_sl
     for flag, v in (("--ttft-slo", ttft_slo), ("--tpot-slo", tpot_slo)):
         if not (math.isfinite(v) and 0 < v <= MAX_SLO_MS):
             raise ConfigError(f"{flag} {v:g}: expected milliseconds > 0 and at most {MAX_SLO_MS:g}")
-    if ttft_stat not in ("mean", "p90"):
-        raise ConfigError(f"--ttft-stat {ttft_stat[:40]}: expected mean or p90")
+    for flag, stat in (("--slo-stat", slo_stat), ("--ttft-stat", ttft_stat)):
+        if stat is not None and stat not in SLO_STATS:
+            raise ConfigError(f"{flag} {short(str(stat), 40)}: expected one of {', '.join(SLO_STATS)}")
+    ttft_stat = ttft_stat or slo_stat
     text = str(prefix_hit)
     hit_text, _, spread = text.partition(":")
     prefix_hit = parse_number(hit_text, "--prefix-hit")
@@ -226,7 +232,7 @@ def _workload(rate, prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_sl
             raise ConfigError("--prefix-hit: the trace gives prefix_hit_tokens per request; give one or the other")
     else:
         prompt, output = parse_lengths(prompt_len, "--prompt-len"), parse_lengths(output_len, "--output-len")
-    w = Workload(prompt=prompt, output=output, prefix_hit=prefix_hit, slo=SLO(ttft_slo / 1e3, tpot_slo / 1e3, ttft_stat),
+    w = Workload(prompt=prompt, output=output, prefix_hit=prefix_hit, slo=SLO(ttft_slo / 1e3, tpot_slo / 1e3, ttft_stat, slo_stat),
                  arrival_rate_per_s=arrival, cached_samples=cached, hit_concentration=concentration, arrival_samples=arrivals)
     if not w.decode_kv_len <= MAX_TOKENS:  # E[P] + E[O] (1 + scv) / 2: the lengths' own bounds do not bound it
         given = f"--trace {trace}" if trace is not None else f"--prompt-len {prompt_len} --output-len {output_len}"

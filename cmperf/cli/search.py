@@ -29,6 +29,9 @@ LIST = "comma list and/or start:stop\\[:step] ranges (stop included)"
 SweepOpt = typer.Option(None, "--sweep", help="vary a spec field over the grid, e.g. system.tiers.ub.bandwidth_Bps=100e9,135e9,270e9 "
                                               "or =100e9:300e9:50e9 (repeatable)")
 TopOpt = typer.Option(10, "--top", help="how many of the best configurations to report")
+SloStatOpt = typer.Option("mean", "--slo-stat", help="the statistic the SLO bounds: mean (search times one pass or step, "
+                         "with no queue and no spread across requests: its latency is the mean; p50/p90/p99 need "
+                         "cmperf plan or simulate)")
 OutOpt = typer.Option(None, "--out", help="write every configuration (all inputs, outputs, slo_ms, meets_slo, on_pareto, rank) to this CSV")
 PlotOpt = typer.Option(None, "--plot", help="draw the Pareto frontier (one per swept value), the roofline (peak and achievable "
                                             "roofs) and per-operator time of the best configuration to this image (png, pdf, svg, ...: by its suffix) "
@@ -43,6 +46,7 @@ IMBALANCE = {"default": "default"}
 @search_app.command("decode")
 def search_decode(
     tpot_slo: Optional[float] = typer.Option(None, "--tpot-slo", help="TPOT SLO in ms (tokens/s per user = 1000 / TPOT; default: none, every configuration that fits ranks; the paper's is 50)"),
+    slo_stat: str = SloStatOpt,
     batch: str = typer.Option("1:256", "--batch", help=f"requests per NPU: {LIST}"),
     prompt_len: str = typer.Option("4096", "--prompt-len", help="prompt tokens per request"),
     output_len: str = typer.Option("256", "--output-len", help="output tokens per request"),
@@ -83,12 +87,13 @@ def search_decode(
         "redundant_experts": parse_list(redundant_experts, "--redundant-experts", integer=True),
         "shared_copies": parse_list(shared_copies, "--shared-copies", integer=True),
     }
-    _run("decode", values, _slo(tpot_slo, "--tpot-slo"), top, sweep, sets, hardware, model, fmt, out, plot)
+    _run("decode", values, _slo(tpot_slo, "--tpot-slo", slo_stat), top, sweep, sets, hardware, model, fmt, out, plot)
 
 
 @search_app.command("prefill")
 def search_prefill(
     ttft_slo: Optional[float] = typer.Option(None, "--ttft-slo", help="TTFT SLO in ms (default: none, every configuration that fits ranks; the paper's is 2000)"),
+    slo_stat: str = SloStatOpt,
     tokens_per_npu: str = typer.Option("4096:65536:4096", "--tokens-per-npu", help=f"prompt tokens per NPU per pass: {LIST}"),
     prompt_len: str = typer.Option("4096", "--prompt-len", help="tokens per prompt"),
     dies: Optional[str] = typer.Option(None, "--dies", help="dies in the prefill instance (default: the system's, for the model: 32 on cloudmatrix384)"),
@@ -121,7 +126,7 @@ def search_prefill(
         "redundant_experts": parse_list(redundant_experts, "--redundant-experts", integer=True),
         "shared_copies": parse_list(shared_copies, "--shared-copies", integer=True),
     }
-    _run("prefill", values, _slo(ttft_slo, "--ttft-slo"), top, sweep, sets, hardware, model, fmt, out, plot)
+    _run("prefill", values, _slo(ttft_slo, "--ttft-slo", slo_stat), top, sweep, sets, hardware, model, fmt, out, plot)
 
 
 @search_app.command("report")
@@ -243,7 +248,7 @@ def _render(result, fmt: str, inert: list[str], why: str, prov: dict) -> None:
     s = result.summary()
     lat = result.latency
     typer.echo(f"{s['phase']} search: {s['configurations']:,} configurations, {s['dropped_invalid']:,} invalid, "
-               f"{s['fit_in_memory']:,} fit in memory" + (f", {s['meet_slo']:,} also meet {lat} <= {s['slo_ms']:g}"
+               f"{s['fit_in_memory']:,} fit in memory" + (f", {s['meet_slo']:,} also meet {lat} (mean) <= {s['slo_ms']:g}"
                                                            if math.isfinite(s['slo_ms']) else " (no SLO given)"))
     cols = _shown_columns(result)
     units = {c: unit_of(c) for c in result.table.columns}
@@ -260,9 +265,16 @@ def _render(result, fmt: str, inert: list[str], why: str, prov: dict) -> None:
     print_table(_in_words(_for_table(shown, [*cols, "meets_slo"])), title, _in_words_units(units))
 
 
-def _slo(given: Optional[float], flag: str) -> float:
+def _slo(given: Optional[float], flag: str, stat: str = "mean") -> float:
     """The SLO in ms: none given is no SLO (inf: every configuration that fits ranks); a given
-    one is a finite positive number."""
+    one is a finite positive number. ``stat``: the statistic it bounds (``--slo-stat``), the
+    mean only: a configuration's pass or step, timed alone, is its requests' mean latency."""
+    from ..errors import ConfigError
+
+    if stat != "mean":
+        raise ConfigError(f"--slo-stat {str(stat)[:40]}: search times one configuration's pass or step, with no "
+                          f"queue and no spread across requests, so it bounds the mean only; give --slo-stat mean, "
+                          f"or use cmperf plan / simulate --slo-stat {str(stat)[:10]} for a percentile")
     if given is None:
         return math.inf
     if not (math.isfinite(given) and given > 0):

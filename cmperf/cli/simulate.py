@@ -47,6 +47,7 @@ def simulate_cmd(
     working_set: Optional[float] = typer.Option(None, "--working-set-tokens", help="distinct prefix tokens in use (the HBM prefix cache, then the pool, hold a share of them: LRU, docs/model.md §9.5)"),
     ttft_slo: float = typer.Option(2000.0, "--ttft-slo", help="TTFT SLO in ms, for the goodput (and the plan rate)"),
     tpot_slo: float = typer.Option(50.0, "--tpot-slo", help="TPOT SLO in ms, for the goodput (and the plan rate)"),
+    slo_stat: str = typer.Option("mean", "--slo-stat", help="the statistic of the requests' TTFT and TPOT the SLOs bound (the plan rate, the verdict): mean, p50, p90 or p99"),
     warmup: float = typer.Option(0.0, "--warmup", help="share of the first requests left out of the latency statistics"),
     seed: int = typer.Option(0, "--seed", help="random seed (the same seed gives the same run)"),
     mtp: Optional[bool] = typer.Option(None, "--mtp/--no-mtp", help="multi-token prediction on or off in every instance (default: the system's deployment; an instance's :mtp= wins)"),
@@ -78,7 +79,7 @@ def simulate_cmd(
     model = model or system_model(hardware)
     if working_set is not None and not (math.isfinite(working_set) and 0 < working_set <= 1e18):
         raise ConfigError(f"--working-set-tokens {working_set:g}: expected a positive number of tokens, at most 1e18")
-    workload = _workload("max", prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, "mean")
+    workload = _workload("max", prompt_len, output_len, trace, prefix_hit, ttft_slo, tpot_slo, None, slo_stat)
     specs = load_specs(hardware, model, sets or [], stack)
     from ..advice import slow_dtype_notes
 
@@ -213,6 +214,18 @@ def _run(specs, workload, dep, traffic, seed, warmup, working_set, fmt, plot, ou
                    f"{res.settings['traffic']}; seed {seed}")
         shown = [{"metric": label, "value": _value(m.get(key), unit)} for key, label, unit in SHOWN if key in m]
         print_table(shown, "serving benchmark result (bench_serving's metrics)")
+        typer.echo(slo_verdict(m, res.settings["slo"]))
+
+
+def slo_verdict(m: dict, slo: dict) -> str:
+    """The run against its SLOs at their statistic, in one line: 'SLOs (p90): TTFT p90 1,234
+    ms <= 2,000 ms met; TPOT p90 45.1 ms <= 50 ms met' (goodput counts requests one by one)."""
+    parts = []
+    for name, key in (("TTFT", "ttft"), ("TPOT", "tpot")):
+        v, bound, stat = m[f"slo_{key}_ms"], slo[key], slo[f"{key}_stat"]
+        parts.append(f"{name} {stat} {v:,.4g} ms {'<=' if v <= bound else '>'} {bound:,.6g} ms "
+                     f"{'met' if v <= bound else 'MISSED'}")
+    return "SLOs at their statistic: " + "; ".join(parts)
 
 
 def _warn_context(res, specs) -> None:

@@ -43,10 +43,9 @@ from ..stack import prefill_router
 from . import instances, shapes
 from .queueing import greedy_instance, largest_rate, mean_wait_s, wait_quantile_s
 from .supernode import supernode_sets
-from .workload import SLO, Workload, fixed
+from .workload import SLO, Workload, fixed, stat_quantile
 
 SHAPES = ("pd", "colocated", "afd")
-P90 = 0.9
 MAX_NPUS = 100_000
 
 
@@ -84,11 +83,14 @@ class Plan:
 # --------------------------------------------------------------------------- queueing terms
 def alignment_s(rho, period_s, stat: str):
     """Waiting for the running pass (or iteration) to end: with probability ρ the instance is
-    busy and the residual is uniform on (0, period): mean ρ period / 2, p90 period (1 - 0.1/ρ)+."""
+    busy and the residual is uniform on (0, period), P(A > t) = ρ (1 - t / period): mean
+    ρ period / 2, the q-quantile period (1 - (1 - q) / ρ)+ (p90: (1 - 0.1 / ρ)+; p50: 0 while
+    the instance is busy less than half the time)."""
     rho = np.clip(np.asarray(rho, dtype=float), 0.0, 1.0)
-    if stat == "mean":
+    q = stat_quantile(stat)
+    if q is None:
         return rho * period_s / 2.0
-    return period_s * np.maximum(1.0 - (1.0 - P90) / np.maximum(rho, 1e-12), 0.0)
+    return period_s * np.maximum(1.0 - (1.0 - q) / np.maximum(rho, 1e-12), 0.0)
 
 
 def greedy_busy(rate, pass_s):
@@ -131,7 +133,8 @@ def ttft_terms(rate, servers, service_s, scv, period_s, fixed_s, stat: str, inst
     if routed is not None and instances is not None:
         return _routed_terms(rate, servers, service_s, scv, period_s, fixed_s, stat, instances, join_s, lone_s, *routed,
                              state=state)
-    wait = mean_wait_s(rate, servers, service_s, scv) if stat == "mean" else wait_quantile_s(rate, servers, service_s, scv, P90)
+    q = stat_quantile(stat)
+    wait = mean_wait_s(rate, servers, service_s, scv) if q is None else wait_quantile_s(rate, servers, service_s, scv, q)
     rho = rate * service_s / servers
     if instances is not None:
         n = np.asarray(instances, dtype=float)
@@ -886,7 +889,7 @@ def _message(p: Plan) -> str:
         return f"no deployment of {p.settings['npus']} NPUs of {p.settings['hardware']}: " + "; ".join(why or ["no option"])
     best = t.iloc[0]
     if best["goodput_rps"] <= 0:
-        return (f"no deployment meets TTFT {slo.ttft_stat} <= {slo.ttft_s * 1e3:g} ms and TPOT <= {slo.tpot_s * 1e3:g} ms "
+        return (f"no deployment meets {slo.text()} "
                 f"at any rate; closest: {describe(best)} (binding: {best['binding']}, TTFT {best['ttft_ms']:.0f} ms, "
                 f"TPOT {best['tpot_ms']:.1f} ms at the lightest load)")
     if given is not None and best["goodput_rps"] < given:
@@ -928,8 +931,9 @@ def summary(p: Plan) -> dict:
     systems = st["npus"] / st["supernode_npus"]
     where = (f"one {st['supernode_npus']}-NPU system" if systems <= 1 else f"{math.ceil(systems)} systems of {st['supernode_npus']} NPUs")
     headline = (f"plan: {st['npus']} NPUs of {st['hardware']} ({where}), {st['model']}; prompts {w.prompt.text}, outputs "
-                f"{w.output.text} tokens, prefix hit {w.cached_tokens / w.prompt.mean:.0%} of prompt tokens; TTFT {w.slo.ttft_stat} <= {w.slo.ttft_s * 1e3:g} ms, "
-                f"TPOT <= {w.slo.tpot_s * 1e3:g} ms; at {rate}; KV transfer over {st['kv_tier']}")
+                f"{w.output.text} tokens, prefix hit {w.cached_tokens / w.prompt.mean:.0%} of prompt tokens; {w.slo.text()}"
+                + ("" if w.slo.tpot_stat == "mean" else " (the closed form's TPOT is the step's at the operating batch, for "
+                   "every statistic; --verify simulates its spread)") + f"; at {rate}; KV transfer over {st['kv_tier']}")
     best = None
     bring_up: list = []
     cache: dict = {}

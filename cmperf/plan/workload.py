@@ -187,11 +187,33 @@ def parse_lengths(text: str, flag: str) -> Lengths:
     return fixed(number(t), t)
 
 
+SLO_STATS = {"mean": None, "p50": 0.5, "p90": 0.9, "p99": 0.99}  # statistic an SLO bounds -> its quantile (None: the mean)
+
+
+def stat_quantile(stat: str) -> float | None:
+    """The quantile an SLO statistic names (``p50`` -> 0.5), None for the mean."""
+    return SLO_STATS[stat]
+
+
 @dataclass(frozen=True)
 class SLO:
+    """The service-level objectives and the statistic of the requests' latencies each bounds
+    (mean, p50, p90 or p99; docs/model.md §9.3): ``TTFT_stat <= ttft_s`` and ``TPOT_stat <= tpot_s``."""
+
     ttft_s: float
     tpot_s: float
-    ttft_stat: str = "mean"  # "mean" or "p90"
+    ttft_stat: str = "mean"  # a key of SLO_STATS
+    tpot_stat: str = "mean"
+
+    def __post_init__(self):
+        for name in ("ttft_stat", "tpot_stat"):
+            if getattr(self, name) not in SLO_STATS:
+                raise ConfigError(f"SLO {name} {str(getattr(self, name))[:40]!r}: expected one of {', '.join(SLO_STATS)}")
+
+    def text(self) -> str:
+        """The SLOs in words: 'TTFT p90 <= 2,000 ms, TPOT mean <= 50 ms'."""
+        return (f"TTFT {self.ttft_stat} <= {self.ttft_s * 1e3:,.6g} ms, TPOT {self.tpot_stat} <= "
+                f"{self.tpot_s * 1e3:,.6g} ms")
 
 
 @dataclass(frozen=True)

@@ -142,11 +142,23 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
     return results if sweeps else results[0]
 
 
+STAT_KEYS = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}  # an SLO statistic -> its metrics' prefix
+
+
+def at_stat(m: dict, name: str, stat: str) -> float:
+    """The metric ``name`` (ttft, tpot) of the run's metrics ``m`` at an SLO statistic (mean,
+    p50, p90, p99): what the SLO on that statistic is held to."""
+    return float(m.get(f"{STAT_KEYS[stat]}_{name}_ms", float("nan")))
+
+
 def _result(req, stats, workload, warmup, mu, prefill, decode, deployment, dpp, dec_inputs, pre_inputs, traffic, seed,
             specs) -> SimResult:
     """A run's metrics (bench_serving's) and what it was run with."""
     res = metrics(req, stats, workload.slo.ttft_s * 1e3, workload.slo.tpot_s * 1e3, warmup)
     res["accept_length"] = float(mu)
+    slo = workload.slo
+    res["slo_ttft_ms"], res["slo_tpot_ms"] = at_stat(res, "ttft", slo.ttft_stat), at_stat(res, "tpot", slo.tpot_stat)
+    res["meets_slos"] = bool(res["slo_ttft_ms"] <= slo.ttft_s * 1e3 and res["slo_tpot_ms"] <= slo.tpot_s * 1e3)
     res["preemptions"] = int(sum(d.preemptions for d in decode))
     # the most KV tokens a decode rank held over what it holds (a PD decode rank never above 1 but for
     # one request alone longer than the rank; a co-located one by at most a step's tokens, then preempts)
@@ -163,7 +175,8 @@ def _result(req, stats, workload, warmup, mu, prefill, decode, deployment, dpp, 
     settings = {"traffic": traffic.describe(), "seed": seed, "stack": specs.stack_name or "none",
                 "prefill_router": prefill_router(specs.stack_view()) if prefill else None,
                 "deployment": deployment.describe(dec_inputs, pre_inputs), "requests": len(req.prompt),
-                "slo": {"ttft": workload.slo.ttft_s * 1e3, "tpot": workload.slo.tpot_s * 1e3}}
+                "slo": {"ttft": workload.slo.ttft_s * 1e3, "tpot": workload.slo.tpot_s * 1e3,
+                        "ttft_stat": workload.slo.ttft_stat, "tpot_stat": workload.slo.tpot_stat}}
     return SimResult(metrics=res, requests=req, stats=stats, deployment=deployment, settings=settings,
                      instances={"decode": dec_inputs, "prefill": pre_inputs})
 
