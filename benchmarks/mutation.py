@@ -304,6 +304,42 @@ CATALOGUE = [
              "a spec-cache entry is trusted without its checksum (an edited entry changes answers)"),
 ]
 
+# ---- issue 33 (round B): bugs that escaped the whole suite; tests/test_planted_round4b.py catches each
+CATALOGUE += [
+    Mutation("fusion-swallows-network", "cmperf/cost/fusion.py", "fusion",
+             "            if tuple(name for name, _ in run) == g and all(local for _, local in run):\n",
+             "            if tuple(name for name, _ in run) == g:\n",
+             "a stack's fusion group takes in a collective on a network tier (its bytes and launch folded away)"),
+    Mutation("sampling-one-token", "cmperf/cost/ops.py", "count dropped",
+             "vector_ops=VEC_SAMPLING * T * V, hbm_bytes=T * (V * b + 4)",
+             "vector_ops=VEC_SAMPLING * V, hbm_bytes=T * (V * b + 4)",
+             "sampling's vector work is one token's whatever the tokens sampled"),
+    Mutation("collective-one-floor", "cmperf/cost/roofline.py", "count dropped",
+             "np.maximum(lat, launches * floor), lat)",
+             "np.maximum(lat, floor), lat)",
+             "an op of n collective calls pays one per-call floor instead of n"),
+    Mutation("replay-any-model", "cmperf/schedule/replay.py", "cache",
+             "    if entry is None or entry.m is not m:\n",
+             "    if entry is None:\n",
+             "a one-row replay traced under one model answers for another on the same hardware view"),
+    Mutation("replay-unguarded-branch", "cmperf/schedule/replay.py", "cache",
+             '        _rec().guard(self.name if out else f"not {self.name}")\n',
+             "        pass\n",
+             "a branch taken on a traced value is not guarded: the replay answers the other side as the traced one"),
+    Mutation("rank-one-over-cap", "cmperf/simulate/engine.py", "off by one",
+             "        return (n < self.cap_n) & ((used + need",
+             "        return (n <= self.cap_n) & ((used + need",
+             "a decode rank admits one request over the stack's max_running_per_rank"),
+    Mutation("export-gpu-die-ranks", "cmperf/export/__init__.py", "unit slip",
+             'return dies if self.vendor == "huawei" else max(1, dies // self.dies_per_package)',
+             "return dies",
+             "an exported launcher counts a 2-die GPU as 2 ranks (a GPU is one rank)"),
+    Mutation("coloc-pool-every-rank", "cmperf/simulate/engine.py", "count slip",
+             "            share = min(new, self.R) * self.pred.dies_per_rank\n",
+             "            share = self.R * self.pred.dies_per_rank\n",
+             "a co-located prompt's pool read is spread over every rank's dies, not its own rank's"),
+]
+
 
 
 # ---------------------------------------------------------------------------------------------
