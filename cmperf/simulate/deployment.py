@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, short, short_path
+from ..errors import ConfigError, short, short_path, whole_number
 
 
 @dataclass
@@ -159,11 +159,7 @@ REQUIRED = {"prefill": ("count",), "decode": ("count",), "colocated": ("count",)
 
 
 def _whole(v, where: str, most: int, least: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= most:
-        got = (repr(short(v, 40)) if isinstance(v, str) else short(v, 40) if isinstance(v, (int, float, bool)) or v is None
-               else f"a {type(v).__name__}")
-        raise ConfigError(f"{where}: expected a whole number from {least} to {most:,} (got {got})")
-    return v
+    return whole_number(v, where, least, most)
 
 
 def from_data(raw, where: str) -> DeploymentSpec:
