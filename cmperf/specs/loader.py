@@ -301,6 +301,10 @@ def check_field(data: Any, path: str, flag: str) -> None:
     fields = _fields_of(node)
     if fields is not None and "value" not in fields:
         raise SpecError(f"{flag}: '{keys[-1]}' is a section, not a number (its fields: {', '.join(sorted(fields))})")
+    leaf = fields["value"] if fields is not None else node
+    if isinstance(leaf, (str, bool, list, tuple)):
+        shown = repr(short(leaf, 40)) if isinstance(leaf, str) else short(leaf, 40)
+        raise SpecError(f"{flag}: '{keys[-1]}' is not a number (it is {shown})")
 
 
 # What a --set of one field carries along (docs/specs.md, "What a --set carries along").
