@@ -433,14 +433,7 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     if phase not in PHASES:
         raise ConfigError(f"unknown phase '{phase}' (expected one of: {', '.join(PHASES)})")
     specs = specs or default_specs()
-    if values is not None and not isinstance(values, Mapping):
-        raise ConfigError(f"predict(values=...): expected a mapping of inputs to values, e.g. {{'batch': 64}} "
-                          f"(got a {type(values).__name__})")
-    unset = [k for k, v in (values or {}).items() if v is None]
-    if unset:
-        raise ConfigError(f"predict(values={{{short(unset[0], 40)!r}: None}}): expected a value or a list of values; "
-                          f"leave an input out to take its default")
-    values = dict(values or {})
+    values = given_values(values, "predict")
     sweep_cols = sweep_columns(specs, sweeps)
     given = set(values) if rows is None else set().union(*(set(r) for r in rows)) if rows else set()
     hw0, m0 = specs.views(phase=phase)
@@ -524,6 +517,19 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         at[blocks[0]] = np.arange(n)
         schedule_rows = (len(blocks[1]), blocks[2], at if kept is None else at[kept])
     return Prediction(phase, table, invalid, out["_schedules"], schedule_rows)
+
+
+def given_values(values: Mapping[str, Any] | None, call: str) -> dict[str, Any]:
+    """The ``values`` the API was given (``call``: predict, search): a mapping, no input None
+    (None was dropped: the default answered for what was asked); a copy."""
+    if values is not None and not isinstance(values, Mapping):
+        raise ConfigError(f"{call}(values=...): expected a mapping of inputs to values, e.g. {{'batch': 64}} "
+                          f"(got a {type(values).__name__})")
+    unset = [k for k, v in (values or {}).items() if v is None]
+    if unset:
+        raise ConfigError(f"{call}(values={{{short(unset[0], 40)!r}: None}}): expected a value or a list of values; "
+                          f"leave an input out to take its default")
+    return dict(values or {})
 
 
 def sweep_columns(specs: Specs, sweeps: Mapping[str, Iterable[float]] | None) -> dict[str, list]:

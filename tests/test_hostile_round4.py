@@ -89,6 +89,14 @@ def test_predict_refuses_an_input_of_none(values, words):
     api_error(lambda: cmperf.predict("decode", values), *words)
 
 
+def test_search_refuses_an_input_of_none_as_predict_does():
+    api_error(lambda: cmperf.search("decode", {"batch": None}), "search(values={'batch': None})")
+
+
+def test_a_misspelt_input_gets_the_nearest_name():
+    api_error(lambda: cmperf.predict("decode", {"batchh": 8}), "unknown decode input(s): batchh", "did you mean 'batch'")
+
+
 @pytest.mark.parametrize("kwargs,words", [
     ({"npus": 64.5}, ["plan(npus=64.5)", "whole number from 1"]), ({"npus": 0}, ["plan(npus=0)"]),
     ({"npus": -1}, ["plan(npus=-1)"]), ({"npus": True}, ["plan(npus=True)"]), ({"npus": "64"}, ["plan(npus='64')"]),
