@@ -145,6 +145,13 @@ def test_a_given_deployment_larger_than_the_system_names_both(cli):
     assert code == 0, err  # several supernodes, asked for
 
 
+@pytest.mark.parametrize("flag", ["--set", "--sweep"])
+def test_a_misspelt_spec_path_on_the_command_line_gets_the_nearest_name(cli, flag):
+    cmd = ["predict", "decode"] if flag == "--set" else ["search", "decode", "--tpot-slo", "50", "--batch", "8"]
+    error(cli(*cmd, flag, "chip.die.hbm_bandwith_Bps=1e12"), f"{flag} chip.die.hbm_bandwith_Bps",
+          "did you mean 'hbm_bandwidth_Bps'")
+
+
 # --------------------------------------------------------------------------- files
 @pytest.mark.parametrize("cmd", [["simulate", "--num-prompts", "3", "-f", "json"], ["plan", *SMALL]])
 def test_trace_rows_out_of_arrival_order_name_the_file_and_row(cli, tmp_path, cmd):
