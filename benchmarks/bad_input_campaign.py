@@ -5,7 +5,8 @@ legitimate runs; a case that must warn ("warning") and does not is a silent acce
 families (--round3): simulate's traffic flags, stack limits, deployment shapes and files, serving
 files, traces, plot names, model contexts. Issue 33's (--round4): one boundary per input kind
 (plan's --verify-prompts, a deployment larger than the system, trace rows out of arrival order,
-a system file without a required floor or deployment size, a serving fit: path the stack lacks). Issue 17's families: plan flags and traces, compare set-ups (--with/--config),
+a system file without a required floor or deployment size, a deployment file's group without dies,
+a serving fit: path the stack lacks). Issue 17's families: plan flags and traces, compare set-ups (--with/--config),
 config.json imports, absurd what-ifs, reference files, output streams and encodings, signals
 (SIGINT/TERM/HUP sent while --out is written) and a corrupted spec cache (the answer must be
 the uncached one).

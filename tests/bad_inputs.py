@@ -809,8 +809,9 @@ def system_without(what: str) -> str:
 def round4_cases(tmp: Path) -> list[tuple]:
     """Issue 33's boundaries, one per input kind, as command lines: plan's --verify-prompts, a
     given deployment larger than the system, trace rows out of arrival order, a system file
-    without a required collective floor or a published deployment's dies, a serving file
-    whose fit: names a stack field that does not exist, a misspelt swept path."""
+    without a required collective floor or a published deployment's dies, a deployment file's
+    group without dies, a serving file whose fit: names a stack field that does not exist, a
+    misspelt swept path."""
     import yaml
 
     tmp.mkdir(parents=True, exist_ok=True)
@@ -836,6 +837,12 @@ def round4_cases(tmp: Path) -> list[tuple]:
         p = tmp / f"sys-{len(out)}.yaml"
         p.write_text(system_without(what))
         out.append((f"system file: no {what}", ["predict", "decode", "--hardware", str(p), "-f", "json"], "error"))
+    for name, text in (("prefill", "prefill: [{count: 6}]\ndecode: [{count: 1, dies: 320}]\n"),
+                       ("decode", "prefill: [{count: 6, dies: 32}]\ndecode: [{count: 1}]\n")):
+        p = tmp / f"dep-{len(out)}.yaml"
+        p.write_text(text)
+        out.append((f"deployment file: {name} without dies", ["simulate", "--deployment", str(p), "--num-prompts", "10",
+                                                              "-f", "json"], "error"))
     ref = Path(__file__).resolve().parents[1] / "cmperf" / "reference" / "sglang-a3-serving.yaml"
     for path in ("stack.spec_stepp_s", "stack.nope", "stack.name"):
         d = yaml.safe_load(ref.read_text())

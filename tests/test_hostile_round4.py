@@ -173,6 +173,14 @@ def test_a_system_file_without_a_required_entry_names_the_file_and_field(cli, tm
     error(cli("predict", "decode", "--hardware", p, "-f", "json"), str(p), *words)
 
 
+@pytest.mark.parametrize("cmd", ["simulate", "plan"])
+def test_a_deployment_file_group_without_dies_is_refused(cli, tmp_path, cmd):
+    """It ran at the system's instance size, said nowhere; --prefill COUNTxDIES states it too."""
+    p = tmp_path / "dep.yaml"
+    p.write_text("prefill: [{count: 6}]\ndecode: [{count: 1, dies: 320}]\n")
+    error(cli(cmd, "--deployment", p), str(p), "prefill[0].dies", "missing")
+
+
 def test_a_serving_fit_path_the_stack_lacks_is_refused(cli, tmp_path):
     d = yaml.safe_load(SERVING.read_text())
     d["fit"][0]["path"] = "stack.spec_stepp_s"
