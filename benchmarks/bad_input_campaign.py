@@ -3,12 +3,15 @@ as its own ``cmperf`` process with a timeout, judged and counted: clear errors, 
 tracebacks, hangs, silent acceptances, bad outputs (NaN/inf/negative), files left behind and
 legitimate runs; a case that must warn ("warning") and does not is a silent acceptance. Issue 23's
 families (--round3): simulate's traffic flags, stack limits, deployment shapes and files, serving
-files, traces, plot names, model contexts. Issue 17's families: plan flags and traces, compare set-ups (--with/--config),
+files, traces, plot names, model contexts. Issue 33's (--round4): one boundary per input kind
+(plan's --verify-prompts, a deployment larger than the system, trace rows out of arrival order,
+a system file without a required floor or deployment size, a deployment file's group without dies,
+a serving fit: path the stack lacks). Issue 17's families: plan flags and traces, compare set-ups (--with/--config),
 config.json imports, absurd what-ifs, reference files, output streams and encodings, signals
 (SIGINT/TERM/HUP sent while --out is written) and a corrupted spec cache (the answer must be
 the uncached one).
 
-    python benchmarks/bad_input_campaign.py [--jobs 2] [--timeout 60] [--show KIND] [--new-only | --round3]
+    python benchmarks/bad_input_campaign.py [--jobs 2] [--timeout 60] [--show KIND] [--new-only | --round3 | --round4]
 
 Exit 1 if any case is a traceback, hang, unclear error, silent acceptance or bad output.
 """
@@ -29,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bad_inputs import (compare_cases, csv_cases, environment_cases, flag_cases, hf_cases, judge,  # noqa: E402
                         output_cases, plan_cases, reference_cases, reference_file_cases, round3_file_cases,
-                        round3_flag_cases, spec_file_cases, what_if_cases)
+                        round3_flag_cases, round4_cases, spec_file_cases, what_if_cases)
 
 GOOD = ("clear error", "ok")
 
@@ -134,6 +137,8 @@ def main() -> int:
                                                              "what-ifs, reference files, streams, signals, the cache)")
     ap.add_argument("--round3", action="store_true", help="only issue 23's families (simulate's traffic flags, stack limits, "
                                                           "deployments, serving files, traces, plot names, model contexts)")
+    ap.add_argument("--round4", action="store_true", help="only issue 33's families (--verify-prompts, deployments larger "
+                                                          "than the system, trace arrival order, required spec entries, fit: paths)")
     args = ap.parse_args()
     exe = shutil.which("cmperf") or str(Path(sys.executable).parent / "cmperf")
     tmp = Path(tempfile.mkdtemp(prefix="cmperf-campaign-"))
@@ -146,7 +151,8 @@ def main() -> int:
     new = [*plan_cases(tmp / "plan"), *compare_cases(tmp / "compare"), *hf_cases(tmp / "hf"), *what_if_cases(),
            *reference_file_cases(tmp / "refs"), *environment_cases(tmp / "env")]
     round3 = [*round3_flag_cases(), *round3_file_cases(tmp / "round3")]
-    cases = round3 if args.round3 else new if args.new_only else [*old, *new, *round3]
+    round4 = round4_cases(tmp / "round4")
+    cases = round4 if args.round4 else round3 if args.round3 else new if args.new_only else [*old, *new, *round3, *round4]
     import os
 
     truth = subprocess.run([exe, "predict", "decode", "-f", "json"], capture_output=True, text=True,

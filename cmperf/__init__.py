@@ -75,8 +75,8 @@ def __getattr__(name: str):
 
     module, attr = _API[name]
     value = importlib.import_module(module)
-    if name in _CALLABLE_MODULES:  # the submodule of that name, callable (callable_module)
-        return value
+    if name in _CALLABLE_MODULES:  # the submodule of that name, callable (callable_module): cmperf.plan, not
+        return importlib.import_module(f"cmperf.{name}")  # cmperf.plan.planner, where its function is
     value = getattr(value, attr)
     globals()[name] = value
     return value

@@ -56,3 +56,27 @@ def parse_number(item: str, flag: str, integer: bool = False, words: Mapping[str
             raise ConfigError(f"{flag} {short(item)}: expected an integer")
         return int(x)
     return x
+
+
+def whole_number(v, where: str, least: int = 1, most: int | None = None) -> int:
+    """``v`` as an int when it is a whole number (an int or a numpy integer; not a bool, not
+    a float) from ``least`` to ``most``; else one line naming ``where``, the range and what was
+    found. Every count the user gives by value (a deployment file's group, the API's ``npus``)
+    is checked here."""
+    import numbers
+
+    ok = isinstance(v, numbers.Integral) and not isinstance(v, bool)
+    if not ok or v < least or (most is not None and v > most):
+        got = (repr(short(v, 40)) if isinstance(v, str) else short(v, 40) if isinstance(v, (numbers.Number, bool)) or v is None
+               else f"a {type(v).__name__}")
+        upto = f" to {most:,}" if most is not None else " or more"
+        raise ConfigError(f"{where}: expected a whole number from {least:,}{upto} (got {got})")
+    return int(v)
+
+
+def nearest(name: str, options) -> str:
+    """' (did you mean 'x'?)' for the option closest to a misspelt ``name`` (difflib), or ''."""
+    import difflib
+
+    found = difflib.get_close_matches(str(name), [str(o) for o in options], n=1, cutoff=0.6)
+    return f" (did you mean {found[0]!r}?)" if found else ""

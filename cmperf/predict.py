@@ -97,6 +97,17 @@ class Specs:
             self._model = ModelSpec.model_validate(self._plain["model"])
         return self._model
 
+    def part(self, prefix: str):
+        """One spec's data by its path prefix (chip, system, model, stack): plain data or its
+        pydantic model; a SpecError for a stack when there is none."""
+        if prefix == "stack":
+            if self.stack is None:
+                raise SpecError("stack.*: no serving stack to sweep (load the specs with stack=NAME)")
+            return self.stack
+        if self._plain is not None:
+            return self._plain[prefix]
+        return self.model if prefix == "model" else getattr(self.hardware, prefix)
+
     def views(self, sweeps: Mapping[str, np.ndarray] | None = None, phase: str | None = None):
         """Numeric views of the specs, with ``sweeps`` (spec path -> array over the grid's rows)
         in place of their fields; a swept unit count carries the rates its units sum along
@@ -204,6 +215,31 @@ def _with_stack(specs: "Specs", hardware: str, stack: str | None, overrides: Map
     return out
 
 
+def _check_spec_names(hardware, model, sets, stack) -> list[str]:
+    """load_specs' arguments as given by value (the API): a name or path each (``model`` and
+    ``stack`` may be None: the system's), ``sets`` a list of FIELD=VALUE strings; else one
+    line naming the argument and what it got. Returns ``sets`` as a list."""
+    for name, v, optional in (("hardware", hardware, False), ("model", model, True), ("stack", stack, True)):
+        if v is None and optional:
+            continue
+        if not isinstance(v, (str, os.PathLike)) or not str(v).strip():
+            got = repr(short(v, 40)) if isinstance(v, str) else short(v, 40) if v is None or isinstance(v, (int, float)) \
+                else f"a {type(v).__name__}"
+            what = "a system" if name == "hardware" else f"a {name}"
+            raise SpecError(f"{name}={got}: expected {what} spec: a built-in name or a path to a YAML file"
+                            + ("" if name == "hardware" else " (or None: the system's)"))
+    if sets is None:  # as the CLI gives no --set
+        return []
+    if isinstance(sets, (str, bytes)) or not isinstance(sets, Iterable):
+        raise SpecError(f"sets={short(sets, 60)!r}: expected a list of FIELD=VALUE strings, e.g. "
+                        f"['chip.die.hbm_bandwidth_Bps=3.2e12']")
+    sets = list(sets)
+    bad = [x for x in sets if not isinstance(x, str)]
+    if bad:
+        raise SpecError(f"sets: expected FIELD=VALUE strings (got {_got(bad[0])})")
+    return sets
+
+
 def load_specs(hardware: str = "cloudmatrix384", model: str | None = None, sets: Iterable[str] = (),
                stack: str | None = None) -> Specs:
     """The system, its chip and the model (default: the system's, :func:`system_model`),
@@ -211,7 +247,7 @@ def load_specs(hardware: str = "cloudmatrix384", model: str | None = None, sets:
     alone); a dtype of the model file the chip lacks adapted (:func:`adapted_precision`, with
     a note). Files validated before, unchanged, come from the spec cache (:mod:`.specs.cache`)
     when no ``--set`` changes them."""
-    sets = list(sets)
+    sets = _check_spec_names(hardware, model, sets, stack)
     model = model if model is not None else system_model(hardware)
     if not sets:
         cached = _cached_specs(hardware, model)
@@ -397,8 +433,8 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
     if phase not in PHASES:
         raise ConfigError(f"unknown phase '{phase}' (expected one of: {', '.join(PHASES)})")
     specs = specs or default_specs()
-    values = {k: v for k, v in (values or {}).items() if v is not None}
-    sweep_cols = {k: list(v) for k, v in (sweeps or {}).items()}
+    values = given_values(values, "predict")
+    sweep_cols = sweep_columns(specs, sweeps)
     given = set(values) if rows is None else set().union(*(set(r) for r in rows)) if rows else set()
     hw0, m0 = specs.views(phase=phase)
     st = hw0.stack  # the serving stack's view (no sweeps in it: specs.stack_view())
@@ -481,6 +517,56 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         at[blocks[0]] = np.arange(n)
         schedule_rows = (len(blocks[1]), blocks[2], at if kept is None else at[kept])
     return Prediction(phase, table, invalid, out["_schedules"], schedule_rows)
+
+
+def given_values(values: Mapping[str, Any] | None, call: str) -> dict[str, Any]:
+    """The ``values`` the API was given (``call``: predict, search): a mapping, no input None
+    (None was dropped: the default answered for what was asked); a copy."""
+    if values is not None and not isinstance(values, Mapping):
+        raise ConfigError(f"{call}(values=...): expected a mapping of inputs to values, e.g. {{'batch': 64}} "
+                          f"(got a {type(values).__name__})")
+    unset = [k for k, v in (values or {}).items() if v is None]
+    if unset:
+        raise ConfigError(f"{call}(values={{{short(unset[0], 40)!r}: None}}): expected a value or a list of values; "
+                          f"leave an input out to take its default")
+    return dict(values or {})
+
+
+def sweep_columns(specs: Specs, sweeps: Mapping[str, Iterable[float]] | None) -> dict[str, list]:
+    """``sweeps`` as lists, each path a numeric field of ``specs`` (``chip.``, ``system.``,
+    ``model.`` or ``stack.``; named as --set names a field that is not there, with the nearest
+    name) and each value a finite number: a misspelt path would otherwise sweep nothing."""
+    from .specs.loader import check_field
+
+    if not sweeps:
+        return {}
+    if not isinstance(sweeps, Mapping):
+        raise ConfigError(f"predict(sweeps=...): expected a mapping of spec paths to lists of values "
+                          f"(got a {type(sweeps).__name__})")
+    out = {}
+    for path, values in sweeps.items():
+        flag = f"sweeps[{short(path, 80)!r}]"
+        prefix, _, rest = str(path).partition(".")
+        parts = {"chip": "chip", "system": "system", "model": "model", "stack": "stack"}
+        if not isinstance(path, str) or prefix not in parts or not rest:
+            raise ConfigError(f"{flag}: a spec path must start with chip., system., model. or stack. "
+                              f"(e.g. 'system.tiers.ub.bandwidth_Bps')")
+        check_field(specs.part(prefix), rest, flag)
+        if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
+            raise ConfigError(f"{flag}: expected a list of numbers (got {_got(values)})")
+        values = list(values)
+        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))
+               or not math.isfinite(v)]
+        if bad or not values:
+            raise ConfigError(f"{flag}: expected a list of finite numbers (got {_got(bad[0])})" if bad else
+                              f"{flag}: expected a list of finite numbers (got an empty list)")
+        out[path] = values
+    return out
+
+
+def _got(v) -> str:
+    """A value as an error message shows it: a string in quotes, a number as written."""
+    return repr(short(v, 40)) if isinstance(v, str) else short(v, 40)
 
 
 def evaluate(phase: str, hw, m, cols: Mapping[str, Any]) -> dict:

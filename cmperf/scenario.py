@@ -18,7 +18,7 @@ import numpy as np
 
 from .columns import Columns, infer, product
 from .defaults import PHASE_DEFAULTS
-from .errors import ConfigError, short
+from .errors import ConfigError, nearest, short
 from .cost.pool import can_cache, no_cache_error
 from .cost.roofline import core_split_fits
 from .specs.dtypes import dtypes_of
@@ -56,7 +56,8 @@ def check_inputs(phase: str, values: Mapping[str, Any], name=flag_name) -> dict[
     defaults = PHASE_DEFAULTS[phase]
     unknown = [k for k in values if k not in defaults]
     if unknown:
-        raise ConfigError(f"unknown {phase} input(s): {', '.join(short(k, 40) for k in sorted(map(str, unknown)))} "
+        hint = nearest(unknown[0], defaults) if len(unknown) == 1 else ""
+        raise ConfigError(f"unknown {phase} input(s): {', '.join(short(k, 40) for k in sorted(map(str, unknown)))}{hint} "
                           f"(expected: {', '.join(defaults)})")
     out = {}
     for key, given in values.items():

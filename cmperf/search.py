@@ -351,7 +351,9 @@ def search(phase: str, values: Mapping[str, Any] | None = None, slo_ms: float = 
         raise ConfigError(f"{SLO_FLAG.get(phase, '--slo')} {slo_ms}: the SLO must be a positive number of milliseconds")
     if int(top) != top or top < 1:
         raise ConfigError(f"--top {top}: expected a positive integer")
-    grid = evaluate(phase, values or {}, specs, sweeps, on_chunk)
+    from .predict import given_values
+
+    grid = evaluate(phase, given_values(values, "search"), specs, sweeps, on_chunk)
     return rank(grid, slo_ms, int(top))
 
 

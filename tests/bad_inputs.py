@@ -773,3 +773,81 @@ def round3_file_cases(tmp: Path) -> list[tuple]:
 
 def round3_cases(tmp: Path) -> list[tuple]:
     return [*round3_flag_cases(), *round3_file_cases(tmp)]
+
+
+# --------------------------------------------------------------------------- issue 33's families
+def _without(text: str, start: str, indent: str) -> str:
+    """``text`` without the block that begins with the line ``start`` (and every line under it
+    indented deeper than ``indent``)."""
+    lines = text.splitlines(keepends=True)
+    i = next(n for n, line in enumerate(lines) if line.rstrip("\n") == start)
+    j = i + 1
+    while j < len(lines) and (lines[j].startswith(indent + " ") or not lines[j].strip()):
+        j += 1
+    return "".join(lines[:i] + lines[j:])
+
+
+def system_without(what: str) -> str:
+    """The shipped CloudMatrix384 system file with one required entry deleted: the whole
+    ``collectives.call_floor_s``, one kind of it, one tier of one kind, or a published
+    deployment's ``dies``."""
+    text = SYSTEM.read_text()
+    if what == "call_floor_s":
+        return _without(text, "  call_floor_s:", "  ")
+    if what == "call_floor_s.all_gather":
+        return _without(text, "    all_gather:", "    ")
+    if what == "call_floor_s.all_reduce.ub":
+        head, _, tail = text.partition("    all_reduce:\n")
+        lines = tail.splitlines(keepends=True)
+        return head + "    all_reduce:\n" + "".join(lines[:1] + lines[2:])  # die_to_die, then (no ub) rdma, vpc
+    group = what.split(".")[1]  # deployment.decode.dies / deployment.prefill.dies
+    top, _, section = text.partition("\ndeployment:\n")
+    head, _, tail = section.partition(f"\n  {group}:\n")
+    return top + "\ndeployment:\n" + head + f"\n  {group}:\n" + re.sub(r"^    dies: \d+\n", "", tail, count=1, flags=re.M)
+
+
+def round4_cases(tmp: Path) -> list[tuple]:
+    """Issue 33's boundaries, one per input kind, as command lines: plan's --verify-prompts, a
+    given deployment larger than the system, trace rows out of arrival order, a system file
+    without a required collective floor or a published deployment's dies, a deployment file's
+    group without dies, a serving file whose fit: names a stack field that does not exist, a
+    misspelt swept path."""
+    import yaml
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    small = ["--npus", "32", "--shapes", "pd", "-f", "json"]
+    out = []
+    for v in ("0", "-1", "1.5", "nan", "10000001"):
+        out.append((f"plan --verify-prompts {v}", ["plan", "--verify-prompts", v, *small], "error"))
+    out += [("plan 1,760 NPUs on 384", ["plan", "--prefill", "100x32", "--decode", "1x320", "-f", "json"], "error"),
+            ("plan 1,760 NPUs with --npus 2000", ["plan", "--prefill", "100x32", "--decode", "1x320", "--npus", "2000",
+                                                  "-f", "json"], "any"),
+            ("search --sweep a misspelt path", ["search", "decode", "--tpot-slo", "50", "--batch", "8", "--sweep",
+                                                "chip.die.hbm_bandwith_Bps=1e12,2e12", "-f", "json"], "error")]
+    for name, rows, expect in (("out of order", "4096,256,0\n4096,256,2\n4096,256,1\n", "error"),
+                               ("in order", "4096,256,0\n4096,256,1\n4096,256,1\n", "any"),
+                               ("negative time", "4096,256,0\n4096,256,-1\n", "error")):
+        p = tmp / f"trace-{len(out)}.csv"
+        p.write_text("prompt_len,output_len,arrival_s\n" + rows)
+        out.append((f"trace: arrivals {name} (simulate)", ["simulate", "--trace", str(p), "--num-prompts", "3", "-f", "json"],
+                    expect))
+        out.append((f"trace: arrivals {name} (plan)", ["plan", "--trace", str(p), *small], expect))
+    for what in ("call_floor_s", "call_floor_s.all_gather", "call_floor_s.all_reduce.ub", "deployment.decode.dies",
+                 "deployment.prefill.dies"):
+        p = tmp / f"sys-{len(out)}.yaml"
+        p.write_text(system_without(what))
+        out.append((f"system file: no {what}", ["predict", "decode", "--hardware", str(p), "-f", "json"], "error"))
+    for name, text in (("prefill", "prefill: [{count: 6}]\ndecode: [{count: 1, dies: 320}]\n"),
+                       ("decode", "prefill: [{count: 6, dies: 32}]\ndecode: [{count: 1}]\n")):
+        p = tmp / f"dep-{len(out)}.yaml"
+        p.write_text(text)
+        out.append((f"deployment file: {name} without dies", ["simulate", "--deployment", str(p), "--num-prompts", "10",
+                                                              "-f", "json"], "error"))
+    ref = Path(__file__).resolve().parents[1] / "cmperf" / "reference" / "sglang-a3-serving.yaml"
+    for path in ("stack.spec_stepp_s", "stack.nope", "stack.name"):
+        d = yaml.safe_load(ref.read_text())
+        d["fit"][0]["path"] = path
+        p = tmp / f"serving-{len(out)}.yaml"
+        p.write_text(yaml.safe_dump(d))
+        out.append((f"serving file: fit path {path}", ["validate", "--serving", str(p), "-f", "json"], "error"))
+    return out

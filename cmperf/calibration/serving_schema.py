@@ -171,7 +171,12 @@ def check_rows(raw: dict, path: str) -> None:
     from ..errors import CmperfError
     from ..predict import load_specs
     from ..simulate.deployment import check, from_data
+    from ..specs.loader import check_field
 
+    fit = raw.get("fit") or []
+    stack = load_specs(raw["hardware"], raw["model"], [], raw["stack"]).part("stack") if fit else None
+    for i, p in enumerate(fit):  # a constant the stack has not would be fitted to nothing
+        check_field(stack, p["path"].removeprefix("stack."), f"{path}: fit[{i}].path {short(p['path'], 60)}")
     for r in raw["rows"]:
         head = f"{path}: row {short(r['id'], 40)}"
         sets = [*r.get("sets", []), *(f"stack.{s}" for s in r.get("stack_sets", []))]

@@ -70,6 +70,13 @@ def plan_cmd(
     from ..report import check_format, check_parent_dir
 
     check_format(fmt)
+    from ..plan.planner import MAX_NPUS
+    from ..simulate.sustain import check_verify_prompts
+
+    for flag, v in (("--npus", npus), ("--supernode", supernode)):
+        if v is not None and not 1 <= v <= MAX_NPUS:
+            raise ConfigError(f"{flag} {v}: expected 1 to {MAX_NPUS:,} NPUs")
+    check_verify_prompts(verify_prompts)
     for path, flag in ((out, "--out"), (plot, "--plot")):
         if path is not None:
             if not path:
@@ -164,14 +171,18 @@ def _check_given(dep, hardware, model, sets, stack, npus, supernode) -> None:
     from ..report import note_line, warn
     from ..simulate.deployment import check
 
-    for flag, v in (("--npus", npus), ("--supernode", supernode)):
-        if v is not None and not 1 <= v <= MAX_NPUS:
-            raise ConfigError(f"{flag} {v}: expected 1 to {MAX_NPUS:,} NPUs")
     specs = load_specs(hardware, model or system_model(hardware), sets, stack)
     for note in specs.notes:
         note_line(note)
-    for line in check(dep, specs, npus if npus is not None else MAX_NPUS, "--npus" if npus is not None else "the planner's limit",
-                      one_system=False):
+    # without --npus the budget is the system (several supernodes are asked for with --npus)
+    one = npus is None and supernode is None
+    try:
+        lines = check(dep, specs, npus if npus is not None else MAX_NPUS, "--npus" if npus is not None else "the planner's limit",
+                      one_system=one)
+    except ConfigError as e:
+        more = "; give --npus to plan over several supernodes" if one and " NPUs; the system " in str(e) else ""
+        raise ConfigError(f"{e}{more}") from None
+    for line in lines:
         warn(line)
 
 

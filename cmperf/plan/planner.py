@@ -37,7 +37,7 @@ import pandas as pd
 
 from ..cost.pool import (cache_block_tokens, can_cache, hbm_cache_share, no_cache_error, pass_with_pool_s, pool_read_s,
                          pool_write_s, served_hit)
-from ..errors import ConfigError
+from ..errors import ConfigError, short, whole_number
 from ..predict import Specs, load_specs, system_model
 from ..stack import prefill_router
 from . import instances, shapes
@@ -225,6 +225,10 @@ def decode_join_s(curves, which, decode_instances, rate, output_tokens: float, s
 
 
 # --------------------------------------------------------------------------- the plan
+def _shown(v) -> str:
+    return repr(short(v, 40)) if isinstance(v, str) else short(v, 40)
+
+
 def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", model: str | None = None,
          sets: Iterable[str] = (), npus: int | None = None, supernode: int | None = None,
          shape_names: Iterable[str] = SHAPES, kv_tier: str | None = None, pool_path: str | None = None,
@@ -236,6 +240,9 @@ def plan(workload: Workload | None = None, hardware: str = "cloudmatrix384", mod
     deployment alone, evaluated (its instances and counts fixed; the planner still picks the
     prompts per prefill pass and reads the decode batch off Little's law). ``specs`` replaces
     loading ``hardware``/``model``/``sets``/``stack``."""
+    # the API's counts as given (the CLI's --npus and --supernode are checked, and named, where it reads them)
+    npus = None if npus is None else whole_number(npus, f"plan(npus={_shown(npus)})", 1, MAX_NPUS)
+    supernode = None if supernode is None else whole_number(supernode, f"plan(supernode={_shown(supernode)})", 1, MAX_NPUS)
     workload = workload or default_workload()
     if deployment is not None:
         shape_names = ("afd",) if deployment.decode_phase == "afd" else ("colocated",) if deployment.colocated else ("pd",)

@@ -309,12 +309,35 @@ def read_trace(path: str, with_arrivals: bool = False) -> tuple:
         bad = np.flatnonzero(data[:, col["prefix_hit_tokens"]] >= data[:, 0])
         if len(bad):
             raise ConfigError(f"{where}: line {bad[0] + 2}, prefix_hit_tokens must be below prompt_len")
+    if "arrival_s" in col:
+        check_arrivals(data[:, col["arrival_s"]], where, first_line=2)
     name = Path(path).name
     cached = data[:, col["prefix_hit_tokens"]] if "prefix_hit_tokens" in col else None
     out = (from_samples(data[:, 0], name), from_samples(data[:, 1], name), cached)
     if with_arrivals:
         return (*out, data[:, col["arrival_s"]] if "arrival_s" in col else None)
     return out
+
+
+def check_arrivals(arrivals, where: str, first_line: int | None = None) -> np.ndarray:
+    """Arrival times in seconds that a replay can follow: finite, >= 0 and in order (a trace
+    whose rows are not sorted by time would be replayed in row order, each request at its
+    row's time: the gaps negative). ``first_line``: the file line of the first time (an error
+    names the first row out of order by its line; else by its index)."""
+    a = np.asarray(arrivals, dtype=float).reshape(-1)
+    bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
+    if len(bad):
+        at = f"line {bad[0] + first_line}" if first_line is not None else f"arrival {bad[0]}"
+        raise ConfigError(f"{where}: {at}, arrival_s: expected seconds, finite and >= 0 (found {short(a[bad[0]], 40)})")
+    back = np.flatnonzero(np.diff(a) < 0)
+    if len(back):
+        i = back[0] + 1
+        at, before = ((f"line {i + first_line}", f"line {i - 1 + first_line}") if first_line is not None
+                      else (f"arrival {i}", f"arrival {i - 1}"))
+        fix = "the rows must be in order of arrival: sort the file by arrival_s" if first_line is not None else \
+            "the times must be in order of arrival: sort them"
+        raise ConfigError(f"{where}: {at}, arrival_s {a[i]:g} is before {before}'s {a[i - 1]:g} ({fix})")
+    return a
 
 
 def _count_rows(p: Path, where: str) -> None:

@@ -9,7 +9,8 @@ expert dies) for an attention-FFN disaggregated decode, or as a YAML file::
     prefill: [{count: 6, dies: 32, attn_tp: 4, pass_tokens: 28680}]
     decode: [{count: 1, dies: 320, running: 832}]
 
-Every input an instance leaves unset follows the system and the model (cmperf/deployment.py).
+A group states its count and size (``dies``; an AFD group its attention and expert dies); every
+other input an instance leaves unset follows the system and the model (cmperf/deployment.py).
 Without one: the system's published deployment (``deployment.prefill.instances`` /
 ``decode.instances``: the paper's 6 x 32 + 1 x 320 on CloudMatrix384), else the deployment
 ``cmperf plan`` chooses for the workload.
@@ -23,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, short, short_path
+from ..errors import ConfigError, short, short_path, whole_number
 
 
 @dataclass
@@ -155,15 +156,14 @@ for _fields in FIELDS.values():
     _fields.update(_GROUP_OPTIONS)
 FIELD_MIN = {"redundant_experts": 0, "shared_copies": 0, "mtp": 0}  # every other field: at least 1
 FIELD_MAX = {"mtp": 1}
-REQUIRED = {"prefill": ("count",), "decode": ("count",), "colocated": ("count",), "afd": ("count", "attention_dies", "expert_dies")}
+# a group's size is stated, as --prefill COUNTxDIES states it: a group without dies was run at
+# the system's instance size, said nowhere (issue 33)
+REQUIRED = {"prefill": ("count", "dies"), "decode": ("count", "dies"), "colocated": ("count", "dies"),
+            "afd": ("count", "attention_dies", "expert_dies")}
 
 
 def _whole(v, where: str, most: int, least: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= most:
-        got = (repr(short(v, 40)) if isinstance(v, str) else short(v, 40) if isinstance(v, (int, float, bool)) or v is None
-               else f"a {type(v).__name__}")
-        raise ConfigError(f"{where}: expected a whole number from {least} to {most:,} (got {got})")
-    return v
+    return whole_number(v, where, least, most)
 
 
 def from_data(raw, where: str) -> DeploymentSpec:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from ..plan.workload import Workload, sample_lengths
+from ..plan.workload import Workload, check_arrivals, sample_lengths
 
 MAX_REQUESTS = 10_000_000
 MIN_RATE_RPS = 1e-6  # one request per 11.6 days: below it no run of requests is a benchmark (and gaps overflow)
@@ -59,6 +59,8 @@ class Traffic:
             raise ConfigError(f"--max-concurrency {self.max_concurrency}: expected 1 to {MAX_REQUESTS:,}")
         if not (1 <= self.num_prompts <= MAX_REQUESTS):
             raise ConfigError(f"--num-prompts {self.num_prompts}: expected 1 to {MAX_REQUESTS:,}")
+        if self.arrivals_s is not None:
+            check_arrivals(self.arrivals_s, "Traffic(arrivals_s=...)")
         if (self.rate_rps is None or math.isinf(self.rate_rps)) and self.max_concurrency is None:
             pass  # every request at t = 0: bench_serving's --request-rate inf without a concurrency limit
 

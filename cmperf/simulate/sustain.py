@@ -134,6 +134,14 @@ def refine_candidates(table, top: int = REFINE_CANDIDATES) -> list:
     return [r for _, r in served.drop_duplicates(list(PREFILL_KEYS)).head(top).iterrows()]
 
 
+def check_verify_prompts(prompts, flag: str = "--verify-prompts") -> int:
+    """The requests a --verify simulation runs at least: a whole number from 1 to MAX_REQUESTS."""
+    from ..errors import whole_number
+    from .requests import MAX_REQUESTS
+
+    return whole_number(prompts, flag, 1, MAX_REQUESTS)
+
+
 def verify_plan(result, prompts: int = 4000, top: int = REFINE_CANDIDATES) -> dict | None:
     """The best deployment simulated: at its planned rate (the closed form's TTFT and TPOT
     beside the simulation's mean, p90 and p99 over the steady window), and the largest rate it
@@ -146,6 +154,7 @@ def verify_plan(result, prompts: int = 4000, top: int = REFINE_CANDIDATES) -> di
     from . import Traffic, simulate
     from .deployment import from_plan_row as deployment_of
 
+    prompts = check_verify_prompts(prompts, "verify_plan(prompts=...)")
     b = result.best
     if b is None:
         return None

@@ -249,9 +249,7 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
             node[k] = {"value": value, "source": f"--set override of {label}.{path}"} if optional[k] else value
             return
         if not isinstance(node, dict) or k not in node:
-            where = ".".join(keys[:i]) or "(top level)"
-            options = ", ".join(sorted(node)) if isinstance(node, dict) else "none (not a mapping)"
-            raise SpecError(f"--set {label}.{short(path)}: no field {short(k, 40)!r} under {short(where)} (expected one of: {options})")
+            raise no_field(f"--set {label}.{short(path)}", keys, i, node)
         if i == len(keys) - 1:
             if isinstance(node[k], dict) and "value" in node[k]:
                 node[k] = {**node[k], "value": value, "source": f"--set override of {label}.{path}"}
@@ -260,6 +258,53 @@ def apply_override(raw: dict, path: str, value: Any, label: str) -> None:
             else:
                 node[k] = value
         node = node[k]
+
+
+def no_field(flag: str, keys: list[str], i: int, node: Any) -> SpecError:
+    """The error of a spec path (``keys``) whose ``i``-th key is not a field of ``node``: what
+    the user wrote (``flag``), the section, the nearest field's name and every field there."""
+    from ..errors import nearest
+
+    k = keys[i]
+    where = ".".join(keys[:i]) or "(top level)"
+    fields = _fields_of(node)
+    options = ", ".join(sorted(fields)) if fields is not None else "none (not a mapping)"
+    hint = nearest(k, fields) if fields else ""
+    return SpecError(f"{flag}: no field {short(k, 40)!r} under {short(where)}{hint} (expected one of: {options})")
+
+
+def _fields_of(node: Any) -> dict | None:
+    """The fields of a spec section: a mapping's items, a pydantic model's fields; None for a value."""
+    if isinstance(node, dict):
+        return node
+    if node is None or isinstance(node, (int, float, str, list)):
+        return None
+    from pydantic import BaseModel
+
+    if isinstance(node, BaseModel):
+        return {**{n: getattr(node, n) for n in type(node).model_fields}, **(node.model_extra or {})}
+    return None
+
+
+def check_field(data: Any, path: str, flag: str) -> None:
+    """That ``path`` (dotted, without the spec prefix) names one number of a validated spec
+    (``data``: its plain data or its pydantic model; a sourced ``{value, source}`` pair or a
+    bare value, or an optional field left unset): else the error --set gives, with ``flag``
+    (what the user wrote) in front."""
+    keys = path.split(".")
+    node = data
+    for i, k in enumerate(keys):
+        fields = _fields_of(node)
+        if fields is None or k not in fields:
+            raise no_field(flag, keys, i, node)
+        node = fields[k]
+    fields = _fields_of(node)
+    if fields is not None and "value" not in fields:
+        raise SpecError(f"{flag}: '{keys[-1]}' is a section, not a number (its fields: {', '.join(sorted(fields))})")
+    leaf = fields["value"] if fields is not None else node
+    if isinstance(leaf, (str, bool, list, tuple)):
+        shown = repr(short(leaf, 40)) if isinstance(leaf, str) else short(leaf, 40)
+        raise SpecError(f"{flag}: '{keys[-1]}' is not a number (it is {shown})")
 
 
 # What a --set of one field carries along (docs/specs.md, "What a --set carries along").

@@ -295,6 +295,7 @@ class MemoryPool(Strict):
 
 
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "all_to_all", "expert_all_to_all")  # Op.collective (cmperf/cost/roofline.py)
+FLOOR_KINDS = COLLECTIVE_KINDS[:3]  # the kinds whose per-call floor every system states
 
 
 class Collectives(Strict):
@@ -303,15 +304,28 @@ class Collectives(Strict):
 
     message_issue_s: NonNegative  # the communication engine's time per token message
     step_time_cv: NonNegative  # spread (std/mean) of a die's load-dependent time between two barriers
-    # measured time of one call at small sizes, per collective kind and tier; absent: none
-    # beyond the kernel's launch and its barrier rounds
-    call_floor_s: Optional[dict[str, dict[str, NonNegative]]] = None
+    # measured time of one call at small sizes, per collective kind and tier (docs/model.md
+    # §4.5): required for every kind of FLOOR_KINDS, over the same tiers each; expert_all_to_all
+    # (dispatch/combine) may be left out: none beyond its kernel's launch and barrier rounds
+    call_floor_s: dict[str, dict[str, NonNegative]]
 
     @model_validator(mode="after")
     def _floor_kinds(self):
-        bad = [k for k in (self.call_floor_s or {}) if k not in COLLECTIVE_KINDS]
+        floors = self.call_floor_s
+        bad = [k for k in floors if k not in COLLECTIVE_KINDS]
         if bad:
             raise ValueError(f"call_floor_s.{bad[0]}: not a collective kind (expected one of {', '.join(COLLECTIVE_KINDS)})")
+        missing = [k for k in FLOOR_KINDS if k not in floors]
+        if missing:  # a floor left out would be a collective of no floor (0 s), said nowhere
+            raise ValueError(f"call_floor_s.{missing[0]}: required (every system states a floor per tier for each of "
+                             f"{', '.join(FLOOR_KINDS)}; docs/model.md §4.5)")
+        tiers = [t for k in FLOOR_KINDS for t in floors[k]]
+        for k in FLOOR_KINDS:
+            lost = [t for t in dict.fromkeys(tiers) if t not in floors[k]]
+            if lost:
+                others = ", ".join(o for o in FLOOR_KINDS if o != k and lost[0] in floors[o])
+                raise ValueError(f"call_floor_s.{k}.{lost[0]}: required ({others} state a floor for tier {lost[0]}; "
+                                 f"each of {', '.join(FLOOR_KINDS)} states one per tier)")
         return self
 
 
@@ -328,6 +342,8 @@ class DecodeInstance(Strict):
     redundant_per_die: int = Field(ge=0)  # spare routed copies per die, at least (then topped up to whole experts)
     source: str = Field(min_length=3)
 
+    _sized = model_validator(mode="after")(lambda self: _published_size(self))
+
 
 class PrefillInstance(Strict):
     """The prefill instance a system is usually run with (docs/model.md §10)."""
@@ -339,6 +355,17 @@ class PrefillInstance(Strict):
     shared_copies_per_die: float = Field(gt=0, le=1, allow_inf_nan=False)
     redundant_per_die: int = Field(ge=0)
     source: str = Field(min_length=3)
+
+    _sized = model_validator(mode="after")(lambda self: _published_size(self))
+
+
+def _published_size(group):
+    """A published deployment's instance count needs the instances' size: ``instances``
+    without ``dies`` would be that many instances of a derived size, never published."""
+    if group.instances is not None and group.dies is None:
+        raise ValueError(f"`instances` {group.instances} needs `dies` (the size of the published instances; "
+                         f"leave both out to derive the instance)")
+    return group
 
 
 class Deployment(Strict):
