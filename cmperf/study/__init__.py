@@ -25,18 +25,17 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, short
 
 GRID = ("hardware", "model", "stack", "npus", "workload", "slo", "set")
-KEYS = set(GRID) | {"shapes", "simulate", "title"}
-WORKLOAD_KEYS = {"prompt_len", "output_len", "prefix_hit", "rate"}
-SLO_KEYS = {"ttft_ms", "tpot_ms", "ttft_stat"}
-SIMULATE_KEYS = {"num_prompts", "seed", "warmup"}
-MAX_QUESTIONS = 100_000
+MAX_QUESTIONS = 10_000  # a study asks at most this many questions unless --max-questions says more (~30 min on 2 cores)
+HARD_MAX_QUESTIONS = 1_000_000  # never more: the questions alone would take GBs, the answers days
 EXECUTORS = ("local", "serial", "dask")
 
 
@@ -47,70 +46,29 @@ class Study:
     questions: list[dict] = field(default_factory=list)
 
 
-def _listed(raw: dict, key: str, default: list, path: str) -> list:
-    v = raw.get(key, default)
-    v = v if isinstance(v, list) else [v]
-    if not v:
-        raise ConfigError(f"{path}: field '{key}': an empty list asks no question")
-    return v
-
-
-def _check_mapping(item: Any, allowed: set, where: str) -> dict:
-    if not isinstance(item, dict):
-        raise ConfigError(f"{where}: expected a mapping of {', '.join(sorted(allowed))} (got {type(item).__name__})")
-    extra = set(item) - allowed
-    if extra:
-        raise ConfigError(f"{where}: unknown field '{sorted(extra)[0]}' (expected {', '.join(sorted(allowed))})")
-    return item
-
-
-def load(path: str) -> Study:
-    """The questions of a study file (every combination of its grid lists), checked."""
+def load(path: str, max_questions: int = MAX_QUESTIONS) -> Study:
+    """The questions of a study file (every combination of its grid lists), checked against its
+    schema (cmperf/study/schema.py); a grid of more than ``max_questions`` is refused."""
+    from ..errors import short_path
     from ..specs.loader import read_yaml
+    from .schema import validate
 
-    raw = read_yaml(Path(path))
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of {', '.join(GRID)} (a study grid)")
-    extra = set(raw) - KEYS
-    if extra:
-        raise ConfigError(f"{path}: unknown field '{sorted(extra)[0]}' (expected {', '.join(sorted(KEYS))})")
-    lists = {k: _listed(raw, k, d, path) for k, d in
-             (("hardware", ["cloudmatrix384"]), ("model", ["default"]), ("stack", ["default"]), ("npus", [None]),
-              ("workload", [{}]), ("slo", [{}]), ("set", [{}]))}
-    for k in ("hardware", "model", "stack"):
-        for j, v in enumerate(lists[k]):
-            if not isinstance(v, str) or not v:
-                raise ConfigError(f"{path}: field '{k}[{j}]': expected a name (got {v!r})")
-    for j, v in enumerate(lists["npus"]):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise ConfigError(f"{path}: field 'npus[{j}]': expected a whole number of NPUs >= 1 (got {v!r})")
-    for j, w in enumerate(lists["workload"]):
-        _check_mapping(w, WORKLOAD_KEYS, f"{path}: field 'workload[{j}]'")
-    for j, s in enumerate(lists["slo"]):
-        _check_mapping(s, SLO_KEYS, f"{path}: field 'slo[{j}]'")
-    for j, s in enumerate(lists["set"]):
-        if not isinstance(s, dict):
-            raise ConfigError(f"{path}: field 'set[{j}]': expected a mapping of spec paths to values, e.g. "
-                              f"{{chip.die.hbm_bandwidth_Bps: 3.2e12}}")
-    shapes = raw.get("shapes", ["pd", "colocated", "afd"])
-    shapes = shapes if isinstance(shapes, list) else [s.strip() for s in str(shapes).split(",")]
-    bad = [s for s in shapes if s not in ("pd", "colocated", "afd")]
-    if bad or not shapes:
-        raise ConfigError(f"{path}: field 'shapes': expected pd, colocated and/or afd (got {bad[0] if bad else 'none'!r})")
-    sim = raw.get("simulate")
-    if sim is not None:
-        sim = _check_mapping(sim, SIMULATE_KEYS, f"{path}: field 'simulate'")
-        n = sim.get("num_prompts", 500)
-        if not isinstance(n, int) or isinstance(n, bool) or not 10 <= n <= 1_000_000:
-            raise ConfigError(f"{path}: field 'simulate.num_prompts': expected a whole number from 10 to 1,000,000 (got {n!r})")
+    if isinstance(max_questions, bool) or not isinstance(max_questions, int) or not 1 <= max_questions <= HARD_MAX_QUESTIONS:
+        raise ConfigError(f"--max-questions {max_questions}: expected a whole number from 1 to {HARD_MAX_QUESTIONS:,}")
+    raw = validate(read_yaml(Path(path)), str(path))
+    lists = {k: raw[k] for k in GRID}
     total = math.prod(len(v) for v in lists.values())
-    if total > MAX_QUESTIONS:
-        raise ConfigError(f"{path}: the grid asks {total:,} questions; at most {MAX_QUESTIONS:,} in one study")
+    if total > max_questions:
+        more = (f"raise the limit with --max-questions {total}" if total <= HARD_MAX_QUESTIONS
+                else f"at most {HARD_MAX_QUESTIONS:,} in one study: split it")
+        raise ConfigError(f"{short_path(path)}: the grid asks {total:,} questions, more than the limit of "
+                          f"{max_questions:,} ({more})")
+    sim = raw.get("simulate")
     questions = []
     for i, combo in enumerate(itertools.product(*(lists[k] for k in GRID))):
         q = dict(zip(GRID, combo))
         q["question"] = i
-        q["shapes"] = list(shapes)
+        q["shapes"] = list(raw["shapes"])
         q["simulate"] = dict(sim) if sim is not None else None
         questions.append(q)
     return Study(path=str(path), title=str(raw.get("title") or Path(path).stem), questions=questions)
