@@ -22,6 +22,115 @@ from helpers import one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# four questions of several seconds each (a long simulation): a pool of 2 is busy on two of them
+LONG = """
+hardware: cloudmatrix384
+npus: [32, 33, 34, 35]
+workload: {prompt_len: 2048, output_len: 128}
+shapes: pd
+simulate: {num_prompts: 200000}
+"""
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (/proc on Linux)."""
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                kids.append(int(d))
+    return kids
+
+
+def _alive(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still running (a zombie, dead and not yet reaped, is not)."""
+    out = []
+    for p in pids:
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2] not in "ZX":
+            out.append(p)
+    return out
+
+
+def _start_long_study(tmp_path, *extra):
+    """A `cmperf study --workers 2` subprocess busy on its questions; its workers' pids."""
+    f = tmp_path / "long.yaml"
+    f.write_text(LONG)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "cmperf.cli", "study", str(f), "--workers", "2", *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 30
+    while len(_children(proc.pid)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    workers = _children(proc.pid)
+    assert len(workers) >= 2, (workers, proc.poll())
+    time.sleep(0.5)  # on their questions
+    assert len(_alive(workers)) >= 2
+    return proc, workers
+
+
+def _gone_within(workers: list[int], seconds: float) -> tuple[list[int], float]:
+    t0 = time.monotonic()
+    while _alive(workers) and time.monotonic() - t0 < seconds:
+        time.sleep(0.02)
+    return _alive(workers), time.monotonic() - t0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_kill_9_of_a_study_takes_its_workers_with_it(tmp_path):
+    """kill -9 of `cmperf study --workers 2` mid-question: no worker of it is running 2 s later
+    (before: both went on with their questions, 16 s and more), and --out still holds what it
+    held (nothing is written before every question is answered)."""
+    out = tmp_path / "answers.csv"
+    out.write_text("old answers\n")
+    proc, workers = _start_long_study(tmp_path, "--out", str(out))
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        alive, took = _gone_within(workers, 2.0)
+        assert not alive, f"workers {alive} of the killed study still run {took:.1f} s later"
+        assert out.read_text() == "old answers\n"
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".answers.csv")] == []
+    finally:
+        for p in _alive(workers):
+            os.kill(p, signal.SIGKILL)
+        proc.stderr.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigterm_ends_a_study_and_its_workers_at_once(tmp_path):
+    """SIGTERM: exit 143 within seconds (before: the exit waited for the questions on the
+    workers), one line, no worker left, no traceback."""
+    proc, workers = _start_long_study(tmp_path)
+    try:
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        code = proc.wait(10)
+        took = time.monotonic() - t0
+        err = proc.stderr.read().decode()
+        assert code == 128 + signal.SIGTERM and took < 4, (code, took, err)
+        assert "Traceback" not in err and "interrupted (SIGTERM)" in err, err
+        assert not _alive(workers)
+    finally:
+        for p in _alive(workers):
+            os.kill(p, signal.SIGKILL)
+        proc.stderr.close()
+
+
+def test_a_worker_whose_parent_is_gone_ends():
+    """The pool's initializer on a process whose parent already went: it ends at once."""
+    r = subprocess.run([sys.executable, "-c", "from cmperf.study import _die_with; _die_with(-1); print('alive')"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 1 and "alive" not in r.stdout, (r.returncode, r.stdout, r.stderr)
+
+
 # the schema ---------------------------------------------------------------------------------
 
 BASE = "hardware: cloudmatrix384\nnpus: 32\nshapes: pd\n"
@@ -111,3 +220,85 @@ def test_a_long_study_off_a_terminal_says_how_far_it_is(capsys):
     assert lines[0].startswith("cmperf: answering questions:") and "2,000 s in all" in lines[0], lines[0]
     assert MEASURE_S <= 11 and 30 <= len(lines) <= 34, lines  # once at 10 s, then each minute of the 2,000 s
     assert "of 100,000" in lines[-1] and "s left" in lines[-1]
+
+
+# rows: one per question, in question order ------------------------------------------------------
+
+def _qs(n):
+    return [{"question": i} for i in range(n)]
+
+
+def test_rows_come_in_question_order_whatever_order_they_were_answered_in():
+    qs = _qs(5)
+    ticks = []
+    rows = study.in_order(qs, ((i, {"question": i, "v": 10 * i}) for i in (3, 0, 4, 1, 2)), lambda: ticks.append(1))
+    assert [r["question"] for r in rows] == [0, 1, 2, 3, 4] and [r["v"] for r in rows] == [0, 10, 20, 30, 40]
+    assert len(ticks) == 5
+
+
+@pytest.mark.parametrize("answered,says", [
+    ([(0, {"question": 0}), (1, {"question": 1})], "got no answer"),  # a row left empty
+    ([(0, {"question": 0}), (0, {"question": 0}), (1, {"question": 1})], "answered twice"),
+    ([(0, {"question": 1}), (1, {"question": 0}), (2, {"question": 2})], "came back as"),  # completion order kept
+])
+def test_a_row_missing_twice_or_misplaced_is_an_error_not_a_table(answered, says):
+    with pytest.raises(RuntimeError, match=says):
+        study.in_order(_qs(3), answered)
+
+
+REPEATED = """
+hardware: cloudmatrix384
+npus: [64, 32, 64, 32]
+workload: {prompt_len: 2048, output_len: 128}
+shapes: pd
+"""
+
+
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rep") / "rep.yaml"
+    path.write_text(REPEATED)
+    s = study.load(str(path))
+    return s, study.run(s, "serial")
+
+
+def _full_and_in_order(df, s):
+    assert list(df["question"]) == [q["question"] for q in s.questions]
+    assert list(df["npus_budget"]) == [q["npus"] for q in s.questions]
+    assert (df["error"] == "").all() and df["goodput_rps"].notna().all(), df
+    a = df.drop(columns="question")
+    assert a.iloc[0].equals(a.iloc[2]) and a.iloc[1].equals(a.iloc[3])  # a repeated question: the same full row
+
+
+def test_repeated_questions_each_get_a_full_row_serially(repeated):
+    s, df = repeated
+    _full_and_in_order(df, s)
+
+
+def test_the_local_pool_gives_rows_in_question_order(repeated):
+    """The first question (64 NPUs) takes longer than the second (32): completion order is not
+    question order, the table is."""
+    import pandas as pd
+
+    s, serial = repeated
+    got = study.run(s, "local", workers=2)
+    _full_and_in_order(got, s)
+    pd.testing.assert_frame_equal(got, serial, check_exact=True)
+
+
+def _first_question_slowest(q):
+    """A stand-in answer: question 0 takes longest, so it is answered last."""
+    time.sleep(0.4 if q["question"] == 0 else 0.01)
+    return {**study.label(q), "error": "", "pid": os.getpid()}
+
+
+def test_local_rows_are_in_question_order_not_completion_order(monkeypatch, repeated):
+    """Question 0 answered last (a stand-in answer, inherited by the forked workers): still row 0."""
+    if os.name != "posix":
+        pytest.skip("the stand-in reaches the workers by fork")
+    s, _ = repeated
+    monkeypatch.setattr(study, "answer", _first_question_slowest)
+    qs = [{**s.questions[i % 4], "question": i} for i in range(6)]
+    got = study.run(study.Study("x", "x", qs), "local", workers=2)
+    assert list(got["question"]) == list(range(6))
+    assert got["pid"].nunique() == 2  # both workers answered: an order to lose

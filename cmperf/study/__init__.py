@@ -176,31 +176,109 @@ def run(study: Study, executor: str = "local", workers: int | None = None, addre
         if progress is not None:
             progress(done[0], len(qs))
 
-    rows: list[dict | None] = [None] * len(qs)
     if executor == "serial" or (executor == "local" and (workers == 1 or len(qs) == 1)):
-        for i, q in enumerate(qs):
-            rows[i] = answer(q)
-            tick()
+        rows = in_order(qs, ((i, answer(q)) for i, q in enumerate(qs)), tick)
     elif executor == "local":
-        import os
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        n = min(workers or os.cpu_count() or 1, len(qs))
-        import multiprocessing as mp
-
-        pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork" if os.name == "posix" else "spawn"))
-        try:
-            futures = {pool.submit(answer, q): i for i, q in enumerate(qs)}
-            for f in as_completed(futures):
-                rows[futures[f]] = f.result()
-                tick()
-        except BaseException:  # Ctrl-C, a signal: stop now, not after the questions still queued
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown()
+        rows = _local(qs, min(workers or os.cpu_count() or 1, len(qs)), tick)
     else:
         rows = _dask(qs, address, tick)
     return pd.DataFrame(rows)
+
+
+def in_order(qs: list[dict], answered: Iterable[tuple[int, dict]], tick: Callable[[], None] = lambda: None) -> list[dict]:
+    """The answer rows in question order, from ``(position, row)`` pairs in the order they were
+    answered (a pool's or a cluster's completion order); every question gets exactly one row,
+    its own (the row's ``question`` is the question's): else an error, never a table with a
+    row missing, twice or in another question's place."""
+    rows: list[dict | None] = [None] * len(qs)
+    for i, row in answered:
+        if rows[i] is not None:
+            raise RuntimeError(f"study: question {qs[i]['question']} answered twice")
+        if row.get("question") != qs[i]["question"]:
+            raise RuntimeError(f"study: the answer to question {row.get('question')} came back as question {qs[i]['question']}'s")
+        rows[i] = row
+        tick()
+    missing = [q["question"] for q, r in zip(qs, rows) if r is None]
+    if missing:
+        raise RuntimeError(f"study: {len(missing):,} questions got no answer (the first: {missing[0]})")
+    return rows  # type: ignore[return-value]
+
+
+def _die_with(parent: int) -> None:
+    """A pool worker's initializer: the worker ends when the study's process does, however it
+    ends (kill -9 included), and leaves Ctrl-C and SIGTERM to it (which stops the workers).
+
+    On Linux the kernel sends the worker SIGKILL when its parent goes (prctl PR_SET_PDEATHSIG);
+    elsewhere a thread of the worker watches its parent's pid."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the whole group: the parent stops us
+    for name in ("SIGTERM", "SIGHUP"):  # not the parent's handlers (forked): a signal ends a worker at once
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            PR_SET_PDEATHSIG = 1
+            if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0:
+                if os.getppid() != parent:  # the parent went before the kernel was told
+                    os._exit(1)
+                return
+        except (OSError, AttributeError):
+            pass
+    import threading
+
+    threading.Thread(target=_watch_parent, args=(parent,), name="cmperf-parent-watch", daemon=True).start()
+
+
+def _watch_parent(parent: int, every_s: float = 0.5) -> None:
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(1)
+
+
+def _stop(pool) -> None:
+    """End a process pool now: the questions still queued cancelled, its workers killed (they
+    hold nothing to save), reaped."""
+    # the pool's processes (its own map, in every Python since 3.8; 3.14's kill_workers() does the
+    # same) before shutdown, which forgets them: shutdown(wait=False) alone leaves each worker on
+    # its question, and the interpreter's exit waiting for it (17 s for a simulated question)
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        try:
+            p.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+    if manager is not None:  # it sees the workers gone and closes its pipe now, not racing the exit's wakeup of it
+        manager.join(5)     # (3.11: "OSError: Bad file descriptor" from concurrent.futures' exit hook)
+    for p in procs:
+        try:
+            p.join(2)
+        except (OSError, ValueError, AssertionError, AttributeError):
+            pass
+
+
+def _local(qs: list[dict], n: int, tick) -> list[dict]:
+    """The answers on a pool of ``n`` processes on this machine (forked where fork exists:
+    cmperf already imported), which end with this process however it ends."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork" if os.name == "posix" else "spawn"),
+                               initializer=_die_with, initargs=(os.getpid(),))
+    try:
+        futures = {pool.submit(answer, q): i for i, q in enumerate(qs)}
+        rows = in_order(qs, ((futures[f], f.result()) for f in as_completed(futures)), tick)
+    except BaseException:  # Ctrl-C, a signal, an error: stop now, not after the questions still queued
+        _stop(pool)
+        raise
+    pool.shutdown()
+    return rows
 
 
 def _dask(qs: list[dict], address: str, tick) -> list[dict]:
