@@ -222,6 +222,86 @@ def test_a_long_study_off_a_terminal_says_how_far_it_is(capsys):
     assert "of 100,000" in lines[-1] and "s left" in lines[-1]
 
 
+# Dask addresses ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def one_question(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text(BASE)
+    return f
+
+
+@pytest.mark.parametrize("address,names", [
+    ("not a url", ["--address not a url", "tcp://HOST:PORT"]),
+    ("http://127.0.0.1:1", ["--address http://127.0.0.1:1", "http:// is not a Dask protocol"]),
+    ("tcp://127.0.0.1", ["--address tcp://127.0.0.1", "HOST:PORT"]),
+    ("tcp://127.0.0.1:99999", ["--address tcp://127.0.0.1:99999"]),
+    ("tcp://127.0.0.1:8786/path", ["--address"]),
+])
+def test_a_malformed_dask_address_is_one_line(cli, one_question, address, names):
+    t0 = time.monotonic()
+    code, out, err = cli("study", str(one_question), "--executor", "dask", "--address", address)
+    one_line_error(code, err, *names)
+    assert time.monotonic() - t0 < 5
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_a_closed_port_is_one_line_at_once(cli, one_question):
+    pytest.importorskip("distributed")
+    address = f"tcp://127.0.0.1:{_closed_port()}"
+    t0 = time.monotonic()
+    code, out, err = cli("study", str(one_question), "--executor", "dask", "--address", address)
+    one_line_error(code, err, f"--address {address}", "cannot reach")
+    assert time.monotonic() - t0 < 3  # Dask's own connect retries a refused port for its whole timeout
+
+
+@pytest.mark.parametrize("greeting", [None, b"\x03\x00\x00\x00\x00\x00\x00\x00" + b"\xff" * 64],
+                         ids=["silent", "not-dask"])
+def test_a_port_that_is_no_scheduler_is_one_line_within_the_timeout(cli, one_question, monkeypatch, greeting):
+    """A port that accepts and then says nothing (as a host that drops the packets does, but
+    here: Dask's handshake waits for it forever) or says what is not Dask's protocol (where a
+    read length once asked numpy for 3 EiB): one line naming --address, within the timeout.
+    Only this machine's loopback is used."""
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(study, "CONNECT_TIMEOUT_S", 1.0)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    server.settimeout(10)
+    held = []
+
+    def serve():
+        try:
+            while True:
+                c, _ = server.accept()
+                held.append(c)
+                if greeting:
+                    c.sendall(greeting)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    try:
+        t0 = time.monotonic()
+        code, out, err = cli("study", str(one_question), "--executor", "dask", "--address", address)
+        took = time.monotonic() - t0
+    finally:
+        server.close()
+        for c in held:
+            c.close()
+    one_line_error(code, err, f"--address {address}")
+    assert took < 4, took
+
+
 # rows: one per question, in question order ------------------------------------------------------
 
 def _qs(n):
@@ -302,3 +382,39 @@ def test_local_rows_are_in_question_order_not_completion_order(monkeypatch, repe
     got = study.run(study.Study("x", "x", qs), "local", workers=2)
     assert list(got["question"]) == list(range(6))
     assert got["pid"].nunique() == 2  # both workers answered: an order to lose
+
+
+class _FakeFuture:
+    def __init__(self, key, value):
+        self.key, self.value = key, value
+
+    def result(self):
+        return self.value
+
+
+def test_dask_rows_when_keys_repeat_and_complete_out_of_order(monkeypatch, repeated):
+    """Dask's path with a stand-in client whose futures share a key for identical questions
+    (as pure=True gives) and complete in reverse: every question still its own full row, in
+    question order (without the cluster: a LocalCluster is seconds the suite need not spend)."""
+    distributed = pytest.importorskip("distributed")
+    s, serial = repeated
+    qs = [dict(q) for q in s.questions]
+    qs[2] = {**qs[0]}  # the same question twice, key and all
+    rows_by_q = {q["question"]: row for q, row in zip(s.questions, serial.to_dict(orient="records"))}
+
+    class Client:
+        def __init__(self, address, timeout):
+            pass
+
+        def map(self, fn, items, pure):
+            return [_FakeFuture(repr(sorted(q.items(), key=str)), rows_by_q[q["question"]]) for q in items]
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(distributed, "Client", Client)
+    monkeypatch.setattr(distributed, "as_completed", lambda fs: list(reversed(list(fs))))
+    monkeypatch.setattr(study, "_reach", lambda address, timeout: None)
+    rows = study._dask(qs, "tcp://127.0.0.1:8786", lambda: None)
+    assert [r["question"] for r in rows] == [0, 1, 0, 3]
+    assert rows[0] == rows[2] and rows[0] is not rows[2] and all(r["goodput_rps"] > 0 for r in rows)

@@ -281,23 +281,95 @@ def _local(qs: list[dict], n: int, tick) -> list[dict]:
     return rows
 
 
+DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+CONNECT_TIMEOUT_S = 5.0  # a scheduler that has not answered by then is not there (an unroutable host, a silent port)
+
+
+def dask_address(address: str) -> str:
+    """``--address`` as a Dask scheduler's address, ``SCHEME://HOST:PORT`` (``HOST:PORT`` is
+    tcp://), checked before anything connects; else one line naming --address."""
+    from urllib.parse import urlsplit
+
+    a = str(address).strip()
+    shown = short(a, 80)
+    expected = "expected a Dask scheduler's address, tcp://HOST:PORT (e.g. tcp://10.0.0.1:8786)"
+    scheme, sep, rest = a.partition("://")
+    if not sep:
+        scheme, rest = "tcp", a
+    if scheme.lower() not in DASK_SCHEMES:
+        raise ConfigError(f"--address {shown}: {short(scheme, 20)}:// is not a Dask protocol ({expected}; "
+                          f"or {', '.join(s + '://' for s in DASK_SCHEMES[1:])})")
+    try:
+        u = urlsplit("//" + rest)
+        host, port = u.hostname, u.port
+    except ValueError:
+        host = port = None
+    if not host or port is None or u.path or u.query or u.fragment or any(c.isspace() for c in rest):
+        raise ConfigError(f"--address {shown}: {expected}")
+    return f"{scheme.lower()}://{rest}"
+
+
+def _reach(address: str, timeout: float) -> None:
+    """Connect to the scheduler at ``address`` and shake hands (distributed's own comm), all
+    within ``timeout`` seconds: an unroutable host, a port that accepts and says nothing (where
+    the handshake waits forever) or something else than Dask answering there is one line."""
+    import asyncio
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import urlsplit
+
+    from distributed.comm import connect
+
+    u = urlsplit(address)
+    try:  # the host first, plainly: a closed port says so at once (Dask's connect retries it for the whole timeout)
+        socket.create_connection((u.hostname, u.port), timeout=timeout).close()
+    except (socket.timeout, TimeoutError):
+        raise ConfigError(f"--address {address}: no Dask scheduler answered within {timeout:g} s") from None
+    except OSError as e:
+        raise ConfigError(f"--address {address}: cannot reach a Dask scheduler there ({e.strerror or e})") from None
+
+    async def probe():
+        comm = await asyncio.wait_for(connect(address, timeout=timeout), timeout)
+        await comm.close()
+
+    with ThreadPoolExecutor(1) as one:  # a loop of its own, even when the caller runs one (a notebook)
+        try:
+            one.submit(asyncio.run, probe()).result()
+        except (asyncio.TimeoutError, TimeoutError):
+            raise ConfigError(f"--address {address}: no Dask scheduler answered within {timeout:g} s") from None
+        except MemoryError:  # the handshake read a length off what is not Dask's protocol (3 EiB, once)
+            raise ConfigError(f"--address {address}: what answers there does not speak Dask's protocol") from None
+        except Exception as e:  # noqa: BLE001 - OSError, a closed stream, a TLS error: all 'cannot reach'
+            if "Timed out" in str(e):
+                raise ConfigError(f"--address {address}: no Dask scheduler answered within {timeout:g} s") from None
+            raise ConfigError(f"--address {address}: cannot reach a Dask scheduler there ({short(str(e), 200)})") from None
+
+
 def _dask(qs: list[dict], address: str, tick) -> list[dict]:
     """The answers on a Dask cluster (dask.distributed, the optional extra cmperf[study-dask])."""
+    address = dask_address(address)
     try:
         from distributed import Client, as_completed
     except ImportError:
         raise ConfigError("--executor dask needs dask.distributed, an optional extra: pip install 'cmperf[study-dask]'") from None
+    _reach(address, CONNECT_TIMEOUT_S)
     try:
-        client = Client(address, timeout=30)
+        client = Client(address, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError) as e:
-        raise ConfigError(f"--address {address}: cannot reach a Dask scheduler there ({e})") from None
+        raise ConfigError(f"--address {address}: cannot reach a Dask scheduler there ({short(str(e), 200)})") from None
     try:
         futures = client.map(answer, qs, pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
-        rows: list[dict | None] = [None] * len(qs)
-        for f in as_completed(futures):
-            rows[index[f.key]] = f.result()
-            tick()
-        return rows
+        where: dict[Any, list[int]] = {}  # a future's key -> the positions it answers (one each unless keys repeat)
+        for i, f in enumerate(futures):
+            where.setdefault(f.key, []).append(i)
+        unique = list({f.key: f for f in futures}.values())
+
+        def answered():
+            for f in as_completed(unique):
+                row = f.result()
+                for i in where[f.key]:
+                    yield i, dict(row)  # a row of its own for each (a repeated key answers identical questions)
+
+        return in_order(qs, answered(), tick)
     finally:
         client.close()
