@@ -208,8 +208,10 @@ def _die_with(parent: int) -> None:
     """A pool worker's initializer: the worker ends when the study's process does, however it
     ends (kill -9 included), and leaves Ctrl-C and SIGTERM to it (which stops the workers).
 
-    On Linux the kernel sends the worker SIGKILL when its parent goes (prctl PR_SET_PDEATHSIG);
-    elsewhere a thread of the worker watches its parent's pid."""
+    On Linux the kernel sends the worker SIGKILL when its parent goes (prctl PR_SET_PDEATHSIG:
+    strictly, when the parent's thread that forked it ends; the pool forks every worker from the
+    thread that calls run(), which waits in run() for them); elsewhere a thread of the worker
+    watches its parent's pid."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the whole group: the parent stops us
@@ -319,17 +321,20 @@ def _reach(address: str, timeout: float) -> None:
     from urllib.parse import urlsplit
 
     from distributed.comm import connect
+    from distributed.security import Security
 
     u = urlsplit(address)
-    try:  # the host first, plainly: a closed port says so at once (Dask's connect retries it for the whole timeout)
-        socket.create_connection((u.hostname, u.port), timeout=timeout).close()
-    except (socket.timeout, TimeoutError):
-        raise ConfigError(f"--address {address}: no Dask scheduler answered within {timeout:g} s") from None
-    except OSError as e:
-        raise ConfigError(f"--address {address}: cannot reach a Dask scheduler there ({e.strerror or e})") from None
+    if u.scheme != "ucx":  # tcp, tls, ws, wss run on TCP
+        try:  # the host first, plainly: a closed port says so at once (Dask's connect retries it for the whole timeout)
+            socket.create_connection((u.hostname, u.port), timeout=timeout).close()
+        except (socket.timeout, TimeoutError):
+            raise ConfigError(f"--address {address}: no Dask scheduler answered within {timeout:g} s") from None
+        except OSError as e:
+            raise ConfigError(f"--address {address}: cannot reach a Dask scheduler there ({e.strerror or e})") from None
+    args = Security().get_connection_args("client")  # TLS as dask's config sets it (Client's default too)
 
     async def probe():
-        comm = await asyncio.wait_for(connect(address, timeout=timeout), timeout)
+        comm = await asyncio.wait_for(connect(address, timeout=timeout, **args), timeout)
         await comm.close()
 
     with ThreadPoolExecutor(1) as one:  # a loop of its own, even when the caller runs one (a notebook)
