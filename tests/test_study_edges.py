@@ -418,3 +418,11 @@ def test_dask_rows_when_keys_repeat_and_complete_out_of_order(monkeypatch, repea
     rows = study._dask(qs, "tcp://127.0.0.1:8786", lambda: None)
     assert [r["question"] for r in rows] == [0, 1, 0, 3]
     assert rows[0] == rows[2] and rows[0] is not rows[2] and all(r["goodput_rps"] > 0 for r in rows)
+
+
+def test_a_question_made_through_the_api_with_a_bad_rate_gets_its_reason():
+    """A question that no file's schema checked (built in code): its row says why, the study goes on."""
+    q = {"hardware": "cloudmatrix384", "model": "default", "stack": "default", "npus": 32, "question": 0,
+         "workload": {"rate": "fast"}, "slo": {}, "set": {}, "shapes": ["pd"], "simulate": None}
+    row = study.answer(q)
+    assert "rate" in row["error"] and "fast" in row["error"] and row["goodput_rps"] is None

@@ -79,7 +79,10 @@ def _workload(q: dict):
 
     w, s = q["workload"], q["slo"]
     rate = w.get("rate", "max")
-    arrival = None if rate in (None, "max") else float(rate)
+    try:  # a question made through the API, not a file held to the schema
+        arrival = None if rate in (None, "max") else float(rate)
+    except (TypeError, ValueError):
+        raise ConfigError(f"workload rate {short(rate)}: expected requests/s > 0 or max") from None
     if arrival is not None and not arrival > 0:
         raise ConfigError(f"workload rate {rate!r}: expected requests/s > 0 or max")
     hit = float(w.get("prefix_hit", 0))
