@@ -11,7 +11,10 @@ from typing import Optional
 import typer
 
 from ..errors import ConfigError
+from ..study import MAX_QUESTIONS
 from .options import FormatOpt
+
+PROGRESS_EVERY_S = 60.0  # off a terminal, a long study says how far it is once a minute
 
 SHOWN = {"question": "#", "hardware": "hardware", "model": "model", "npus_budget": "NPU budget", "lengths": "prompt / output",
          "what_if": "what-if (--set)", "shape": "shape", "split": "best deployment", "goodput_rps": "goodput, requests/s",
@@ -25,6 +28,7 @@ def study_cmd(
     executor: str = typer.Option("local", "--executor", help="local (a process pool on this machine), serial (this process) or dask (a Dask cluster at --address)"),
     workers: Optional[int] = typer.Option(None, "--workers", help="processes of the local pool (default: the cores)"),
     address: Optional[str] = typer.Option(None, "--address", help="the Dask scheduler, e.g. tcp://10.0.0.1:8786 (with --executor dask)"),
+    max_questions: int = typer.Option(MAX_QUESTIONS, "--max-questions", help="refuse a grid of more questions than this (at most 1,000,000): a big grid runs for hours"),
     fmt: str = FormatOpt,
 ):
     """Answer a study: every combination of the file's hardware, models, workloads, SLOs, stacks
@@ -49,9 +53,9 @@ def study_cmd(
         from ..plots import _pyplot
 
         _pyplot()
-    s = study.load(file)
+    s = study.load(file, max_questions)
     prov = provenance("study", None, None, file=str(Path(file).resolve()), questions=len(s.questions), executor=executor)
-    bar = ProgressBar("answering questions")
+    bar = ProgressBar("answering questions", every_s=PROGRESS_EVERY_S)
     try:
         df = study.run(s, executor, workers, address, bar)
     finally:

@@ -25,18 +25,17 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, short
 
 GRID = ("hardware", "model", "stack", "npus", "workload", "slo", "set")
-KEYS = set(GRID) | {"shapes", "simulate", "title"}
-WORKLOAD_KEYS = {"prompt_len", "output_len", "prefix_hit", "rate"}
-SLO_KEYS = {"ttft_ms", "tpot_ms", "ttft_stat"}
-SIMULATE_KEYS = {"num_prompts", "seed", "warmup"}
-MAX_QUESTIONS = 100_000
+MAX_QUESTIONS = 10_000  # a study asks at most this many questions unless --max-questions says more (~30 min on 2 cores)
+HARD_MAX_QUESTIONS = 1_000_000  # never more: the questions alone would take GBs, the answers days
 EXECUTORS = ("local", "serial", "dask")
 
 
@@ -47,70 +46,29 @@ class Study:
     questions: list[dict] = field(default_factory=list)
 
 
-def _listed(raw: dict, key: str, default: list, path: str) -> list:
-    v = raw.get(key, default)
-    v = v if isinstance(v, list) else [v]
-    if not v:
-        raise ConfigError(f"{path}: field '{key}': an empty list asks no question")
-    return v
-
-
-def _check_mapping(item: Any, allowed: set, where: str) -> dict:
-    if not isinstance(item, dict):
-        raise ConfigError(f"{where}: expected a mapping of {', '.join(sorted(allowed))} (got {type(item).__name__})")
-    extra = set(item) - allowed
-    if extra:
-        raise ConfigError(f"{where}: unknown field '{sorted(extra)[0]}' (expected {', '.join(sorted(allowed))})")
-    return item
-
-
-def load(path: str) -> Study:
-    """The questions of a study file (every combination of its grid lists), checked."""
+def load(path: str, max_questions: int = MAX_QUESTIONS) -> Study:
+    """The questions of a study file (every combination of its grid lists), checked against its
+    schema (cmperf/study/schema.py); a grid of more than ``max_questions`` is refused."""
+    from ..errors import short_path
     from ..specs.loader import read_yaml
+    from .schema import validate
 
-    raw = read_yaml(Path(path))
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of {', '.join(GRID)} (a study grid)")
-    extra = set(raw) - KEYS
-    if extra:
-        raise ConfigError(f"{path}: unknown field '{sorted(extra)[0]}' (expected {', '.join(sorted(KEYS))})")
-    lists = {k: _listed(raw, k, d, path) for k, d in
-             (("hardware", ["cloudmatrix384"]), ("model", ["default"]), ("stack", ["default"]), ("npus", [None]),
-              ("workload", [{}]), ("slo", [{}]), ("set", [{}]))}
-    for k in ("hardware", "model", "stack"):
-        for j, v in enumerate(lists[k]):
-            if not isinstance(v, str) or not v:
-                raise ConfigError(f"{path}: field '{k}[{j}]': expected a name (got {v!r})")
-    for j, v in enumerate(lists["npus"]):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise ConfigError(f"{path}: field 'npus[{j}]': expected a whole number of NPUs >= 1 (got {v!r})")
-    for j, w in enumerate(lists["workload"]):
-        _check_mapping(w, WORKLOAD_KEYS, f"{path}: field 'workload[{j}]'")
-    for j, s in enumerate(lists["slo"]):
-        _check_mapping(s, SLO_KEYS, f"{path}: field 'slo[{j}]'")
-    for j, s in enumerate(lists["set"]):
-        if not isinstance(s, dict):
-            raise ConfigError(f"{path}: field 'set[{j}]': expected a mapping of spec paths to values, e.g. "
-                              f"{{chip.die.hbm_bandwidth_Bps: 3.2e12}}")
-    shapes = raw.get("shapes", ["pd", "colocated", "afd"])
-    shapes = shapes if isinstance(shapes, list) else [s.strip() for s in str(shapes).split(",")]
-    bad = [s for s in shapes if s not in ("pd", "colocated", "afd")]
-    if bad or not shapes:
-        raise ConfigError(f"{path}: field 'shapes': expected pd, colocated and/or afd (got {bad[0] if bad else 'none'!r})")
-    sim = raw.get("simulate")
-    if sim is not None:
-        sim = _check_mapping(sim, SIMULATE_KEYS, f"{path}: field 'simulate'")
-        n = sim.get("num_prompts", 500)
-        if not isinstance(n, int) or isinstance(n, bool) or not 10 <= n <= 1_000_000:
-            raise ConfigError(f"{path}: field 'simulate.num_prompts': expected a whole number from 10 to 1,000,000 (got {n!r})")
+    if isinstance(max_questions, bool) or not isinstance(max_questions, int) or not 1 <= max_questions <= HARD_MAX_QUESTIONS:
+        raise ConfigError(f"--max-questions {max_questions}: expected a whole number from 1 to {HARD_MAX_QUESTIONS:,}")
+    raw = validate(read_yaml(Path(path)), str(path))
+    lists = {k: raw[k] for k in GRID}
     total = math.prod(len(v) for v in lists.values())
-    if total > MAX_QUESTIONS:
-        raise ConfigError(f"{path}: the grid asks {total:,} questions; at most {MAX_QUESTIONS:,} in one study")
+    if total > max_questions:
+        more = (f"raise the limit with --max-questions {total}" if total <= HARD_MAX_QUESTIONS
+                else f"at most {HARD_MAX_QUESTIONS:,} in one study: split it")
+        raise ConfigError(f"{short_path(path)}: the grid asks {total:,} questions, more than the limit of "
+                          f"{max_questions:,} ({more})")
+    sim = raw.get("simulate")
     questions = []
     for i, combo in enumerate(itertools.product(*(lists[k] for k in GRID))):
         q = dict(zip(GRID, combo))
         q["question"] = i
-        q["shapes"] = list(shapes)
+        q["shapes"] = list(raw["shapes"])
         q["simulate"] = dict(sim) if sim is not None else None
         questions.append(q)
     return Study(path=str(path), title=str(raw.get("title") or Path(path).stem), questions=questions)
@@ -121,7 +79,10 @@ def _workload(q: dict):
 
     w, s = q["workload"], q["slo"]
     rate = w.get("rate", "max")
-    arrival = None if rate in (None, "max") else float(rate)
+    try:  # a question made through the API, not a file held to the schema
+        arrival = None if rate in (None, "max") else float(rate)
+    except (TypeError, ValueError):
+        raise ConfigError(f"workload rate {short(rate)}: expected requests/s > 0 or max") from None
     if arrival is not None and not arrival > 0:
         raise ConfigError(f"workload rate {rate!r}: expected requests/s > 0 or max")
     hit = float(w.get("prefix_hit", 0))
@@ -218,50 +179,205 @@ def run(study: Study, executor: str = "local", workers: int | None = None, addre
         if progress is not None:
             progress(done[0], len(qs))
 
-    rows: list[dict | None] = [None] * len(qs)
     if executor == "serial" or (executor == "local" and (workers == 1 or len(qs) == 1)):
-        for i, q in enumerate(qs):
-            rows[i] = answer(q)
-            tick()
+        rows = in_order(qs, ((i, answer(q)) for i, q in enumerate(qs)), tick)
     elif executor == "local":
-        import os
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        n = min(workers or os.cpu_count() or 1, len(qs))
-        import multiprocessing as mp
-
-        pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork" if os.name == "posix" else "spawn"))
-        try:
-            futures = {pool.submit(answer, q): i for i, q in enumerate(qs)}
-            for f in as_completed(futures):
-                rows[futures[f]] = f.result()
-                tick()
-        except BaseException:  # Ctrl-C, a signal: stop now, not after the questions still queued
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown()
+        rows = _local(qs, min(workers or os.cpu_count() or 1, len(qs)), tick)
     else:
         rows = _dask(qs, address, tick)
     return pd.DataFrame(rows)
 
 
+def in_order(qs: list[dict], answered: Iterable[tuple[int, dict]], tick: Callable[[], None] = lambda: None) -> list[dict]:
+    """The answer rows in question order, from ``(position, row)`` pairs in the order they were
+    answered (a pool's or a cluster's completion order); every question gets exactly one row,
+    its own (the row's ``question`` is the question's): else an error, never a table with a
+    row missing, twice or in another question's place."""
+    rows: list[dict | None] = [None] * len(qs)
+    for i, row in answered:
+        if rows[i] is not None:
+            raise RuntimeError(f"study: question {qs[i]['question']} answered twice")
+        if row.get("question") != qs[i]["question"]:
+            raise RuntimeError(f"study: the answer to question {row.get('question')} came back as question {qs[i]['question']}'s")
+        rows[i] = row
+        tick()
+    missing = [q["question"] for q, r in zip(qs, rows) if r is None]
+    if missing:
+        raise RuntimeError(f"study: {len(missing):,} questions got no answer (the first: {missing[0]})")
+    return rows  # type: ignore[return-value]
+
+
+def _die_with(parent: int) -> None:
+    """A pool worker's initializer: the worker ends when the study's process does, however it
+    ends (kill -9 included), and leaves Ctrl-C and SIGTERM to it (which stops the workers).
+
+    On Linux the kernel sends the worker SIGKILL when its parent goes (prctl PR_SET_PDEATHSIG:
+    strictly, when the parent's thread that forked it ends; the pool forks every worker from the
+    thread that calls run(), which waits in run() for them); elsewhere a thread of the worker
+    watches its parent's pid."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches the whole group: the parent stops us
+    for name in ("SIGTERM", "SIGHUP"):  # not the parent's handlers (forked): a signal ends a worker at once
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            PR_SET_PDEATHSIG = 1
+            if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0:
+                if os.getppid() != parent:  # the parent went before the kernel was told
+                    os._exit(1)
+                return
+        except (OSError, AttributeError):
+            pass
+    import threading
+
+    threading.Thread(target=_watch_parent, args=(parent,), name="cmperf-parent-watch", daemon=True).start()
+
+
+def _watch_parent(parent: int, every_s: float = 0.5) -> None:
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(1)
+
+
+def _stop(pool) -> None:
+    """End a process pool now: the questions still queued cancelled, its workers killed (they
+    hold nothing to save), reaped."""
+    # the pool's processes (its own map, in every Python since 3.8; 3.14's kill_workers() does the
+    # same) before shutdown, which forgets them: shutdown(wait=False) alone leaves each worker on
+    # its question, and the interpreter's exit waiting for it (17 s for a simulated question)
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        try:
+            p.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+    if manager is not None:  # it sees the workers gone and closes its pipe now, not racing the exit's wakeup of it
+        manager.join(5)     # (3.11: "OSError: Bad file descriptor" from concurrent.futures' exit hook)
+    for p in procs:
+        try:
+            p.join(2)
+        except (OSError, ValueError, AssertionError, AttributeError):
+            pass
+
+
+def _local(qs: list[dict], n: int, tick) -> list[dict]:
+    """The answers on a pool of ``n`` processes on this machine (forked where fork exists:
+    cmperf already imported), which end with this process however it ends."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork" if os.name == "posix" else "spawn"),
+                               initializer=_die_with, initargs=(os.getpid(),))
+    try:
+        futures = {pool.submit(answer, q): i for i, q in enumerate(qs)}
+        rows = in_order(qs, ((futures[f], f.result()) for f in as_completed(futures)), tick)
+    except BaseException:  # Ctrl-C, a signal, an error: stop now, not after the questions still queued
+        _stop(pool)
+        raise
+    pool.shutdown()
+    return rows
+
+
+DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+CONNECT_TIMEOUT_S = 5.0  # a scheduler that has not answered by then is not there (an unroutable host, a silent port)
+
+
+def dask_address(address: str) -> str:
+    """``--address`` as a Dask scheduler's address, ``SCHEME://HOST:PORT`` (``HOST:PORT`` is
+    tcp://), checked before anything connects; else one line naming --address."""
+    from urllib.parse import urlsplit
+
+    a = str(address).strip()
+    shown = short(a, 80)
+    expected = "expected a Dask scheduler's address, tcp://HOST:PORT (e.g. tcp://10.0.0.1:8786)"
+    scheme, sep, rest = a.partition("://")
+    if not sep:
+        scheme, rest = "tcp", a
+    if scheme.lower() not in DASK_SCHEMES:
+        raise ConfigError(f"--address {shown}: {short(scheme, 20)}:// is not a Dask protocol ({expected}; "
+                          f"or {', '.join(s + '://' for s in DASK_SCHEMES[1:])})")
+    try:
+        u = urlsplit("//" + rest)
+        host, port = u.hostname, u.port
+    except ValueError:
+        host = port = None
+    if not host or port is None or u.path or u.query or u.fragment or any(c.isspace() for c in rest):
+        raise ConfigError(f"--address {shown}: {expected}")
+    return f"{scheme.lower()}://{rest}"
+
+
+def _reach(address: str, timeout: float) -> None:
+    """Connect to the scheduler at ``address`` and shake hands (distributed's own comm), all
+    within ``timeout`` seconds: an unroutable host, a port that accepts and says nothing (where
+    the handshake waits forever) or something else than Dask answering there is one line."""
+    import asyncio
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import urlsplit
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    u = urlsplit(address)
+    if u.scheme != "ucx":  # tcp, tls, ws, wss run on TCP
+        try:  # the host first, plainly: a closed port says so at once (Dask's connect retries it for the whole timeout)
+            socket.create_connection((u.hostname, u.port), timeout=timeout).close()
+        except (socket.timeout, TimeoutError):
+            raise ConfigError(f"--address {address}: no Dask scheduler answered within {timeout:g} s") from None
+        except OSError as e:
+            raise ConfigError(f"--address {address}: cannot reach a Dask scheduler there ({e.strerror or e})") from None
+    args = Security().get_connection_args("client")  # TLS as dask's config sets it (Client's default too)
+
+    async def probe():
+        comm = await asyncio.wait_for(connect(address, timeout=timeout, **args), timeout)
+        await comm.close()
+
+    with ThreadPoolExecutor(1) as one:  # a loop of its own, even when the caller runs one (a notebook)
+        try:
+            one.submit(asyncio.run, probe()).result()
+        except (asyncio.TimeoutError, TimeoutError):
+            raise ConfigError(f"--address {address}: no Dask scheduler answered within {timeout:g} s") from None
+        except MemoryError:  # the handshake read a length off what is not Dask's protocol (3 EiB, once)
+            raise ConfigError(f"--address {address}: what answers there does not speak Dask's protocol") from None
+        except Exception as e:  # noqa: BLE001 - OSError, a closed stream, a TLS error: all 'cannot reach'
+            if "Timed out" in str(e):
+                raise ConfigError(f"--address {address}: no Dask scheduler answered within {timeout:g} s") from None
+            raise ConfigError(f"--address {address}: cannot reach a Dask scheduler there ({short(str(e), 200)})") from None
+
+
 def _dask(qs: list[dict], address: str, tick) -> list[dict]:
     """The answers on a Dask cluster (dask.distributed, the optional extra cmperf[study-dask])."""
+    address = dask_address(address)
     try:
         from distributed import Client, as_completed
     except ImportError:
         raise ConfigError("--executor dask needs dask.distributed, an optional extra: pip install 'cmperf[study-dask]'") from None
+    _reach(address, CONNECT_TIMEOUT_S)
     try:
-        client = Client(address, timeout=30)
+        client = Client(address, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError) as e:
-        raise ConfigError(f"--address {address}: cannot reach a Dask scheduler there ({e})") from None
+        raise ConfigError(f"--address {address}: cannot reach a Dask scheduler there ({short(str(e), 200)})") from None
     try:
         futures = client.map(answer, qs, pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
-        rows: list[dict | None] = [None] * len(qs)
-        for f in as_completed(futures):
-            rows[index[f.key]] = f.result()
-            tick()
-        return rows
+        where: dict[Any, list[int]] = {}  # a future's key -> the positions it answers (one each unless keys repeat)
+        for i, f in enumerate(futures):
+            where.setdefault(f.key, []).append(i)
+        unique = list({f.key: f for f in futures}.values())
+
+        def answered():
+            for f in as_completed(unique):
+                row = f.result()
+                for i in where[f.key]:
+                    yield i, dict(row)  # a row of its own for each (a repeated key answers identical questions)
+
+        return in_order(qs, answered(), tick)
     finally:
         client.close()
