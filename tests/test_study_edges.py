@@ -156,7 +156,7 @@ BAD = [  # (file text, what the one line names)
     ("workload: {prefix_hit: '0.5'}\n", ["workload[0].prefix_hit", "'0.5'"]),
     ("workload: {rate: -3}\n", ["workload[0].rate"]),
     ("slo: {ttft_ms: 0}\n", ["slo[0].ttft_ms"]),
-    ("slo: [{}, {ttft_stat: p99}]\n", ["slo[1].ttft_stat", "p99"]),
+    ("slo: [{}, {ttft_stat: p95}]\n", ["slo[1].ttft_stat", "p95"]),
     ("slo: {tpot: 50}\n", ["slo[0]", "tpot", "did you mean 'tpot_ms'"]),
     ("set: [{chip.die.hbm_bandwidth_Bps: [1, 2]}]\n", ["set[0]", "chip.die.hbm_bandwidth_Bps"]),
     ("set: fast\n", ["set[0]"]),

@@ -60,7 +60,8 @@ class Workload(_Strict):
 class Slo(_Strict):
     ttft_ms: float = Field(2000.0, gt=0)
     tpot_ms: float = Field(50.0, gt=0)
-    ttft_stat: Literal["mean", "p90"] = "mean"
+    ttft_stat: Literal["mean", "p50", "p90", "p99"] = "mean"  # the statistic each SLO bounds (cmperf.plan.workload.SLO_STATS)
+    tpot_stat: Literal["mean", "p50", "p90", "p99"] = "mean"
 
 
 class Simulate(_Strict):
