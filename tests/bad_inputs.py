@@ -586,7 +586,7 @@ def environment_cases(tmp: Path) -> list[tuple]:
             d = tmp / f"sig-{len(out)}"
             d.mkdir(exist_ok=True)
             (d / "f.csv").write_text("old\n")
-            out.append((f"signal: {sig} during {label}", [*argv, "--out", str(d / "f.csv")], "interrupted",
+            out.append((f"signal: {sig} during {label}", [*argv, "--out", str(d / "f.csv"), "--force"], "interrupted",
                         {"signal": (sig, 5.0), "leftovers": str(d)}))
     # the spec cache, every entry corrupted one way (the runner copies a filled cache first)
     for how in ("valid JSON lie", "wrong type", "truncated", "binary", "FIFO", "folder", "link to /dev/zero", "empty"):
