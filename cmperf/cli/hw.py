@@ -141,7 +141,7 @@ def _write_deployment(path: str, name: str, model: str | None, sets: list[str]) 
     text = f"# {mark()}: hw show {name} --deployment-out, the default deployment (read by --deployment)\n" + \
         yaml.safe_dump(dep, sort_keys=False)
     write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"), "--deployment-out", say=False)
-    sys.stderr.write(f"cmperf: wrote the default deployment to {path}\n")
+    sys.stderr.write(f"cmperf: wrote {path}: the default deployment of {name} (read by --deployment)\n")
 
 
 def _system_of(chip, overrides):
