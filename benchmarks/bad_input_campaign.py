@@ -3,12 +3,13 @@ as its own ``cmperf`` process with a timeout, judged and counted: clear errors, 
 tracebacks, hangs, silent acceptances, bad outputs (NaN/inf/negative), files left behind and
 legitimate runs; a case that must warn ("warning") and does not is a silent acceptance. Issue 23's
 families (--round3): simulate's traffic flags, stack limits, deployment shapes and files, serving
-files, traces, plot names, model contexts. Issue 17's families: plan flags and traces, compare set-ups (--with/--config),
+files, traces, plot names, model contexts. Issue 33's (--writers): every writer over a user's
+file (which must stay byte for byte), two flags on one file, bad export targets. Issue 17's families: plan flags and traces, compare set-ups (--with/--config),
 config.json imports, absurd what-ifs, reference files, output streams and encodings, signals
 (SIGINT/TERM/HUP sent while --out is written) and a corrupted spec cache (the answer must be
 the uncached one).
 
-    python benchmarks/bad_input_campaign.py [--jobs 2] [--timeout 60] [--show KIND] [--new-only | --round3]
+    python benchmarks/bad_input_campaign.py [--jobs 2] [--timeout 60] [--show KIND] [--new-only | --round3 | --writers]
 
 Exit 1 if any case is a traceback, hang, unclear error, silent acceptance or bad output.
 """
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bad_inputs import (compare_cases, csv_cases, environment_cases, flag_cases, hf_cases, judge,  # noqa: E402
                         output_cases, plan_cases, reference_cases, reference_file_cases, round3_file_cases,
-                        round3_flag_cases, spec_file_cases, what_if_cases)
+                        round3_flag_cases, spec_file_cases, what_if_cases, writer_cases)
 
 GOOD = ("clear error", "ok")
 
@@ -118,6 +119,11 @@ def judge_case(case: tuple, res: tuple, truth: str) -> str:
         if code == 128 + sig and err.strip().splitlines()[-1:] == [f"cmperf: interrupted ({opts['signal'][0]})"] and kept:
             return "clear error"
         return "ok" if code == 0 and kept is False else "unclear error"  # finished before the signal: a legitimate run
+    if "kept" in opts:  # a user's files: refused (one line) and left byte for byte
+        from bad_inputs import USERS_BYTES
+
+        if any(not Path(f).is_file() or Path(f).read_bytes() != USERS_BYTES for f in opts["kept"]):
+            return "destroyed a user's file"
     if expect == "same":
         if "Traceback" in err or code != 0:
             return "traceback" if "Traceback" in err else "unclear error"
@@ -134,6 +140,8 @@ def main() -> int:
                                                              "what-ifs, reference files, streams, signals, the cache)")
     ap.add_argument("--round3", action="store_true", help="only issue 23's families (simulate's traffic flags, stack limits, "
                                                           "deployments, serving files, traces, plot names, model contexts)")
+    ap.add_argument("--writers", action="store_true", help="only issue 33's family: every writer over a user's file, "
+                                                            "two flags on one file, bad export targets")
     args = ap.parse_args()
     exe = shutil.which("cmperf") or str(Path(sys.executable).parent / "cmperf")
     tmp = Path(tempfile.mkdtemp(prefix="cmperf-campaign-"))
@@ -146,7 +154,9 @@ def main() -> int:
     new = [*plan_cases(tmp / "plan"), *compare_cases(tmp / "compare"), *hf_cases(tmp / "hf"), *what_if_cases(),
            *reference_file_cases(tmp / "refs"), *environment_cases(tmp / "env")]
     round3 = [*round3_flag_cases(), *round3_file_cases(tmp / "round3")]
-    cases = round3 if args.round3 else new if args.new_only else [*old, *new, *round3]
+    writers = writer_cases(tmp / "writers")
+    cases = (writers if args.writers else round3 if args.round3 else new if args.new_only
+             else [*old, *new, *round3, *writers])
     import os
 
     truth = subprocess.run([exe, "predict", "decode", "-f", "json"], capture_output=True, text=True,

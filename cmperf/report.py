@@ -250,7 +250,18 @@ def check_parent_dir(path: str | Path, flag: str = "", own: bool = False) -> Non
         if not own:
             check_overwrite(text, flag)
     except OSError as e:  # a name too long, a loop of links: the system's own words
-        raise ConfigError(f"{label}{short(text)}: cannot write there ({e.strerror or e})") from None
+        raise ConfigError(f"{label}{short(text)}: cannot write there ({os_reason(e, text)})") from None
+
+
+def os_reason(e: OSError, path: str) -> str:
+    """Why the system refused ``path``, in its words; a name too long also says how long."""
+    import errno
+
+    reason = e.strerror or str(e)
+    if e.errno == errno.ENAMETOOLONG:
+        longest = max((len(part.encode()) for part in Path(path).parts), default=0)
+        reason += f": a name of {longest} bytes" if longest > 255 else f": a path of {len(path.encode())} bytes"
+    return reason
 
 
 # --------------------------------------------------------------------------- whose file it is

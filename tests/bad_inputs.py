@@ -771,5 +771,57 @@ def round3_file_cases(tmp: Path) -> list[tuple]:
     return out
 
 
+# --------------------------------------------------------------------------- issue 33's families
+USERS_BYTES = b"a user's own data\n\x00\xff\n"  # what a file cmperf did not write holds
+
+
+def writer_cases(tmp: Path) -> list[tuple]:
+    """Issue 33: every writer meets a user's file (refused, the file byte for byte: runner option
+    ``kept``, the files that must keep USERS_BYTES), two flags naming one file, and bad export
+    targets (an empty name, too long, a file, below a file, a folder that takes no file)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    hf = Path(__file__).resolve().parent / "data" / "hf-configs"
+    study = tmp / "study.yaml"
+    study.write_text("hardware: cloudmatrix384\nnpus: 32\nworkload: {prompt_len: 2048, output_len: 128}\nshapes: pd\n")
+    writers = {"predict --out": (["predict", "decode", "--out"], "csv"),
+               "search --out": (["search", "decode", "--tpot-slo", "50", "--batch", "8", "--out"], "csv"),
+               "search --plot": (["search", "decode", "--tpot-slo", "50", "--batch", "8", "--plot"], "png"),
+               "compare --out": (["compare", "decode", "--out"], "csv"),
+               "plan --out": (["plan", "--npus", "32", "--shapes", "pd", "--out"], "csv"),
+               "plan --plot": (["plan", "--npus", "32", "--shapes", "pd", "--plot"], "svg"),
+               "simulate --out": (["simulate", *SIM, "--out"], "csv"),
+               "simulate --plot": (["simulate", *SIM, "--plot"], "pdf"),
+               "study --out": (["study", str(study), "--executor", "serial", "--out"], "csv"),
+               "study --html": (["study", str(study), "--executor", "serial", "--html"], "html"),
+               "hw show --deployment-out": (["hw", "show", "cloudmatrix384", "--deployment-out"], "yaml"),
+               "model import --out": (["model", "import", str(hf / "qwen3-8b.json"), "--out"], "yaml")}
+    out = []
+    for name, (argv, suffix) in writers.items():
+        f = tmp / f"users-{len(out)}.{suffix}"
+        f.write_bytes(USERS_BYTES)
+        out.append((f"writer: {name} over a user's file", [*argv, str(f)], "error", {"kept": [str(f)]}))
+    for command in (["plan", "--npus", "32", "--shapes", "pd"], ["simulate", *SIM]):
+        d = tmp / f"export-{len(out)}"
+        d.mkdir()
+        kept = [d / "sglang.sh", d / "deployment.yaml", d / "export.json"]
+        for f in kept:
+            f.write_bytes(USERS_BYTES)
+        out.append((f"writer: {command[0]} --export over a user's files", [*command, "--export", str(d)], "error",
+                     {"kept": [str(f) for f in kept]}))
+        afile = tmp / f"a-file-{len(out)}"
+        afile.write_bytes(USERS_BYTES)
+        for label, target in (("''", ""), ("a name too long", str(tmp / ("x" * 300))), ("a file", str(afile)),
+                              ("below a file", str(afile / "ex")), ("procfs", "/proc"), ("below procfs", "/proc/cmperf/ex"),
+                              ("sysfs", "/sys/cmperf-ex")):
+            out.append((f"writer: {command[0]} --export {label}", [*command, "--export", target], "error",
+                        {"kept": [str(afile)]}))
+    same = tmp / "same.csv"
+    for argv in (["search", "decode", "--tpot-slo", "50", "--batch", "8", "--out", str(same), "--plot", str(same)],
+                 ["plan", "--npus", "32", "--out", str(same), "--plot", str(same)],
+                 ["study", str(study), "--out", str(same), "--html", str(same)]):
+        out.append((f"writer: {argv[0]} two flags on one file", argv, "error"))
+    return out
+
+
 def round3_cases(tmp: Path) -> list[tuple]:
     return [*round3_flag_cases(), *round3_file_cases(tmp)]

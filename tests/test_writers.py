@@ -194,6 +194,7 @@ def _bad_targets(tmp_path: Path) -> dict:
     (tmp_path / "a-file").write_text("x")
     return {"empty": ("", "expected the path of a directory"),
             "name too long": (str(tmp_path / ("x" * 300)), "too long"),
+            "too long, in a folder to make": (str(tmp_path / "new" / ("x" * 300)), "too long"),
             "a file": (str(tmp_path / "a-file"), "not a directory"),
             "below a file": (str(tmp_path / "a-file" / "ex"), "not a directory"),
             "read-only (procfs)": ("/proc", "not writable"),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -542,10 +543,18 @@ def check_export_dir(directory: str, flag: str = "--export", names=None) -> None
         why = probe_dir(parent)
         if why:
             raise ConfigError(f"{flag} {short_path(text)}: cannot make the directory: {short_path(parent)} is not writable ({why})")
-        if len(d.name.encode()) > 255 or any(len(part.encode()) > 255 for part in d.parts):
-            raise ConfigError(f"{flag} {short(text)}: cannot make the directory (File name too long)")
+        try:
+            most = os.pathconf(parent, "PC_NAME_MAX")
+        except (OSError, ValueError):
+            most = 255
+        longest = max(len(part.encode()) for part in d.parts)
+        if longest > most:
+            raise ConfigError(f"{flag} {short(text)}: cannot make the directory (File name too long: a name of "
+                              f"{longest} bytes, the file system takes {most})")
     except OSError as e:  # a name too long, a loop of links: the system's own words
-        raise ConfigError(f"{flag} {short(text)}: cannot write there ({e.strerror or e})") from None
+        from ..report import os_reason
+
+        raise ConfigError(f"{flag} {short(text)}: cannot write there ({os_reason(e, text)})") from None
 
 
 def write(directory: str, chosen: Chosen, ctx: Context | None, provenance: dict | None = None) -> list[str]:
@@ -562,7 +571,10 @@ def write(directory: str, chosen: Chosen, ctx: Context | None, provenance: dict 
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"--export {directory}: cannot make the directory ({e.strerror or e})") from None
+        from ..errors import short
+        from ..report import os_reason
+
+        raise ConfigError(f"--export {short(directory)}: cannot make the directory ({os_reason(e, directory)})") from None
     files = {"deployment.yaml": "# cmperf export: read back with --deployment deployment.yaml\n" +
              yaml.safe_dump(chosen.deployment_file(), sort_keys=False)}
     if ctx is not None:
