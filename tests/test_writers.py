@@ -296,3 +296,32 @@ def test_the_api_refuses_too_and_forces_on_demand(tmp_path, capsys):
     with writing(force=True):
         write_atomic(path, lambda tmp: Path(tmp).write_text("new"))
     assert path.read_text() == "new" and capsys.readouterr().err == ""
+
+
+def test_a_file_of_an_earlier_export_stays_cmperfs(tmp_path):
+    """An export that does not write a file an earlier one wrote (another vendor's launcher)
+    keeps its digest: the file is still cmperf's to replace later; edited, it is the user's."""
+    import hashlib
+
+    from cmperf.export import _theirs
+
+    d = tmp_path
+    (d / "dynamo-sglang.yaml").write_text("old: launcher\n")
+    digest = hashlib.sha256(b"old: launcher\n").hexdigest()
+    (d / "export.json").write_text(json.dumps({"written_by": "written by cmperf 0.1.0", "files": ["dynamo-sglang.yaml"],
+                                               "sha256": {"dynamo-sglang.yaml": digest}}))
+    from cmperf.export import write
+
+    class Chosen:  # the least an export needs: no stack context, the deployment file only
+        shape = "pd"
+        numbers: dict = {}
+
+        def deployment_file(self):
+            return {"prefill": [{"count": 1, "dies": 32}], "decode": [{"count": 1, "dies": 32}]}
+
+    write(str(d), Chosen(), None)
+    manifest = json.loads((d / "export.json").read_text())
+    assert manifest["sha256"]["dynamo-sglang.yaml"] == digest and "dynamo-sglang.yaml" not in manifest["files"]
+    assert _theirs(d, ["dynamo-sglang.yaml", "deployment.yaml"]) == []
+    (d / "dynamo-sglang.yaml").write_text("my: edit\n")
+    assert _theirs(d, ["dynamo-sglang.yaml"]) == ["dynamo-sglang.yaml"]

@@ -6,7 +6,9 @@ builds the root ``app``, which imports a command's module only when that command
 ``--help`` lists them), and holds the entry point :func:`main`.
 
 The CLI only parses flags, calls the Python API and renders; it computes nothing itself.
-Bad input ends in one line on stderr and exit code 2, never a traceback.
+Bad input ends in one line on stderr and exit code 2, never a traceback. A command that writes
+files gets ``--force`` and its outputs checked before it runs (:func:`_guard_outputs`;
+docs/export.md, "Files cmperf writes").
 """
 
 from __future__ import annotations

@@ -581,6 +581,11 @@ def write(directory: str, chosen: Chosen, ctx: Context | None, provenance: dict 
         files.update(launch_files(chosen, ctx))
     check_export_dir(directory, names=[*files, EXPORT_JSON])
     digests = {name: _sha256(text.encode("utf-8")) for name, text in files.items()}
+    # a file of an earlier export that this one does not write (another vendor's launcher), still
+    # as cmperf wrote it: still cmperf's, so the manifest keeps its digest
+    for name, digest in (_manifest(d) or {}).items():
+        if name not in files and name != EXPORT_JSON and (d / name).is_file() and name not in _theirs(d, [name]):
+            digests[name] = digest or _sha256((d / name).read_bytes())
     files[EXPORT_JSON] = json.dumps({"written_by": mark(), "shape": chosen.shape, "numbers": _plain(chosen.numbers),
                                      "stack": ctx.stack_name if ctx else None,
                                      "files": sorted(files), "sha256": digests,
