@@ -335,8 +335,11 @@ def same_outputs(paths: Mapping[str, Any]) -> None:
             continue
         try:
             key = os.path.realpath(str(path))
+            st = os.stat(key) if os.path.isfile(key) else None
         except (OSError, ValueError):
             continue
+        if st is not None:  # a hard link is the same file by another name
+            key = f"inode {st.st_dev}:{st.st_ino}"
         if key in seen:
             raise ConfigError(f"{seen[key]} and {flag} name the same file ({short_path(path)}): "
                               f"each output needs its own file")

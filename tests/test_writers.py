@@ -105,6 +105,18 @@ def test_two_outputs_naming_one_file_are_one_line(cli, tmp_path, argv):
 def test_an_export_folder_is_not_also_a_file_output(cli, tmp_path):
     code, _, err = cli("plan", "--npus", "32", "--shapes", "pd", "--out", tmp_path / "ex", "--export", tmp_path / "ex")
     one_line_error(code, err, "--out", "--export")
+    code, _, err = cli("plan", "--npus", "32", "--shapes", "pd", "--out", tmp_path / "ex" / "deployment.yaml",
+                       "--export", tmp_path / "ex")
+    one_line_error(code, err, "--out", "--export", "a file the export writes")
+    assert not (tmp_path / "ex").exists()
+
+
+def test_a_hard_link_is_the_same_file(cli, tmp_path):
+    (tmp_path / "a.csv").write_text("# cmperf: 0.1.0\n")
+    os.link(tmp_path / "a.csv", tmp_path / "b.png")
+    code, _, err = cli("search", "decode", "--tpot-slo", "50", "--batch", "8", "--out", tmp_path / "a.csv",
+                       "--plot", tmp_path / "b.png")
+    one_line_error(code, err, "--out", "--plot", "same file")
 
 
 # --------------------------------------------------------------------------- study: csv, parquet, html

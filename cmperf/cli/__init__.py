@@ -148,13 +148,17 @@ def _check_export(flag: str, directory: str, files: dict) -> None:
     import os
 
     from ..errors import ConfigError, short_path
-    from ..export import check_export_dir
+    from ..export import _may_write, check_export_dir
 
     check_export_dir(directory, flag)
     where = os.path.realpath(directory)
     for f, path in files.items():
-        if path is not None and str(path).strip() and os.path.realpath(str(path)) == where:
-            raise ConfigError(f"{f} and {flag} name the same path ({short_path(path)}): each output needs its own")
+        if path is None or not str(path).strip():
+            continue
+        real = os.path.realpath(str(path))
+        if real == where or (os.path.dirname(real) == where and _may_write(os.path.basename(real))):
+            raise ConfigError(f"{f} and {flag} name the same path ({short_path(path)}{'' if real == where else ': a file the export writes'}): "
+                              f"each output needs its own")
 
 
 class _LazyGroup(TyperGroup):
