@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from contextlib import contextmanager, nullcontext
@@ -266,11 +267,15 @@ def os_reason(e: OSError, path: str) -> str:
 
 # --------------------------------------------------------------------------- whose file it is
 # cmperf overwrites a file only if it wrote it (docs/export.md, "Files cmperf writes"): every file
-# it writes carries MARK (a CSV report's first line "# cmperf: VERSION" is its mark too), and an
-# export folder's export.json records each file's SHA-256. Anything else is the user's: refused
-# unless --force (an empty file holds nothing to lose).
+# it writes carries its mark, "written by cmperf VERSION" (a CSV report's first line "# cmperf:
+# VERSION" is its mark too), and an export folder's export.json records each file's SHA-256.
+# Anything else is the user's: refused unless --force (an empty file holds nothing to lose).
 MARK = "written by cmperf"
-MARK_WINDOW = 65536  # bytes read at each end of a file for the mark (PDF and Parquet keep theirs at the end)
+MARK_PATTERN = re.compile(rb"written by cmperf \d+\.\d+")  # the mark with its version: not prose quoting it
+MARK_LINES = 20  # a text file's mark is in its first lines (YAML, HTML, JSON: 1 or 2; SVG and PostScript metadata: ~12)
+MARK_WINDOW = 65536  # a binary file's mark is in its first or last bytes (PDF and Parquet keep theirs at the end)
+BINARY_MAGIC = (b"%PDF", b"\x89PNG", b"PAR1", b"GIF8", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*", b"RIFF",
+                b"\xc5\xd0\xd3\xc6")  # pdf, png, parquet, gif, jpeg, tiff, webp, binary eps (avif: 'ftyp' at byte 4)
 _FORCE: ContextVar[bool] = ContextVar("cmperf_force", default=False)
 _SAY: ContextVar[bool] = ContextVar("cmperf_say", default=False)
 
@@ -299,8 +304,11 @@ def forced() -> bool:
 
 
 def cmperf_wrote(path: str | Path) -> bool:
-    """Whether the file at ``path`` is cmperf's to overwrite: empty, or carrying MARK in its
-    first or last MARK_WINDOW bytes, or a CSV report (first line ``# cmperf: VERSION``)."""
+    """Whether the file at ``path`` is cmperf's to overwrite: empty; a CSV report (its first
+    line ``# cmperf: VERSION``); a text file with the mark (:func:`mark`) in its first
+    MARK_LINES lines; a binary file (an image, a PDF, a Parquet file) with the mark in its
+    first or last MARK_WINDOW bytes. A file that quotes the mark further down (these docs, a
+    test) is not cmperf's."""
     try:
         with open(path, "rb") as f:
             head = f.read(MARK_WINDOW)
@@ -312,8 +320,11 @@ def cmperf_wrote(path: str | Path) -> bool:
                 tail = f.read(MARK_WINDOW)
     except OSError:
         return False
-    sign = MARK.encode()
-    return size == 0 or head.startswith(b"# cmperf: ") or sign in head or sign in tail
+    if size == 0 or head.startswith(b"# cmperf: "):
+        return True
+    if head.startswith(BINARY_MAGIC) or head[4:8] == b"ftyp" or b"\x00" in head:
+        return bool(MARK_PATTERN.search(head) or MARK_PATTERN.search(tail))
+    return any(MARK_PATTERN.search(line) for line in head.split(b"\n", MARK_LINES)[:MARK_LINES])
 
 
 def check_overwrite(path: str | Path, flag: str = "") -> None:

@@ -337,3 +337,20 @@ def test_a_file_of_an_earlier_export_stays_cmperfs(tmp_path):
     assert _theirs(d, ["dynamo-sglang.yaml", "deployment.yaml"]) == []
     (d / "dynamo-sglang.yaml").write_text("my: edit\n")
     assert _theirs(d, ["dynamo-sglang.yaml"]) == ["dynamo-sglang.yaml"]
+
+
+def test_a_file_quoting_the_mark_is_not_cmperfs(tmp_path):
+    """The docs quote the mark, a test holds it in a string: neither is a file cmperf wrote
+    (a text file's mark counts in its first lines only, with its version)."""
+    from cmperf.report import cmperf_wrote
+
+    doc = tmp_path / "notes.md"
+    doc.write_text("# my notes\n" + "text\n" * 30 + "the mark is 'written by cmperf 0.1.0'\n")
+    prose = tmp_path / "prose.txt"
+    prose.write_text("files written by cmperf VERSION are replaced\n")
+    assert not cmperf_wrote(doc) and not cmperf_wrote(prose)
+    assert not cmperf_wrote(Path(__file__).resolve().parents[1] / "docs" / "export.md")
+    assert not cmperf_wrote(Path(__file__).resolve().parents[1] / "cmperf" / "report.py")
+    yaml = tmp_path / "d.yaml"
+    yaml.write_text("# written by cmperf 0.1.0: hw show x --deployment-out\nprefill: []\n")
+    assert cmperf_wrote(yaml)
