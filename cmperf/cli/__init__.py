@@ -156,9 +156,10 @@ def _check_export(flag: str, directory: str, files: dict) -> None:
         if path is None or not str(path).strip():
             continue
         real = os.path.realpath(str(path))
-        if real == where or (os.path.dirname(real) == where and _may_write(os.path.basename(real))):
-            raise ConfigError(f"{f} and {flag} name the same path ({short_path(path)}{'' if real == where else ': a file the export writes'}): "
-                              f"each output needs its own")
+        inside = os.path.dirname(real) == where and _may_write(os.path.basename(real))
+        if real == where or inside:
+            what = ": a file the export writes" if inside else ""
+            raise ConfigError(f"{f} and {flag} name the same path ({short_path(path)}{what}): each output needs its own")
 
 
 class _LazyGroup(TyperGroup):
