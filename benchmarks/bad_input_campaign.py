@@ -6,12 +6,13 @@ families (--round3): simulate's traffic flags, stack limits, deployment shapes a
 files, traces, plot names, model contexts. Issue 33's (--round4): one boundary per input kind
 (plan's --verify-prompts, a deployment larger than the system, trace rows out of arrival order,
 a system file without a required floor or deployment size, a deployment file's group without dies,
-a serving fit: path the stack lacks). Issue 17's families: plan flags and traces, compare set-ups (--with/--config),
+a serving fit: path the stack lacks); and (--writers) every writer over a user's file (which must
+stay byte for byte), two flags on one file, bad export targets. Issue 17's families: plan flags and traces, compare set-ups (--with/--config),
 config.json imports, absurd what-ifs, reference files, output streams and encodings, signals
 (SIGINT/TERM/HUP sent while --out is written) and a corrupted spec cache (the answer must be
 the uncached one).
 
-    python benchmarks/bad_input_campaign.py [--jobs 2] [--timeout 60] [--show KIND] [--new-only | --round3 | --round4]
+    python benchmarks/bad_input_campaign.py [--jobs 2] [--timeout 60] [--show KIND] [--new-only | --round3 | --round4 | --writers]
 
 Exit 1 if any case is a traceback, hang, unclear error, silent acceptance or bad output.
 """
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bad_inputs import (compare_cases, csv_cases, environment_cases, flag_cases, hf_cases, judge,  # noqa: E402
                         output_cases, plan_cases, reference_cases, reference_file_cases, round3_file_cases,
-                        round3_flag_cases, round4_cases, spec_file_cases, what_if_cases)
+                        round3_flag_cases, round4_cases, spec_file_cases, what_if_cases, writer_cases)
 
 GOOD = ("clear error", "ok")
 
@@ -121,6 +122,11 @@ def judge_case(case: tuple, res: tuple, truth: str) -> str:
         if code == 128 + sig and err.strip().splitlines()[-1:] == [f"cmperf: interrupted ({opts['signal'][0]})"] and kept:
             return "clear error"
         return "ok" if code == 0 and kept is False else "unclear error"  # finished before the signal: a legitimate run
+    if "kept" in opts:  # a user's files: refused (one line) and left byte for byte
+        from bad_inputs import USERS_BYTES
+
+        if any(not Path(f).is_file() or Path(f).read_bytes() != USERS_BYTES for f in opts["kept"]):
+            return "destroyed a user's file"
     if expect == "same":
         if "Traceback" in err or code != 0:
             return "traceback" if "Traceback" in err else "unclear error"
@@ -139,6 +145,8 @@ def main() -> int:
                                                           "deployments, serving files, traces, plot names, model contexts)")
     ap.add_argument("--round4", action="store_true", help="only issue 33's families (--verify-prompts, deployments larger "
                                                           "than the system, trace arrival order, required spec entries, fit: paths)")
+    ap.add_argument("--writers", action="store_true", help="only issue 33's family: every writer over a user's file, "
+                                                            "two flags on one file, bad export targets")
     args = ap.parse_args()
     exe = shutil.which("cmperf") or str(Path(sys.executable).parent / "cmperf")
     tmp = Path(tempfile.mkdtemp(prefix="cmperf-campaign-"))
@@ -152,7 +160,9 @@ def main() -> int:
            *reference_file_cases(tmp / "refs"), *environment_cases(tmp / "env")]
     round3 = [*round3_flag_cases(), *round3_file_cases(tmp / "round3")]
     round4 = round4_cases(tmp / "round4")
-    cases = round4 if args.round4 else round3 if args.round3 else new if args.new_only else [*old, *new, *round3, *round4]
+    writers = writer_cases(tmp / "writers")
+    cases = (writers if args.writers else round4 if args.round4 else round3 if args.round3 else new if args.new_only
+             else [*old, *new, *round3, *round4, *writers])
     import os
 
     truth = subprocess.run([exe, "predict", "decode", "-f", "json"], capture_output=True, text=True,

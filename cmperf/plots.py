@@ -48,9 +48,29 @@ def plot_format(path, flag: str = "--plot") -> str:
     return suffix
 
 
-def _save(fig, path, **kwargs) -> None:
-    """``fig`` written whole to ``path`` in the format its suffix names."""
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format=plot_format(path), **kwargs))  # a bad name: nothing left
+# Where each image format keeps cmperf's mark (report.MARK): its metadata, or Pillow's comment or
+# description; raw, rgba, pgf and svgz keep none (docs/export.md: cmperf replaces one only with --force).
+MARKED_BY_METADATA = ("png", "pdf", "svg", "ps", "eps")
+MARKED_BY_PIL = {"jpg": "comment", "jpeg": "comment", "gif": "comment", "tif": "description", "tiff": "description",
+                 "webp": "xmp", "avif": "xmp"}
+
+
+def _marked(fmt: str) -> dict:
+    """savefig's arguments that put cmperf's mark in an image of format ``fmt``."""
+    from .report import mark
+
+    if fmt in MARKED_BY_METADATA:
+        return {"metadata": {"Creator": mark()}}
+    if fmt in MARKED_BY_PIL:
+        key = MARKED_BY_PIL[fmt]
+        return {"pil_kwargs": {key: mark().encode() if key == "xmp" else mark()}}
+    return {}
+
+
+def _save(fig, path, flag: str = "--plot", **kwargs) -> None:
+    """``fig`` written whole to ``path`` in the format its suffix names, with cmperf's mark."""
+    fmt = plot_format(path, flag)  # a bad name: nothing left
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format=fmt, **_marked(fmt), **kwargs), flag)
 
 
 @dataclass(frozen=True)
@@ -769,5 +789,5 @@ def rate_sweep_figure(rows: list[dict], slo: dict, path: str | Path, title: str 
         ax.grid(alpha=0.3, which="both")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    _save(fig, path, dpi=110)
     plt.close(fig)

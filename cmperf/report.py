@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import tempfile
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -217,7 +219,7 @@ def print_frame(df: Any, fmt: str, title: str, out: str | Path | None = None,
     writing it whole to ``out`` as CSV when given; ``prov`` heads the CSV and sits beside the
     JSON records."""
     if out:
-        write_csv(df, out, prov)
+        write_csv(df, out, prov, "--out")
     if fmt == "json":
         records = json_records(_frame(df).to_dict(orient="records"))
         print_json({"rows": records, "provenance": prov} if prov else records)
@@ -233,19 +235,167 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def check_parent_dir(path: str | Path, flag: str = "") -> None:
+def check_parent_dir(path: str | Path, flag: str = "", own: bool = False) -> None:
     """An output file must be writable where it is named, before any work is done: a path (not
     empty), not a directory, not a FIFO or device (a file is written whole by renaming a
     temporary file over it), in a directory that exists and can be written (we never create
-    directories)."""
+    directories), and not a file of the user's (:func:`check_overwrite`; ``own``: the caller
+    knows the file is cmperf's to rewrite, an export folder's by its manifest or a built-in spec
+    file calibration edits)."""
     label = f"{flag} " if flag else ""
     text = str(path)
     if not text.strip():
         raise ConfigError(f"{label}'{short(text, 20)}': expected the path of a file to write")
     try:
         _check_output(Path(text), text, label)
+        if not own:
+            check_overwrite(text, flag)
     except OSError as e:  # a name too long, a loop of links: the system's own words
-        raise ConfigError(f"{label}{short(text)}: cannot write there ({e.strerror or e})") from None
+        raise ConfigError(f"{label}{short(text)}: cannot write there ({os_reason(e, text)})") from None
+
+
+def os_reason(e: OSError, path: str) -> str:
+    """Why the system refused ``path``, in its words; a name too long also says how long."""
+    import errno
+
+    reason = e.strerror or str(e)
+    if e.errno == errno.ENAMETOOLONG:
+        longest = max((len(part.encode()) for part in Path(path).parts), default=0)
+        reason += f": a name of {longest} bytes" if longest > 255 else f": a path of {len(path.encode())} bytes"
+    return reason
+
+
+# --------------------------------------------------------------------------- whose file it is
+# cmperf overwrites a file only if it wrote it (docs/export.md, "Files cmperf writes"): every file
+# it writes carries its mark, "written by cmperf VERSION" (a CSV report's first line "# cmperf:
+# VERSION" is its mark too), and an export folder's export.json records each file's SHA-256.
+# Anything else is the user's: refused unless --force (an empty file holds nothing to lose).
+MARK = "written by cmperf"
+MARK_PATTERN = re.compile(rb"written by cmperf \d+\.\d+")  # the mark with its version: not prose quoting it
+MARK_LINES = 20  # a text file's mark is in its first lines (YAML, HTML, JSON: 1 or 2; SVG and PostScript metadata: ~12)
+MARK_WINDOW = 65536  # a binary file's mark is in its first or last bytes (PDF and Parquet keep theirs at the end)
+BINARY_MAGIC = (b"%PDF", b"\x89PNG", b"PAR1", b"GIF8", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*", b"RIFF",
+                b"\xc5\xd0\xd3\xc6")  # pdf, png, parquet, gif, jpeg, tiff, webp, binary eps (avif: 'ftyp' at byte 4)
+_FORCE: ContextVar[bool] = ContextVar("cmperf_force", default=False)
+_SAY: ContextVar[bool] = ContextVar("cmperf_say", default=False)
+
+
+def mark() -> str:
+    """The mark cmperf puts in each file it writes: ``written by cmperf VERSION``."""
+    from . import __version__
+
+    return f"{MARK} {__version__}"
+
+
+@contextmanager
+def writing(force: bool = False, say: bool = False):
+    """Within: overwrite files cmperf did not write (``force``: the CLI's --force) and say one
+    line on stderr per file written (``say``: the CLI). The API, outside, does neither."""
+    tokens = _FORCE.set(force), _SAY.set(say)
+    try:
+        yield
+    finally:
+        _FORCE.reset(tokens[0])
+        _SAY.reset(tokens[1])
+
+
+def forced() -> bool:
+    return _FORCE.get()
+
+
+def cmperf_wrote(path: str | Path) -> bool:
+    """Whether the file at ``path`` is cmperf's to overwrite: empty; a CSV report (its first
+    line ``# cmperf: VERSION``); a text file with the mark (:func:`mark`) in its first
+    MARK_LINES lines; a binary file (an image, a PDF, a Parquet file) with the mark in its
+    first or last MARK_WINDOW bytes. A file that quotes the mark further down (these docs, a
+    test) is not cmperf's."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(MARK_WINDOW)
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            tail = b""
+            if size > MARK_WINDOW:
+                f.seek(max(MARK_WINDOW, size - MARK_WINDOW))
+                tail = f.read(MARK_WINDOW)
+    except OSError:
+        return False
+    if size == 0 or head.startswith(b"# cmperf: "):
+        return True
+    if head.startswith(BINARY_MAGIC) or head[4:8] == b"ftyp" or b"\x00" in head:
+        return bool(MARK_PATTERN.search(head) or MARK_PATTERN.search(tail))
+    return any(MARK_PATTERN.search(line) for line in head.split(b"\n", MARK_LINES)[:MARK_LINES])
+
+
+def check_overwrite(path: str | Path, flag: str = "") -> None:
+    """Refuse to replace an existing file cmperf did not write (unless --force): one line naming
+    the flag and the file."""
+    p = Path(path)
+    if forced() or not p.is_file() or cmperf_wrote(p):
+        return
+    label = f"{flag} " if flag else ""
+    raise ConfigError(f"{label}{short_path(path)}: the file exists and cmperf did not write it (no '{MARK}' "
+                      f"mark): not replaced; name another file, or pass --force to overwrite it")
+
+
+def same_outputs(paths: Mapping[str, Any]) -> None:
+    """Two output flags naming one file (``--out a.csv --html a.csv``): one line naming both."""
+    seen: dict[str, str] = {}
+    for flag, path in paths.items():
+        if path is None or not str(path).strip():
+            continue
+        try:
+            key = os.path.realpath(str(path))
+            st = os.stat(key) if os.path.isfile(key) else None
+        except (OSError, ValueError):
+            continue
+        if st is not None:  # a hard link is the same file by another name
+            key = f"inode {st.st_dev}:{st.st_ino}"
+        if key in seen:
+            raise ConfigError(f"{seen[key]} and {flag} name the same file ({short_path(path)}): "
+                              f"each output needs its own file")
+        seen[key] = flag
+
+
+def say_wrote(path: str | Path, what: str = "") -> None:
+    """``cmperf: wrote PATH[: what]`` on stderr, in the CLI (:func:`writing`)."""
+    if _SAY.get():
+        sys.stderr.write(f"cmperf: wrote {short_path(path)}{': ' + what if what else ''}\n")
+
+
+def probe_dir(directory: str | Path) -> str | None:
+    """None when a file can be made in ``directory`` (made and removed: the permission bits
+    do not say so for root, nor on a read-only mount), else why not, in the system's words."""
+    import errno
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".cmperf-probe.", dir=directory)
+    except OSError as e:
+        if e.errno == errno.ENOENT and Path(directory).is_dir():  # procfs, sysfs: no new file, whoever asks
+            return "the file system takes no new files there"
+        return e.strerror or str(e)
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
+    return None
+
+
+def marked_html(text: str) -> str:
+    """An HTML page with cmperf's mark as a comment after its doctype."""
+    first, nl, rest = text.partition("\n")
+    comment = f"<!-- {mark()} -->"
+    if first.lower().startswith("<!doctype"):
+        return f"{first}\n{comment}\n{rest}" if nl else f"{first}\n{comment}\n"
+    return f"{comment}\n{text}"
+
+
+def write_parquet(df: Any, path: str | Path) -> None:
+    """``df`` to a Parquet file whose schema metadata carries cmperf's mark (in the file's footer)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"cmperf": mark().encode()})
+    pq.write_table(table, str(path))
 
 
 def _check_output(p: Path, text: str, label: str) -> None:
@@ -260,15 +410,21 @@ def _check_output(p: Path, text: str, label: str) -> None:
         raise ConfigError(f"{label}{short(text)}: directory {short_path(p.parent)} {what}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{label}{short(text)}: directory {short_path(parent)} is not writable")
+    why = probe_dir(parent)  # the mode bits do not bind root, nor say a mount is read-only
+    if why:
+        raise ConfigError(f"{label}{short(text)}: cannot write there: directory {short_path(parent)} is not writable ({why})")
     if p.exists() and not os.access(p, os.W_OK):
         raise ConfigError(f"{label}{short(text)}: the file is not writable")
 
 
-def write_atomic(path: str | Path, write: Any, flag: str = "") -> None:
-    """Write a file whole or not at all: ``write(tmp_path)`` then rename over ``path``. The file
-    gets the mode a plain ``open()`` would give it: an existing file keeps its own, a new one
-    0666 less the umask (mkstemp alone would leave 0600)."""
-    check_parent_dir(path, flag)
+def write_atomic(path: str | Path, write: Any, flag: str = "", own: bool = False, say: bool = True) -> None:
+    """Write a file whole or not at all: ``write(tmp_path)`` then rename over ``path``, after
+    :func:`check_parent_dir` (an existing file not cmperf's is refused unless --force or
+    ``own``); in the CLI, one line on stderr says so (``say``: False where the caller says it in
+    its own words). The file gets the mode a plain ``open()`` would give it: an existing file
+    keeps its own, a new one 0666 less the umask (mkstemp alone would leave 0600). The one
+    writer of every file cmperf writes."""
+    check_parent_dir(path, flag, own)
     target = Path(path).resolve() if Path(path).is_symlink() else Path(path)  # write through a link, not over it
     if target.exists():
         mode = target.stat().st_mode & 0o7777
@@ -291,12 +447,17 @@ def write_atomic(path: str | Path, write: Any, flag: str = "") -> None:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         raise
+    if say:
+        say_wrote(path)
 
 
 def write_csv(df: Any, path: str | Path, prov: Mapping[str, Any] | None = None, flag: str = "") -> None:
     """``csv_text`` of the table(s) to ``path``, whole or not at all (``flag`` names the
-    option in an error)."""
-    text = csv_text(df, prov)
+    option in an error). Its first line, ``# cmperf: VERSION``, is cmperf's mark (with or
+    without the rest of the provenance)."""
+    from . import __version__
+
+    text = csv_text(df, {"cmperf": __version__, **(prov or {})})
     write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"), flag)
 
 

@@ -586,7 +586,7 @@ def environment_cases(tmp: Path) -> list[tuple]:
             d = tmp / f"sig-{len(out)}"
             d.mkdir(exist_ok=True)
             (d / "f.csv").write_text("old\n")
-            out.append((f"signal: {sig} during {label}", [*argv, "--out", str(d / "f.csv")], "interrupted",
+            out.append((f"signal: {sig} during {label}", [*argv, "--out", str(d / "f.csv"), "--force"], "interrupted",
                         {"signal": (sig, 5.0), "leftovers": str(d)}))
     # the spec cache, every entry corrupted one way (the runner copies a filled cache first)
     for how in ("valid JSON lie", "wrong type", "truncated", "binary", "FIFO", "folder", "link to /dev/zero", "empty"):
@@ -768,6 +768,58 @@ def round3_file_cases(tmp: Path) -> list[tuple]:
         out.append((f"plot x{suffix}", ["simulate", "--plot", str(tmp / f"plot{suffix}"), *SIM], "any"))
     for name in ("x.docx", "x", "x.png.bak", "x.PDFX"):
         out.append((f"plot {name}", ["simulate", "--plot", str(tmp / name), *SIM], "error"))
+    return out
+
+
+# --------------------------------------------------------------------------- issue 33's families
+USERS_BYTES = b"a user's own data\n\x00\xff\n"  # what a file cmperf did not write holds
+
+
+def writer_cases(tmp: Path) -> list[tuple]:
+    """Issue 33: every writer meets a user's file (refused, the file byte for byte: runner option
+    ``kept``, the files that must keep USERS_BYTES), two flags naming one file, and bad export
+    targets (an empty name, too long, a file, below a file, a folder that takes no file)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    hf = Path(__file__).resolve().parent / "data" / "hf-configs"
+    study = tmp / "study.yaml"
+    study.write_text("hardware: cloudmatrix384\nnpus: 32\nworkload: {prompt_len: 2048, output_len: 128}\nshapes: pd\n")
+    writers = {"predict --out": (["predict", "decode", "--out"], "csv"),
+               "search --out": (["search", "decode", "--tpot-slo", "50", "--batch", "8", "--out"], "csv"),
+               "search --plot": (["search", "decode", "--tpot-slo", "50", "--batch", "8", "--plot"], "png"),
+               "compare --out": (["compare", "decode", "--out"], "csv"),
+               "plan --out": (["plan", "--npus", "32", "--shapes", "pd", "--out"], "csv"),
+               "plan --plot": (["plan", "--npus", "32", "--shapes", "pd", "--plot"], "svg"),
+               "simulate --out": (["simulate", *SIM, "--out"], "csv"),
+               "simulate --plot": (["simulate", *SIM, "--plot"], "pdf"),
+               "study --out": (["study", str(study), "--executor", "serial", "--out"], "csv"),
+               "study --html": (["study", str(study), "--executor", "serial", "--html"], "html"),
+               "hw show --deployment-out": (["hw", "show", "cloudmatrix384", "--deployment-out"], "yaml"),
+               "model import --out": (["model", "import", str(hf / "qwen3-8b.json"), "--out"], "yaml")}
+    out = []
+    for name, (argv, suffix) in writers.items():
+        f = tmp / f"users-{len(out)}.{suffix}"
+        f.write_bytes(USERS_BYTES)
+        out.append((f"writer: {name} over a user's file", [*argv, str(f)], "error", {"kept": [str(f)]}))
+    for command in (["plan", "--npus", "32", "--shapes", "pd"], ["simulate", *SIM]):
+        d = tmp / f"export-{len(out)}"
+        d.mkdir()
+        kept = [d / "sglang.sh", d / "deployment.yaml", d / "export.json"]
+        for f in kept:
+            f.write_bytes(USERS_BYTES)
+        out.append((f"writer: {command[0]} --export over a user's files", [*command, "--export", str(d)], "error",
+                     {"kept": [str(f) for f in kept]}))
+        afile = tmp / f"a-file-{len(out)}"
+        afile.write_bytes(USERS_BYTES)
+        for label, target in (("''", ""), ("a name too long", str(tmp / ("x" * 300))), ("a file", str(afile)),
+                              ("below a file", str(afile / "ex")), ("procfs", "/proc"), ("below procfs", "/proc/cmperf/ex"),
+                              ("sysfs", "/sys/cmperf-ex")):
+            out.append((f"writer: {command[0]} --export {label}", [*command, "--export", target], "error",
+                        {"kept": [str(afile)]}))
+    same = tmp / "same.csv"
+    for argv in (["search", "decode", "--tpot-slo", "50", "--batch", "8", "--out", str(same), "--plot", str(same)],
+                 ["plan", "--npus", "32", "--out", str(same), "--plot", str(same)],
+                 ["study", str(study), "--out", str(same), "--html", str(same)]):
+        out.append((f"writer: {argv[0]} two flags on one file", argv, "error"))
     return out
 
 

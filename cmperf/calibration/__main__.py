@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import SpecError
+from ..errors import CmperfError, ConfigError, SpecError
 from ..predict import load_specs
 from .crossval import band_entry, cross_validate, steps, write_bands
 from .fit import evidence, fit_result, params_of, write
@@ -87,7 +87,57 @@ def fits(ref, do_write: bool) -> int:
     return 1 + (steps(ref, full_given=True) if do_write else 0)
 
 
+def write_targets(paths=(), stack: str | None = None) -> list[Path]:
+    """The files ``--write`` rewrites: the stack's file (``stack``), or the spec files of each
+    reference file in ``paths`` (its chip, system and model, its proxies') and the bands file."""
+    from ..bands import BANDS_FILE
+    from ..specs.loader import resolve
+
+    if stack is not None:
+        return [Path(resolve("stack", stack))]
+    out = [BANDS_FILE]
+    for p in paths:
+        ref = load_reference(p)
+        specs = specs_for(ref)
+        out += [Path(specs.hardware.chip_path), Path(specs.hardware.system_path), Path(resolve("model", specs.model.name))]
+        for proxy in ref.proxies:
+            hw = load_specs(proxy, ref.model).hardware
+            out += [Path(hw.chip_path), Path(hw.system_path)]
+        out += [Path(resolve("model", m)) for m in ref.model_proxies]
+    return list(dict.fromkeys(out))
+
+
+def check_write_targets(files) -> None:
+    """Before any fit: every file --write rewrites exists and its directory takes a file (each
+    is replaced whole, by renaming a temporary file over it): else one line, naming --write and
+    what was found (a read-only checkout, an installed package)."""
+    from ..errors import short_path
+    from ..report import probe_dir
+
+    for f in files:
+        f = Path(f)
+        if not f.is_file():
+            raise ConfigError(f"--write: {short_path(f)} is not a file (--write stores the fitted values in the "
+                              f"spec files of a source checkout)")
+        why = probe_dir(f.parent)
+        if why:
+            raise ConfigError(f"--write: cannot write {short_path(f)}: its directory is not writable ({why}); --write "
+                              f"stores the fitted values in the spec files of a source checkout: run it in a writable one")
+
+
 def main(argv=None) -> int:
+    """The command; bad input (an unknown file, a read-only checkout under --write) is one line
+    ``cmperf: error: ...`` on stderr and exit 2."""
+    try:
+        return _main(argv)
+    except CmperfError as e:
+        from ..errors import short
+
+        print(f"cmperf: error: {short(str(e), 2000)}", file=sys.stderr)
+        return e.exit_code
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cmperf.calibration",
                                  description=__doc__.split(": ", 1)[1].replace("``", "'"))
     ap.add_argument("references", nargs="*", help="reference files (default: every built-in one)")
@@ -102,6 +152,8 @@ def main(argv=None) -> int:
 
     entries = {}
     paths = args.references or builtin_references()
+    if args.write:
+        check_write_targets(write_targets(paths))
     work = [fits(load_reference(p), args.write) for p in paths]
     progress = ProgressBar("calibrating: fits")
     try:
@@ -126,6 +178,8 @@ def calibrate_stack(name: str, do_write: bool) -> int:
     if not files:
         print(f"calibration: no serving file (cmperf/reference/*-serving.yaml) is for stack '{name}'", file=sys.stderr)
         return 2
+    if do_write:
+        check_write_targets(write_targets(stack=name))
     for path in files:
         f = fit_serving(path)
         print(f"== {path.name}: {fit_counts(f, name)} ({f['evaluations']} simulated points)")

@@ -216,7 +216,7 @@ def write_bands(entries: dict[str, dict], path: Path = BANDS_FILE) -> str:
               *(f"  {ph}: {band(none[ph])}" for ph in BAND_METRICS)]
     from ..report import write_atomic
 
-    write_atomic(path, lambda tmp: Path(tmp).write_text("\n".join(lines) + "\n"))
+    write_atomic(path, lambda tmp: Path(tmp).write_text("\n".join(lines) + "\n", encoding="utf-8"), "--write", own=True, say=False)
     load_bands.cache_clear()
     return f"{path}: " + "; ".join(f"{s} " + ", ".join(f"{ph} +-{100 * entries[s][ph]['relative']:.1f} %"
                                                      + (" (floor)" if entries[s][ph]["floor"] else "")

@@ -267,7 +267,9 @@ def write(values: dict[str, float], specs: Specs, sources: dict[str, str] | None
         new = _replace_value(text, rest, f"{v:.4g}", (sources or {}).get(path), path in set(force))
         if new is None:
             raise SystemExit(f"calibration: cannot find field {'.'.join(rest)} with a `value:` in {f}")
-        f.write_text(new)
+        from ..report import write_atomic
+
+        write_atomic(f, lambda tmp, new=new: Path(tmp).write_text(new, encoding="utf-8"), "--write", own=True, say=False)
         done.append(f"{f}: {path} = {v:.4g}")
     return done
 

@@ -6,7 +6,9 @@ builds the root ``app``, which imports a command's module only when that command
 ``--help`` lists them), and holds the entry point :func:`main`.
 
 The CLI only parses flags, calls the Python API and renders; it computes nothing itself.
-Bad input ends in one line on stderr and exit code 2, never a traceback.
+Bad input ends in one line on stderr and exit code 2, never a traceback. A command that writes
+files gets ``--force`` and its outputs checked before it runs (:func:`_guard_outputs`;
+docs/export.md, "Files cmperf writes").
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class _Commands(Mapping):
                 cmd = typer.main.get_command(single)
             cmd.name = name
             _ascii_numbers(cmd)
+            _guard_outputs(cmd)
             self._built[name] = cmd
         return self._built[name]
 
@@ -97,6 +100,66 @@ def _ascii_only(t):
 
     t.convert = ascii_convert
     return t
+
+
+FILE_FLAGS = ("--out", "--plot", "--html", "--deployment-out")  # options naming a file cmperf writes
+DIR_FLAGS = ("--export",)  # options naming a directory cmperf writes files into
+
+
+def _guard_outputs(cmd) -> None:
+    """Give every command (and subcommand) that writes files a ``--force`` flag, and check its
+    outputs before it runs: two flags naming one file, an export directory that cannot take the
+    export or holds files of the user's (report.check_overwrite / export.check_export_dir: one
+    line, exit 2). While it runs, each file written is said on stderr and --force lets cmperf
+    replace files it did not write (report.writing)."""
+    import functools
+
+    from typer.core import TyperOption
+
+    for sub in (getattr(cmd, "commands", None) or {}).values():
+        _guard_outputs(sub)
+    outputs = [(opt, p.name) for p in cmd.params if getattr(p, "param_type_name", "") == "option"
+               for opt in p.opts if opt in FILE_FLAGS + DIR_FLAGS]
+    if not outputs or cmd.callback is None or any(p.name == "force" for p in cmd.params):
+        return
+    cmd.params.append(TyperOption(param_decls=["--force"], is_flag=True, default=False,
+                                  help="overwrite output files cmperf did not write (by default it refuses: "
+                                       "docs/export.md, \"Files cmperf writes\")"))
+    run = cmd.callback
+
+    @functools.wraps(run)
+    def guarded(*args, force: bool = False, **kwargs):
+        from ..report import same_outputs, writing
+
+        with writing(force=force, say=True):
+            given = {flag: kwargs.get(name) for flag, name in outputs}
+            same_outputs({f: v for f, v in given.items() if f in FILE_FLAGS})
+            for flag in DIR_FLAGS:
+                if given.get(flag) is not None:
+                    _check_export(flag, given[flag], {f: v for f, v in given.items() if f in FILE_FLAGS})
+            return run(*args, **kwargs)
+
+    cmd.callback = guarded
+
+
+def _check_export(flag: str, directory: str, files: dict) -> None:
+    """An export directory, before any work: writable and free of the user's files
+    (export.check_export_dir), and not also named by a file output."""
+    import os
+
+    from ..errors import ConfigError, short_path
+    from ..export import _may_write, check_export_dir
+
+    check_export_dir(directory, flag)
+    where = os.path.realpath(directory)
+    for f, path in files.items():
+        if path is None or not str(path).strip():
+            continue
+        real = os.path.realpath(str(path))
+        inside = os.path.dirname(real) == where and _may_write(os.path.basename(real))
+        if real == where or inside:
+            what = ": a file the export writes" if inside else ""
+            raise ConfigError(f"{f} and {flag} name the same path ({short_path(path)}{what}): each output needs its own")
 
 
 class _LazyGroup(TyperGroup):

@@ -58,7 +58,7 @@ def _run(phase: str, hardware, config, model, withs, sets, fmt, plot, out):
     prov = provenance(f"compare {phase}", hardware or ",".join(t["system"]), model or ",".join(dict.fromkeys(t["model"])),
                       sets or [], config=config, **{"with": list(withs or [])})
     if out:
-        write_csv(t, out, prov)
+        write_csv(t, out, prov, "--out")
     if plot:
         from ..plots import compare_figure
 

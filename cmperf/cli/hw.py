@@ -130,16 +130,18 @@ def _print_defaults(rows: list[dict], system: str) -> None:
 def _write_deployment(path: str, name: str, model: str | None, sets: list[str]) -> None:
     import sys
 
+    from pathlib import Path
+
     import yaml
 
     from ..export.defaults import deployment_file
-    from ..report import write_atomic
+    from ..report import mark, write_atomic
 
     dep = deployment_file(name, model, sets)
-    text = f"# cmperf hw show {name} --deployment-out: the default deployment (read by --deployment)\n" + \
+    text = f"# {mark()}: hw show {name} --deployment-out, the default deployment (read by --deployment)\n" + \
         yaml.safe_dump(dep, sort_keys=False)
-    write_atomic(path, lambda tmp: open(tmp, "w").write(text), "--deployment-out")
-    sys.stderr.write(f"cmperf: wrote the default deployment to {path}\n")
+    write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"), "--deployment-out", say=False)
+    sys.stderr.write(f"cmperf: wrote {path}: the default deployment of {name} (read by --deployment)\n")
 
 
 def _system_of(chip, overrides):

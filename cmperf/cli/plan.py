@@ -271,7 +271,7 @@ def _render(result, fmt: str, top: int, out: Optional[str], plot: Optional[str],
     if out:
         from ..plan.planner import aggregated_vs_disaggregated
 
-        write_csv(public(table), out, {**prov, **aggregated_vs_disaggregated(result)})
+        write_csv(public(table), out, {**prov, **aggregated_vs_disaggregated(result)}, "--out")
     if plot and len(table):
         from ..plots import plan_figure
 

@@ -218,7 +218,7 @@ def _finish(result, specs, fmt, out, plot, label, prov):
     for k in inert:
         warn(f"--sweep {k} changed no output over this grid (the cost model does not read it, or it never limits these configurations)")
     if out:
-        write_csv(result.table, out, prov)
+        write_csv(result.table, out, prov, "--out")
     if plot:
         from ..plots import search_figure
         from ..search import breakdown

@@ -36,6 +36,7 @@ def study_cmd(
     --out answers.csv --html report.html"""
     from .. import study
     from ..report import check_format, check_parent_dir, print_csv, print_json, print_table, provenance, write_atomic, write_csv
+    from ..report import marked_html, write_parquet
     from .progress import ProgressBar
 
     check_format(fmt)
@@ -62,14 +63,14 @@ def study_cmd(
         bar.close()
     if out is not None:
         if out.lower().endswith(".parquet"):
-            write_atomic(out, lambda tmp: df.to_parquet(tmp, index=False), "--out")
+            write_atomic(out, lambda tmp: write_parquet(df, tmp), "--out")
         else:
             write_csv(df, out, prov, "--out")
     if html is not None:
         from ..study.report import html_report
 
         text = html_report(df, s.title, prov)
-        write_atomic(html, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"), "--html")
+        write_atomic(html, lambda tmp: Path(tmp).write_text(marked_html(text), encoding="utf-8"), "--html")
     answered = int((df["error"] == "").sum())
     if fmt == "json":
         from ..report import json_records

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -448,44 +449,163 @@ def _trtllm_files(chosen: Chosen, ctx: Context, pd: bool, header: list[str], not
     return out
 
 
+EXPORT_JSON = "export.json"  # what was planned, its numbers, and the manifest: each file written and its SHA-256
+ALWAYS = ("deployment.yaml", "notes.txt", EXPORT_JSON)
+
+
+def _may_write(name: str) -> bool:
+    """Whether an export may write a file of this name (whatever the stack and shape)."""
+    return name in ALWAYS or name in FILES.values() or (name.startswith("trtllm-") and name.endswith(".yaml"))
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _manifest(d: Path) -> dict[str, str | None] | None:
+    """The files cmperf's export.json in ``d`` says it wrote (name -> SHA-256; None: an export
+    of before the digests, trusted by name), or None when there is no export.json of cmperf's."""
+    from ..report import MARK
+
+    try:
+        data = json.loads((d / EXPORT_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        return None
+    if str(data.get("written_by", "")).startswith(MARK) and isinstance(data.get("sha256"), dict):
+        return {str(k): str(v) for k, v in data["sha256"].items()}
+    if isinstance(data.get("provenance"), dict) and "cmperf" in data["provenance"]:  # an export of cmperf 0.1 before the digests
+        return {str(n): None for n in data["files"]}
+    return None
+
+
+def _theirs(d: Path, names) -> list[str]:
+    """Of the files ``names`` in ``d``, those cmperf did not write: not recorded by its
+    export.json, or changed since (an edited launch script is the user's); empty ones excepted."""
+    manifest = _manifest(d)
+    out = []
+    for name in names:
+        p = d / name
+        if not (p.exists() or p.is_symlink()):
+            continue
+        if not p.is_file():
+            out.append(name)
+            continue
+        if p.stat().st_size == 0:
+            continue
+        if name == EXPORT_JSON:
+            if manifest is None:
+                out.append(name)
+            continue
+        if manifest is None or name not in manifest:
+            out.append(name)
+        elif manifest[name] is not None and manifest[name] != _sha256(p.read_bytes()):
+            out.append(name)
+    return out
+
+
+def check_export_dir(directory: str, flag: str = "--export", names=None) -> None:
+    """Before any work: ``directory`` names a directory cmperf can write the export into (an
+    existing one, or one it can make), and none of the files it would replace there (``names``;
+    default: every name an export may write) is the user's, unless --force. One line naming
+    ``flag`` and what was found."""
+    from ..errors import short, short_path
+    from ..report import forced, probe_dir
+
+    text = str(directory)
+    if not text.strip():
+        raise ConfigError(f"{flag} '{short(text, 20)}': expected the path of a directory to write the export into")
+    d = Path(text)
+    try:
+        if d.is_dir():
+            why = probe_dir(d)
+            if why:
+                raise ConfigError(f"{flag} {short_path(text)}: the directory is not writable ({why})")
+            listed = [p.name for p in d.iterdir() if _may_write(p.name)] if names is None else list(names)
+            theirs = [] if forced() else _theirs(d, listed)
+            if theirs:
+                one = len(theirs) == 1
+                raise ConfigError(f"{flag} {short_path(text)}: {', '.join(theirs)} {'is' if one else 'are'} not "
+                                  f"{'a file' if one else 'files'} cmperf wrote there (its export.json does not record "
+                                  f"{'it' if one else 'them'} as written, or {'it has' if one else 'they have'} changed "
+                                  f"since): not replaced; name another directory, or pass --force to overwrite")
+            return
+        if d.exists() or d.is_symlink():
+            raise ConfigError(f"{flag} {short_path(text)}: is a file, not a directory (expected a directory to write the export into)")
+        parent = d.absolute().parent
+        while not (parent.exists() or parent.is_symlink()) and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise ConfigError(f"{flag} {short_path(text)}: cannot make the directory: {short_path(parent)} is not a directory")
+        why = probe_dir(parent)
+        if why:
+            raise ConfigError(f"{flag} {short_path(text)}: cannot make the directory: {short_path(parent)} is not writable ({why})")
+        try:
+            most = os.pathconf(parent, "PC_NAME_MAX")
+        except (OSError, ValueError):
+            most = 255
+        longest = max(len(part.encode()) for part in d.parts)
+        if longest > most:
+            raise ConfigError(f"{flag} {short(text)}: cannot make the directory (File name too long: a name of "
+                              f"{longest} bytes, the file system takes {most})")
+    except OSError as e:  # a name too long, a loop of links: the system's own words
+        from ..report import os_reason
+
+        raise ConfigError(f"{flag} {short(text)}: cannot write there ({os_reason(e, text)})") from None
+
+
 def write(directory: str, chosen: Chosen, ctx: Context | None, provenance: dict | None = None) -> list[str]:
-    """Write ``deployment.yaml``, ``export.json`` (what was planned, its numbers) and the
-    launch files into ``directory`` (made if absent), each file whole or not at all; returns
-    the paths written."""
+    """Write ``deployment.yaml``, ``export.json`` (what was planned, its numbers, and each file
+    written with its SHA-256: cmperf's record that the files are its own) and the launch files
+    into ``directory`` (made if absent), each file whole or not at all; a file there that cmperf
+    did not write is refused unless --force (:func:`check_export_dir`). Returns the paths written."""
     import yaml
 
-    from ..report import write_atomic
+    from ..report import mark, write_atomic
 
+    check_export_dir(directory, names=())
     d = Path(directory)
-    if d.exists() and not d.is_dir():
-        raise ConfigError(f"--export {directory}: expected a directory (it is a file)")
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"--export {directory}: cannot make the directory ({e.strerror or e})") from None
+        from ..errors import short
+        from ..report import os_reason
+
+        raise ConfigError(f"--export {short(directory)}: cannot make the directory ({os_reason(e, directory)})") from None
     files = {"deployment.yaml": "# cmperf export: read back with --deployment deployment.yaml\n" +
              yaml.safe_dump(chosen.deployment_file(), sort_keys=False)}
     if ctx is not None:
         files.update(launch_files(chosen, ctx))
-    files["export.json"] = json.dumps({"shape": chosen.shape, "numbers": _plain(chosen.numbers),
-                                       "stack": ctx.stack_name if ctx else None,
-                                       "files": sorted(files), "provenance": _plain(provenance or {})}, indent=2) + "\n"
+    check_export_dir(directory, names=[*files, EXPORT_JSON])
+    digests = {name: _sha256(text.encode("utf-8")) for name, text in files.items()}
+    # a file of an earlier export that this one does not write (another vendor's launcher), still
+    # as cmperf wrote it: still cmperf's, so the manifest keeps its digest
+    for name, digest in (_manifest(d) or {}).items():
+        if name not in files and name != EXPORT_JSON and (d / name).is_file() and name not in _theirs(d, [name]):
+            digests[name] = digest or _sha256((d / name).read_bytes())
+    files[EXPORT_JSON] = json.dumps({"written_by": mark(), "shape": chosen.shape, "numbers": _plain(chosen.numbers),
+                                     "stack": ctx.stack_name if ctx else None,
+                                     "files": sorted(files), "sha256": digests,
+                                     "provenance": _plain(provenance or {})}, indent=2) + "\n"
     written = []
     for name, text in files.items():
         path = d / name
-        write_atomic(path, lambda tmp, text=text: Path(tmp).write_text(text), "--export")
+        write_atomic(path, lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"), "--export", own=True)
         written.append(str(path))
     return written
 
 
 def written_message(directory: str, written: list[str]) -> str:
-    """The line the CLI prints after an export: the files, and when no launcher is among them
-    (an AFD deployment), that notes.txt says why."""
+    """The line the CLI prints after an export's one line per file, when no launcher is among
+    them (an AFD deployment): that notes.txt says why ('' otherwise)."""
     names = [Path(w).name for w in written]
-    line = f"cmperf: wrote {len(names)} files to {directory}: {', '.join(names)}"
-    if not set(names) - {"deployment.yaml", "notes.txt", "export.json"}:
-        line += f"; no launch command: no exported stack can run this deployment ({directory}/notes.txt says why)"
-    return line + "\n"
+    if not set(names) - {"deployment.yaml", "notes.txt", EXPORT_JSON}:
+        return (f"cmperf: no launch command in {directory}: no exported stack can run this deployment "
+                f"({directory}/notes.txt says why)\n")
+    return ""
 
 
 def _plain(v):
