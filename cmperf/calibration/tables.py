@@ -226,10 +226,25 @@ class Line:
 
 def fit_line(x, t) -> Line:
     """The :class:`Line` of rows (``x``, ``t``), ``a >= 0`` and ``B > 0``, least squares in
-    relative error (:func:`fit_terms`)."""
-    x = np.asarray(x, dtype=float)
-    a, inv = fit_terms(np.stack([np.ones_like(x), x], axis=1), t)
-    return Line(float(a), float(1.0 / inv) if inv > 0 else float("inf"))
+    relative error, as :func:`fit_terms` but in closed form (the leave-one-out searches fit
+    tens of thousands of lines): the 2 x 2 normal equations on unit-norm columns, else the
+    better one-term fit."""
+    x, t = np.asarray(x, dtype=float), np.asarray(t, dtype=float)
+    u, v = 1.0 / t, x / t
+    nu, nv = np.sqrt(u @ u), np.sqrt(v @ v)
+    if nv == 0:
+        return Line(float(u.sum() / (u @ u)), float("inf"))
+    p, q = u / nu, v / nv
+    pq, p1, q1 = p @ q, p.sum(), q.sum()
+    det = 1.0 - pq * pq
+    if det > 1e-14:
+        a, inv = (p1 - pq * q1) / det / nu, (q1 - pq * p1) / det / nv
+        if a >= 0 and inv >= 0:
+            return Line(float(a), float(1.0 / inv) if inv > 0 else float("inf"))
+    a_only, inv_only = u.sum() / (u @ u), v.sum() / (v @ v)  # one-term fits (both positive)
+    if np.sum((a_only * u - 1) ** 2) <= np.sum((inv_only * v - 1) ** 2):
+        return Line(float(a_only), float("inf"))
+    return Line(0.0, float(1.0 / inv_only))
 
 
 @dataclass
