@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -117,6 +118,17 @@ def test_report_on_the_committed_extracts(fits):
         assert coll["held_out_median"].median() <= 0.15, p
         assert set(att["kind"]) == {"context_attention", "generation_attention"}
         assert (att["held_out_median"] <= 0.10).all(), p
+
+
+def test_docs_quote_the_fits(fits):
+    """Bookkeeping (benchmarks/mutation.py BOOKKEEPING): docs/calibration.md quotes every line
+    of the two tables ``python -m cmperf.calibration.tables --markdown`` prints."""
+    results, _ = fits
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "calibration.md").read_text()
+    order = {p: results[p] for p in ("h100", "h200", "b200", "gb200")}
+    for table in T.markdown(order):
+        missing = [line for line in table.splitlines() if line not in doc]
+        assert not missing, missing[:3]
 
 
 def test_extract_reads_a_wheel(tmp_path):

@@ -458,12 +458,37 @@ def report(platforms, directory: str | Path = TABLE_DIR, out=sys.stdout) -> dict
     return results
 
 
+def markdown(results: dict) -> tuple[str, str]:
+    """The all-reduce and attention tables docs/calibration.md quotes ("Measured GPU tables
+    (aiconfigurator)"), from :func:`report`'s results."""
+    ar = ["| platform | implementation | TP | α-β: a | B | held out median / max | "
+          "two protocols: a₁ + B₁, a₂ + B₂ | held out median / max |", "|---|---|---|---|---|---|---|---|"]
+    att = ["| platform | phase (kernel) | rows | measured / cmperf, median (range) | a | r per token | c | "
+           "held out median / max | roofline-dominated rows: measured / busy → efficiency (spec) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for p, (coll, attention) in results.items():
+        for _, r in coll.iterrows():
+            ar.append(f"| {p} | {r.backend} {r.version} ({r.impl}) | {r.num_gpus} | {r.a_s * 1e6:.2f} µs "
+                      f"({r.floor_measured_s * 1e6:.2f}) | {r.B_Bps / 1e9:.0f} GB/s | {r.held_out_median:.1%} / "
+                      f"{r.held_out_max:.0%} | {r.a_small_s * 1e6:.2f} µs + {r.B_small_Bps / 1e9:.0f} GB/s, "
+                      f"{r.a_large_s * 1e6:.1f} µs + {r.B_large_Bps / 1e9:.0f} GB/s | {r.two_held_out_median:.1%} / "
+                      f"{r.two_held_out_max:.0%} |")
+        for _, r in attention.iterrows():
+            att.append(f"| {p} | {r.kind.split('_')[0]} ({r.impl}) | {r.rows} | {r.ratio_median:.2f} "
+                       f"({r.ratio_min:.2f}–{r.ratio_max:.2f}) | {r.a_s * 1e6:.1f} µs (launch "
+                       f"{r.kernel_launch_s * 1e6:.2f}) | {r.r_s * 1e9:.1f} ns | {r.c:.3f} | {r.held_out_median:.1%} / "
+                       f"{r.held_out_max:.0%} | {r.roof_rows}: {r.roof_ratio:.2f} → {r.roof_bound} "
+                       f"{r.implied_efficiency:.3f} ({r.spec_efficiency:.3f}) |")
+    return "\n".join(ar), "\n".join(att)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cmperf.calibration.tables", description=__doc__.split("\n\n")[0])
     ap.add_argument("--wheel", help="aiconfigurator_core wheel to extract from (else: fit the committed extracts)")
     ap.add_argument("--platform", action="append", choices=sorted(PLATFORMS),
                     help="platform (repeatable; default: all)")
     ap.add_argument("--out-dir", default=str(TABLE_DIR), help="where the extracts are written and read")
+    ap.add_argument("--markdown", action="store_true", help="also print the tables docs/calibration.md quotes")
     args = ap.parse_args(argv)
     platforms = args.platform or list(PLATFORMS)
     if args.wheel:
@@ -472,7 +497,9 @@ def main(argv=None) -> int:
             path = write_extract(df, meta, Path(args.out_dir) / f"{p}.csv")
             print(f"wrote {path} ({len(df)} rows from {len(meta['files'])} files of {meta['package']} "
                   f"{meta['version']})")
-    report(platforms, args.out_dir)
+    results = report(platforms, args.out_dir)
+    if args.markdown:
+        print("\n\n".join(markdown(results)))
     return 0
 
 
