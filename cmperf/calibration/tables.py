@@ -17,13 +17,16 @@ kernel times inside its ``aiconfigurator_core`` wheel (``systems/data/<system>/<
      ``t = a + x / B`` for the all-reduce, where ``x`` is cmperf's own network bytes of a ring
      all-reduce of ``S`` bytes, ``2 (n - 1) / n x S`` (cmperf/cost/ops.py ``tp_allreduce_op``),
      so ``B`` reads as a tier's ``bandwidth_Bps`` (bus bandwidth) and ``a`` as its per-call
-     floor (``collectives.call_floor_s``);
-   - per platform and phase (context = prefill, generation = decode): the same line on
-     cmperf's own roofline busy time of the attention core for the same shape
-     (``t = a + c x t_busy``, the ops of cmperf/cost/ops.py timed by cmperf/cost/roofline.py on
-     the platform's spec): ``a`` is the kernel's fixed time (compare ``kernel_launch_s``),
-     ``c`` how much slower than cmperf's roofline the kernel runs (the spec efficiency of the
-     bound term divided by ``c`` is the efficiency the table implies);
+     floor (``collectives.call_floor_s``); and the faster of two such lines (a low-latency and
+     a high-bandwidth algorithm, :class:`Protocols`);
+   - per platform and phase (context = prefill, generation = decode): measured time / cmperf's
+     own time of the attention core for the same shape (the ops of cmperf/cost/ops.py timed by
+     cmperf/cost/roofline.py on the platform's spec, its efficiencies), and the fit
+     ``t = a + r x tokens + c x t_busy`` (:class:`AttentionLine`): ``a`` the kernel's fixed
+     time (compare ``kernel_launch_s``), ``r`` a cost per query token the core's FLOPs and
+     bytes leave out, ``c`` a multiple of cmperf's roofline busy time; where the roofline term
+     dominates, the spec efficiency of the bound term over measured / busy is the efficiency
+     the table implies;
 
    each with its leave-one-size-out error (the fit without every row of one message size, or
    one sequence length, predicting them). Errors are relative: predicted / measured - 1.
@@ -53,7 +56,7 @@ import pandas as pd
 TABLE_DIR = Path(__file__).resolve().parent.parent / "reference" / "measured-tables"
 PACKAGE = "aiconfigurator_core"
 
-# cmperf platform -> (aiconfigurator system directory, cmperf hardware system, group sizes measured)
+# cmperf platform -> (aiconfigurator system directory, cmperf hardware system)
 PLATFORMS = {
     "h100": ("h100_sxm", "h100-cluster"),
     "h200": ("h200_sxm", "h200-cluster"),
