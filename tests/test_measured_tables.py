@@ -75,8 +75,9 @@ def test_extracts_say_their_source():
         assert meta["package"] == "aiconfigurator-core" and meta["version"] == "0.12.0"
         assert "sha256 " in text and f"system '{T.PLATFORMS[p][0]}'" in text
         assert set(df["file"]) <= set(meta["files"]) and meta["files"]
-        assert len(df) <= 600  # a small extract, not the tables
-        assert set(df["kind"]) == {"all_reduce", "context_attention", "generation_attention"}
+        assert len(df) <= 750  # a small extract, not the tables
+        assert set(df["kind"]) == {"all_reduce", "context_attention", "generation_attention", "context_mla",
+                                   "generation_mla"}
         assert (df["latency_ms"] > 0).all()
 
 
@@ -109,15 +110,18 @@ def test_report_on_the_committed_extracts(fits):
     for name in ("comm/nccl/2.29.2/nccl_perf.parquet", "comm/vllm/0.24.0/custom_allreduce_perf.parquet",
                  "comm/sglang/0.5.14/custom_allreduce_perf.parquet", "comm/trtllm/1.3.0rc20/custom_allreduce_perf.parquet",
                  "attention/vllm/0.24.0/context_attention_perf.parquet",
-                 "attention/vllm/0.24.0/generation_attention_perf.parquet"):
+                 "attention/vllm/0.24.0/generation_attention_perf.parquet",
+                 "mla/sglang/0.5.14/context_mla_perf.parquet", "mla/sglang/0.5.14/generation_mla_perf.parquet"):
         assert name in text
     for p, (coll, att) in results.items():
         assert set(coll["num_gpus"]) == ({2, 4} if p == "gb200" else {2, 4, 8})
         # the numbers docs/calibration.md records: held-out medians within the 10 % target
         assert coll["two_held_out_median"].median() <= 0.10, p
         assert coll["held_out_median"].median() <= 0.15, p
-        assert set(att["kind"]) == {"context_attention", "generation_attention"}
-        assert (att["held_out_median"] <= 0.10).all(), p
+        assert set(att["kind"]) == {"context_attention", "generation_attention", "context_mla", "generation_mla"}
+        gqa = att["kind"].str.endswith("_attention")
+        assert (att[gqa]["held_out_median"] <= 0.10).all(), p
+        assert (att[~gqa]["held_out_median"] <= 0.25).all(), p  # MLA: outside the target (docs say why)
 
 
 def test_docs_quote_the_fits(fits):

@@ -88,6 +88,18 @@ ATTENTION_KERNELS = {  # per phase: the kernel kept where a table holds several
 }
 
 INTEGER_COLUMNS = ["num_gpus", "message_elems", "elem_B", "batch", "isl", "kv_len", "heads", "kv_heads", "head_dim"]
+# MLA tables read: SGLang 0.5.14 (FlashAttention-3's MLA path on Hopper, TRT-LLM's MLA kernel on
+# Blackwell), DeepSeek-V3's shape at TP 1 (128 heads; cmperf's models/deepseek-v3.yaml), BF16
+# activations and cache; every fourth power of two of the batch (the tables step by 2x).
+MLA_BACKEND = ("sglang", "0.5.14")
+MLA_MODEL = "deepseek-v3"
+MLA_SHAPE = {"num_heads": 128, "tp_size": 1, "mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16"}
+MLA_BATCHES = (1, 4, 16, 64, 256, 1024)
+
+# the model whose shape each attention kind's rows have
+KIND_MODEL = {"context_attention": ATTENTION_MODEL, "generation_attention": ATTENTION_MODEL,
+              "context_mla": MLA_MODEL, "generation_mla": MLA_MODEL}
+
 COLUMNS = ["kind", "backend", "version", "impl", "file", "num_gpus", "message_elems", "elem_B",
            "batch", "isl", "kv_len", "heads", "kv_heads", "head_dim", "latency_ms"]
 
@@ -147,6 +159,21 @@ def extract(wheel: str | Path, platform: str) -> tuple[pd.DataFrame, dict]:
                 "file": rel, "batch": df["batch_size"], "isl": df["isl"], "kv_len": kv,
                 "heads": df["num_heads"], "kv_heads": df["num_key_value_heads"], "head_dim": df["head_dim"],
                 "latency_ms": df["latency"]}))
+        backend, ver = MLA_BACKEND
+        for phase in ("context", "generation"):
+            rel = f"mla/{backend}/{ver}/{phase}_mla_perf.parquet"
+            if base + rel not in names:
+                continue
+            df = _select(_parquet(z, base + rel), MLA_SHAPE)
+            df = df[df["batch_size"].isin(MLA_BATCHES)]
+            keys = ["kernel_source", "batch_size", "isl", "step"]
+            df = df.groupby(keys, as_index=False)["latency"].median()  # a shape collected twice: its median
+            files.append(rel)
+            kv = df["isl"] if phase == "context" else df["step"] + 1
+            rows.append(pd.DataFrame({
+                "kind": f"{phase}_mla", "backend": backend, "version": ver, "impl": df["kernel_source"],
+                "file": rel, "batch": df["batch_size"], "isl": df["isl"], "kv_len": kv,
+                "heads": MLA_SHAPE["num_heads"], "latency_ms": df["latency"]}))
         for rel in sorted({f"{'/'.join(f.split('/')[:3])}/collection_meta.yaml" for f in files}):
             if base + rel not in names:
                 raise ValueError(f"{wheel.name}: {base + rel} missing (the version of a table is read from it)")
@@ -333,26 +360,28 @@ def collective_fits(df: pd.DataFrame) -> pd.DataFrame:
 def attention_model_s(df: pd.DataFrame, platform: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """cmperf's own times of the attention core for each attention row of ``df``: the busy
     time (compute, softmax and HBM per the roofline), the launch latency and the bound, from
-    cmperf/cost/ops.py's GQA ops on the platform's hardware file (docs/model.md §2, §3), with
-    the spec's efficiencies."""
+    cmperf/cost/ops.py's ops of the kind's model (:data:`KIND_MODEL`: GQA, or absorbed MLA in
+    decode and MHA-like MLA in prefill) on the platform's hardware file (docs/model.md §2, §3),
+    with the spec's efficiencies."""
     from ..cost import ops, roofline
     from ..predict import load_specs
 
-    hw, m = load_specs(PLATFORMS[platform][1], ATTENTION_MODEL).views()
-    a = m.attention
     busy = np.full(len(df), np.nan)
     latency = np.full(len(df), np.nan)
     bound = np.full(len(df), "", dtype=object)
-    for phase in ("context", "generation"):
-        sel = (df["kind"] == f"{phase}_attention").to_numpy()
-        if not sel.any():
-            continue
+    for kind in df["kind"].unique():
+        sel = (df["kind"] == kind).to_numpy()
+        hw, m = load_specs(PLATFORMS[platform][1], KIND_MODEL[kind]).views()
+        a = m.attention
         g = df[sel]
-        if not ((g["heads"] == a.num_heads) & (g["kv_heads"] == a.num_kv_heads) & (g["head_dim"] == a.head_dim)).all():
-            raise ValueError(f"{platform}: attention rows are not the shape of {ATTENTION_MODEL}")
+        if kind.endswith("_attention") and not ((g["heads"] == a.num_heads) & (g["kv_heads"] == a.num_kv_heads)
+                                                & (g["head_dim"] == a.head_dim)).all():
+            raise ValueError(f"{platform}: attention rows are not the shape of {KIND_MODEL[kind]}")
+        if kind.endswith("_mla") and not (g["heads"] == a.num_heads).all():
+            raise ValueError(f"{platform}: MLA rows are not the shape of {KIND_MODEL[kind]}")
         b = g["batch"].to_numpy(dtype=float)
         L = g["kv_len"].to_numpy(dtype=float)
-        if phase == "context":
+        if kind.startswith("context"):
             core = ops.attention_prefill_ops(m, b * L, L, 1.0, tier="nvlink")
         else:
             core = ops.attention_decode_ops(m, b, b, L, 1.0)
@@ -394,7 +423,7 @@ def attention_fits(df: pd.DataFrame, platform: str) -> pd.DataFrame:
     launch, at the spec's efficiencies), the :class:`AttentionLine` and its held-out errors
     (one sequence length left out), and the efficiency the rows imply where the roofline term
     is at least 90 % of the fitted time."""
-    att = df[df["kind"].str.endswith("_attention")].reset_index(drop=True)
+    att = df[df["kind"].isin(list(KIND_MODEL))].reset_index(drop=True)
     if att.empty:
         return pd.DataFrame()
     busy, latency, bound, spec = attention_model_s(att, platform)
@@ -448,8 +477,8 @@ def report(platforms, directory: str | Path = TABLE_DIR, out=sys.stdout) -> dict
         if len(coll):
             print(f"    median over the tables of the held-out median: alpha-beta {coll.held_out_median.median():.1%}, "
                   f"two protocols {coll.two_held_out_median.median():.1%}", file=out)
-        print(f"  attention ({ATTENTION_MODEL} shape at TP 1: 64 / 8 heads, head dim 128, BF16), "
-              "t = a + r x tokens + c x cmperf's busy time; held out: one sequence length", file=out)
+        print(f"  attention ({ATTENTION_MODEL} shape at TP 1: 64 / 8 heads, head dim 128, BF16; MLA: {MLA_MODEL}, "
+              "128 heads, BF16), t = a + r x tokens + c x cmperf's busy time; held out: one sequence length", file=out)
         for _, r in att.iterrows():
             print(f"    {r.kind} {r.backend} {r.version} {r.impl} ({r.rows} rows; {r.file}): measured / cmperf "
                   f"median {r.ratio_median:.2f} (range {r.ratio_min:.2f}-{r.ratio_max:.2f}); a = {r.a_s * 1e6:.2f} us "
@@ -477,7 +506,8 @@ def markdown(results: dict) -> tuple[str, str]:
                       f"{r.a_large_s * 1e6:.1f} µs + {r.B_large_Bps / 1e9:.0f} GB/s | {r.two_held_out_median:.1%} / "
                       f"{r.two_held_out_max:.0%} |")
         for _, r in attention.iterrows():
-            att.append(f"| {p} | {r.kind.split('_')[0]} ({r.impl}) | {r.rows} | {r.ratio_median:.2f} "
+            phase = r.kind.replace("_attention", " GQA").replace("_mla", " MLA")
+            att.append(f"| {p} | {phase} ({r.backend} {r.version} {r.impl}) | {r.rows} | {r.ratio_median:.2f} "
                        f"({r.ratio_min:.2f}–{r.ratio_max:.2f}) | {r.a_s * 1e6:.1f} µs (launch "
                        f"{r.kernel_launch_s * 1e6:.2f}) | {r.r_s * 1e9:.1f} ns | {r.c:.3f} | {r.held_out_median:.1%} / "
                        f"{r.held_out_max:.0%} | {r.roof_rows}: {r.roof_ratio:.2f} → {r.roof_bound} "
