@@ -80,6 +80,7 @@ BOOKKEEPING = (
     "tests/test_bands.py::test_stored_band_is_never_narrower_than_the_errors_it_names",
     "tests/test_bands.py::test_stored_band_covers_every_in_sample_error",
     "tests/test_physics.py::test_no_chunk_leaves_the_decode_iteration_as_it_was",
+    "tests/test_measured_tables.py::test_docs_quote_the_fits",
 )
 
 
