@@ -342,8 +342,8 @@ CATALOGUE = [
              "np.maximum(np.asarray(ranks, dtype=float), 0.0)",
              "the scheduler's DP all-gather takes R hops instead of R - 1 (one rank still pays one)"),
     Mutation("spec-metadata-without-drafts", "cmperf/cost/host.py", "condition",
-             'spec = np.where(np.asarray(drafts, dtype=float) > 0, _num(stack, "spec_step_s"), 0.0)',
-             'spec = np.where(np.asarray(drafts, dtype=float) >= 0, _num(stack, "spec_step_s"), 0.0)',
+             'spec = np.where(np.asarray(drafts, dtype=float) > 0, stack_value(stack, "spec_step_s"), 0.0)',
+             'spec = np.where(np.asarray(drafts, dtype=float) >= 0, stack_value(stack, "spec_step_s"), 0.0)',
              "a decode step with MTP off (0 drafts) pays the speculative step's host metadata"),
 ]
 

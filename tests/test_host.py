@@ -142,7 +142,7 @@ def test_dispatch_syncs_count_rounds_of_the_dies_tokens():
     assert st.dispatch_round_tokens == 512 and st.dispatch_host_syncs == 1
     assert float(dispatch_syncs(st, 58, 1, 1750.0)) == 58 * 4
     assert float(dispatch_syncs(st, 58, 2, 875.0)) == 58 * 2 * 2
-    assert float(prefill_host(None, 1000, 58, 1, 1750.0).host_s) == 0.0  # no stack: the bare cost model
+    assert float(prefill_host(None, 1000, 58, 1, 1750.0, 2.0).host_s) == 0.0  # no stack: the bare cost model
 
 
 def test_the_launch_count_is_every_op_of_every_layer_and_microbatch():
@@ -171,3 +171,43 @@ def test_the_breakdown_shows_host_time_apart_from_the_device():
     waits = sections[sections["section"].str.startswith("host_")]["total_ms"].sum()
     assert r.columns["iteration_ms"].iat[0] == pytest.approx(sections["total_ms"].sum(), rel=1e-9)
     assert waits == pytest.approx(host.loc[["host_spec_metadata", "host_spec_seams"], "total_ms"].sum(), rel=1e-9)
+
+
+@pytest.mark.parametrize("attn_tp", [1, 4])
+def test_a_pass_waits_for_one_ranks_prompts_at_the_per_request_cost(attn_tp):
+    """16K tokens per NPU of 4K prompts on 2-die NPUs: 2 prompts per die, so a DP-attention rank
+    of attn_tp dies admits 2 x attn_tp prompts; 1 ms each (``prefill_request_s``) adds exactly
+    2 x attn_tp ms to the pass (serial: the device waits), whatever the other host terms."""
+    base = {"tokens_per_npu": 16384, "prompt_len": 4096, "attn_tp": attn_tp}
+    ttft = {}
+    for s in (0.0, 1e-3):
+        specs = load_specs("cloudmatrix384", None, [f"stack.prefill_request_s={s}"], "sglang-ascend")
+        ttft[s] = float(predict("prefill", base, specs).columns["ttft_ms"].iat[0])
+    assert ttft[1e-3] - ttft[0.0] == pytest.approx(2 * attn_tp, rel=1e-6)
+
+
+def test_a_stacks_prompt_attention_efficiency_slows_only_prompt_attention():
+    """At prefill_attention_efficiency e a prompt's attention core's cube and vector phases take
+    1 / e of their time (the same work on the same cores at e of the rate); nothing else in the pass
+    changes, a decode step without a chunk not at all, and a pass never gets faster as e falls."""
+    base = {"tokens_per_npu": 16384, "prompt_len": 8192}
+    rows, ttft = {}, {}
+    for e in (1.0, 0.5, 0.25):
+        specs = load_specs("cloudmatrix384", None, [f"stack.prefill_attention_efficiency={e}"], "sglang-ascend")
+        r = predict("prefill", base, specs)
+        ttft[e] = float(r.columns["ttft_ms"].iat[0])
+        rows[e] = {(o["section"], o["op"]): o for o in r.breakdown_records()[0]}
+        dec = predict("decode", {"batch": 8}, specs).columns["tpot_ms"].iat[0]
+        rows[e]["decode"] = dec
+    core = [k for k in rows[1.0] if k != "decode" and k[1] == "attention_core"]
+    assert core
+    for k in core:  # its cube and vector phases both at half the rate: twice as long each
+        one, half = rows[1.0][k], rows[0.5][k]
+        assert half["compute_us"] == pytest.approx(2 * one["compute_us"], rel=1e-9)
+        assert half["vector_us"] == pytest.approx(2 * one["vector_us"], rel=1e-9)
+        assert half["time_us"] >= 1.5 * one["time_us"]
+    others = [k for k in rows[1.0] if k != "decode" and k[1] not in ("attention_core",) and k[0] != "host"]
+    for k in others:
+        assert rows[0.5][k]["compute_us"] == pytest.approx(rows[1.0][k]["compute_us"], rel=1e-12), k
+    assert rows[0.5]["decode"] == rows[1.0]["decode"] == rows[0.25]["decode"]
+    assert ttft[0.25] > ttft[0.5] > ttft[1.0]

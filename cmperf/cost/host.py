@@ -67,6 +67,16 @@ sgl-kernel-npu PR 731) and the device waits for the host to read them and issue 
 
     H_syncs = MoE layers x microbatches x ceil(T_mb / round_tokens) x dispatch_host_syncs x host_sync_s
 
+and the work per prompt the pass's scheduler does before the device can run it: a DP-attention
+rank's scheduler admits its own prompts (the request's metadata, its KV pages, the PD
+bootstrap with the decode instance), the ranks in parallel, so the device waits for the prompts
+of one rank (``prompts_per_rank``, of the pass's ``attn_tp`` dies):
+
+    H_requests = prompts_per_rank x prefill_request_s
+
+So a pass's host time has a part per pass, one per prompt and one per layer and round of
+tokens: a longer prompt costs more rounds, more prompts more admissions, more layers more syncs.
+
 A decode term (the scheduler, the DP sync, the seams) never enters a prefill pass and a
 prefill term (the pass overhead, the dispatch syncs) never a decode step: each phase reads its
 own fields.
@@ -79,8 +89,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
-def _num(stack, name: str, default: float = 0.0):
-    """A host field of the stack as a number (array over a sweep); ``default`` when absent."""
+def stack_value(stack, name: str, default: float = 0.0):
+    """A field of the stack as a number (array over a sweep); ``default`` when absent."""
     if stack is None:
         return default
     try:
@@ -123,23 +133,23 @@ def launch_s(stack, mode: str, n_launches) -> np.ndarray:
     every node in graph mode, every operator in eager mode."""
     n = np.asarray(n_launches, dtype=float)
     if mode == "eager":
-        return n * _num(stack, "eager_launch_s")
-    return _num(stack, "graph_launch_s") + n * _num(stack, "graph_node_s")
+        return n * stack_value(stack, "eager_launch_s")
+    return stack_value(stack, "graph_launch_s") + n * stack_value(stack, "graph_node_s")
 
 
 def decode_graphs(stack, drafts) -> np.ndarray:
     """Graphs of a decode step with ``drafts`` speculative tokens: 1, or 1 + k (+ 1 draft-extend)."""
     k = np.asarray(drafts, dtype=float)
-    extend = 1.0 if bool(_num(stack, "draft_extend_graph", False)) else 0.0
+    extend = 1.0 if bool(stack_value(stack, "draft_extend_graph", False)) else 0.0
     return np.where(k > 0, 1.0 + k + extend, 1.0)
 
 
 def dp_sync_s(stack, ranks) -> np.ndarray:
     """The scheduler's CPU all-gather across ``ranks`` DP-attention ranks: (R - 1) hops when
     the stack syncs them, else 0."""
-    if not bool(_num(stack, "dp_sync", False)):
+    if not bool(stack_value(stack, "dp_sync", False)):
         return np.asarray(0.0)
-    return np.maximum(np.asarray(ranks, dtype=float) - 1.0, 0.0) * _num(stack, "dp_sync_hop_s")
+    return np.maximum(np.asarray(ranks, dtype=float) - 1.0, 0.0) * stack_value(stack, "dp_sync_hop_s")
 
 
 def decode_host(stack, n_launches, drafts, ranks) -> HostTime:
@@ -149,14 +159,14 @@ def decode_host(stack, n_launches, drafts, ranks) -> HostTime:
         return HostTime(np.asarray(0.0))
     graphs = decode_graphs(stack, drafts)
     mode = stack.decode_graph
-    spec = np.where(np.asarray(drafts, dtype=float) > 0, _num(stack, "spec_step_s"), 0.0)
-    if bool(_num(stack, "spec_pipeline", False)):  # every graph issued ahead, no seam
-        ahead = launch_s(stack, mode, n_launches) + (graphs - 1.0) * (_num(stack, "graph_launch_s") if mode == "graph" else 0.0)
-        return HostTime(ahead, {"scheduler": np.asarray(_num(stack, "scheduler_overhead_s"), dtype=float),
+    spec = np.where(np.asarray(drafts, dtype=float) > 0, stack_value(stack, "spec_step_s"), 0.0)
+    if bool(stack_value(stack, "spec_pipeline", False)):  # every graph issued ahead, no seam
+        ahead = launch_s(stack, mode, n_launches) + (graphs - 1.0) * (stack_value(stack, "graph_launch_s") if mode == "graph" else 0.0)
+        return HostTime(ahead, {"scheduler": np.asarray(stack_value(stack, "scheduler_overhead_s"), dtype=float),
                                 "dp_sync": dp_sync_s(stack, ranks), "spec_metadata": spec})
-    seam = _num(stack, "spec_seam_s") + _num(stack, "graph_launch_s" if mode == "graph" else "eager_launch_s")
+    seam = stack_value(stack, "spec_seam_s") + stack_value(stack, "graph_launch_s" if mode == "graph" else "eager_launch_s")
     return HostTime(launch_s(stack, mode, n_launches), {
-        "scheduler": np.asarray(_num(stack, "scheduler_overhead_s"), dtype=float),
+        "scheduler": np.asarray(stack_value(stack, "scheduler_overhead_s"), dtype=float),
         "dp_sync": dp_sync_s(stack, ranks),
         "spec_seams": (graphs - 1.0) * seam,
         "spec_metadata": spec,
@@ -167,21 +177,22 @@ def dispatch_syncs(stack, moe_layers, microbatches, tokens_per_microbatch) -> np
     """Host syncs of normal-mode dispatch in a prefill pass: per MoE layer and microbatch,
     one round per ``dispatch_round_tokens`` tokens of the die's microbatch, each with
     ``dispatch_host_syncs`` reads."""
-    per = _num(stack, "dispatch_host_syncs")
-    chunk = np.asarray(_num(stack, "dispatch_round_tokens"), dtype=float)
+    per = stack_value(stack, "dispatch_host_syncs")
+    chunk = np.asarray(stack_value(stack, "dispatch_round_tokens"), dtype=float)
     T = np.asarray(tokens_per_microbatch, dtype=float)
     rounds = np.where(chunk > 0, np.ceil(T / np.where(chunk > 0, chunk, 1.0)), 1.0)
     return np.asarray(moe_layers, dtype=float) * np.asarray(microbatches, dtype=float) * rounds * per
 
 
-def prefill_host(stack, n_launches, moe_layers, microbatches, tokens_per_microbatch) -> HostTime:
+def prefill_host(stack, n_launches, moe_layers, microbatches, tokens_per_microbatch, prompts_per_rank) -> HostTime:
     """Host time of one prefill pass (module docstring): ``moe_layers`` layers that dispatch
     (the MTP module's included when it runs), ``microbatches`` of ``tokens_per_microbatch``
-    tokens per die."""
+    tokens per die, ``prompts_per_rank`` prompts admitted by each DP-attention rank."""
     if stack is None:
         return HostTime(np.asarray(0.0))
     syncs = dispatch_syncs(stack, moe_layers, microbatches, tokens_per_microbatch)
     return HostTime(launch_s(stack, stack.prefill_graph, n_launches), {
-        "pass": np.asarray(_num(stack, "prefill_overhead_s"), dtype=float),
-        "dispatch_syncs": syncs * _num(stack, "host_sync_s"),
+        "pass": np.asarray(stack_value(stack, "prefill_overhead_s"), dtype=float),
+        "requests": np.asarray(prompts_per_rank, dtype=float) * stack_value(stack, "prefill_request_s"),
+        "dispatch_syncs": syncs * stack_value(stack, "host_sync_s"),
     })

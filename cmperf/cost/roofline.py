@@ -6,14 +6,22 @@ between two streams; its **pools** (HBM, the UB port and its communication engin
 a stream that runs alone can draw all of them, two streams that run at once share them
 (the pipeline, cmperf/schedule/pipeline.py, bounds each pool's total use per layer).
 
-    t_compute = (FLOPs + K0 x outputs) / (peak[dtype] x efficiency[kind] x tile_efficiency x cube_share)
-    t_vector  = element ops / (vector_ops_per_s x vector_share)
+    t_compute = (FLOPs + K0 x outputs) / (peak[dtype] x efficiency[kind] x tile_efficiency x kernel x cube_share)
+    t_vector  = element ops / (vector_ops_per_s x kernel x vector_share)
     t_memory  = HBM bytes / (HBM bandwidth x memory efficiency)
     t_network = max(bytes / tier bandwidth, messages x t_msg, SM work / comm SMs)
     t_latency = launches x kernel_launch_s (x vector_launch_ratio for an elementwise kernel)
                 + sync rounds x 2 x tier latency
                 (a collective: at least launches x its measured per-call floor, §4.5)
     t         = max(t_compute, t_vector, t_memory, t_network) + t_latency
+
+``kernel`` (``Op.kernel_efficiency``, 1 unless a stack's kernel says otherwise) is the share of
+the chip's calibrated rates the serving stack's own kernel for the op reaches on the cores it
+holds: the chip's efficiencies are those of the kernels its micro-benchmarks timed, and a
+stack that runs another implementation (a serving stack's prompt attention backend;
+docs/model.md §11.2) keeps the cores busy 1 / kernel times as long for the same work. It
+scales an untiled op's compute and every op's vector work; a tiled GEMM's tiles are timed on
+the chip's own GEMM rates (no stack sets a kernel efficiency on one).
 
 ``outputs`` is twice the output elements of the op's GEMMs: every output tile pays a
 prologue and epilogue worth ``K0`` (``matmul_k_overhead``) steps of its reduction, so short
@@ -90,6 +98,7 @@ class Op:
     comm_units: Any = None  # SMs that communication kernel runs on (None or 0: not SM-limited)
     collective: str | None = None  # a collective's kind (specs COLLECTIVE_KINDS): its per-call floor applies
     in_B: Any = 0.0  # bytes of its input a fused producer hands over on chip (not re-read; cmperf/cost/fusion.py)
+    kernel_efficiency: Any = 1.0  # share of the chip's calibrated compute and vector rates the stack's kernel reaches
 
 
 @dataclass
@@ -230,7 +239,7 @@ def waves(tiles, units) -> np.ndarray:
 # one op (``op_time``: a table of one).
 
 NUMERIC = ("flops", "outputs", "hbm_bytes", "weight_bytes", "vector_ops", "tile_efficiency", "launches", "in_B",
-           "net_bytes", "net_messages", "sync_group", "sm_work_s", "comm_units")
+           "net_bytes", "net_messages", "sync_group", "sm_work_s", "comm_units", "kernel_efficiency")
 GEMM_FIELDS = ("m", "n", "k", "groups", "masked", "in_B", "out_B", "w_B")
 
 
@@ -341,7 +350,7 @@ def rows_of(ops: list[Op]) -> OpRows:
     """``ops`` as :class:`OpRows`."""
     values = [(o.flops, o.outputs, o.hbm_bytes, o.weight_bytes, o.vector_ops, o.tile_efficiency, o.launches, o.in_B,
                o.net_bytes, o.net_messages, 1.0 if o.sync_group is None else o.sync_group, o.sm_work_s,
-               0.0 if o.comm_units is None else o.comm_units) for o in ops]
+               0.0 if o.comm_units is None else o.comm_units, o.kernel_efficiency) for o in ops]
     gemms = [None if o.gemm is None else (o.gemm,) if isinstance(o.gemm, Gemm) else tuple(o.gemm) for o in ops]
     return OpRows([o.name for o in ops], [o.engine for o in ops], [o.dtype for o in ops], [o.flop_kind for o in ops],
                   [o.tier for o in ops], [o.tier_bytes for o in ops], [o.collective for o in ops],
@@ -794,13 +803,13 @@ def op_times(c: OpColumns, hw, cube_share=1.0, vector_share=1.0, by_op: bool = F
     hbm = hbm_rate_Bps(hw)
     memory = x["hbm_bytes"] / hbm
     activation_memory = (x["hbm_bytes"] - x["weight_bytes"]) / hbm
-    pool_vector = x["vector_ops"] / die.vector_ops_per_s
+    pool_vector = x["vector_ops"] / (die.vector_ops_per_s * x["kernel_efficiency"])
     latency = x["launches"] * per_op(k.launch, ndim)
     n, tiled, untiled = len(c), k.tiled, k.untiled
     if untiled:
         u = untiled if tiled else slice(None)
         pool_compute = ratio(x["flops"][u] + per_op(k.k0, ndim)[u] * x["outputs"][u],
-                             per_op(k.rate, ndim)[u] * x["tile_efficiency"][u])
+                             per_op(k.rate, ndim)[u] * x["tile_efficiency"][u] * x["kernel_efficiency"][u])
         compute = pool_compute / (cube_share[u] if by_op else cube_share)
     stream = 0.0
     if tiled:  # timed tile by tile

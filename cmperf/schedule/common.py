@@ -4,7 +4,7 @@ timed (for ``--breakdown``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -21,6 +21,17 @@ def timed(ops: list[Op], hw, cube_share=1.0, vector_share=1.0) -> OpTimes:
     (``hw.fusion``) merged first (cmperf/cost/fusion.py); each keeps its op's ``launches``
     (the host's launch count of a step, cmperf/cost/host.py)."""
     return timed_parts([(ops, cube_share, vector_share)], hw)[0]
+
+
+def prompt_attention(hw, ops: list) -> list:
+    """``ops`` with their prompt attention (the ops of flop kind attention of a prefill pass or
+    a co-located chunk) at the stack's ``prefill_attention_efficiency``: the share of the
+    chip's calibrated attention rates its attention backend reaches (docs/model.md §11.2;
+    1 without a stack or a figure)."""
+    eff = host.stack_value(hw.stack, "prefill_attention_efficiency", 1.0)
+    if np.all(np.asarray(eff) == 1.0):
+        return ops
+    return [replace(o, kernel_efficiency=eff) if o.flop_kind == "attention" else o for o in ops]
 
 
 def timed_parts(parts: list[tuple], hw) -> list[OpTimes]:
@@ -201,6 +212,7 @@ class Schedule:
 
 HOST_RULES = {"launch": "host launches beyond the device's time: max(device, host launches) - device",
               "scheduler": "host time between iterations the device waits for", "pass": "host time per pass",
+              "requests": "host work per prompt of the pass, one DP-attention rank's prompts",
               "dp_sync": "the scheduler's CPU all-gather across DP ranks: (ranks - 1) hops",
               "spec_seams": "eager seams between a speculative step's graphs: (graphs - 1) x (seam + the next graph's launch)",
               "spec_metadata": "host-built metadata of a speculative step, once per step",

@@ -29,7 +29,7 @@ from ..cost.collectives import route_of
 from ..cost.host import prefill_host
 from ..cost.pool import pass_with_pool_s, pool_read_s, pool_write_s, tail_bytes, written_blocks
 from ..cost.roofline import number, tier_bandwidth_Bps, tier_for_group
-from .common import (Schedule, Timing, choose, grid_rows, layer_section, select, timed_parts, tokens_per_s_per_tflops,
+from .common import (Schedule, prompt_attention, Timing, choose, grid_rows, layer_section, select, timed_parts, tokens_per_s_per_tflops,
                      wait_after)
 from .pipeline import Stage, pipeline
 
@@ -61,8 +61,8 @@ def layer_parts(hw, m, g, T, moe: bool, kind: str = "full") -> list[tuple]:
     ``T`` tokens per die, compute and communication stages in turn, each on all the die's
     cores (as :func:`timed_parts` takes them); :func:`layer_of` makes the stages."""
     tp_tier = tier_for_group(hw, g["attn_tp"])
-    c1, gather, c2, a2a, (o_proj,) = split_at_collectives(
-        attention_prefill_ops(m, T, g["prompt_len"], g["attn_tp"], tp_tier, g["cached_len"], kind))
+    c1, gather, c2, a2a, (o_proj,) = split_at_collectives(prompt_attention(
+        hw, attention_prefill_ops(m, T, g["prompt_len"], g["attn_tp"], tp_tier, g["cached_len"], kind)))
     # the previous block's residual add first (this block's RMSNorm is in the attention's
     # first op), the attention's residual add and the FFN's RMSNorm after O-proj (§2.9)
     c1 = [residual_add_op(m, T)] + c1
@@ -158,7 +158,8 @@ def forward(hw, m, g, n: int, shared: dict | None = None, layers: dict | None = 
         sched.serial("pool_load", [], 1, "the cached prefixes' pool-held tails read from the pool before the pass",
                      pool_load_s(hw, m, g))
     moe = (arch.moe_layers(m) + (number(g["mtp"]) if m.mtp.modules else 0.0)) if m.moe is not None else 0.0
-    return sched.with_host(prefill_host(hw.stack, sched.launches(), moe, n, T)), sched
+    per_rank = prompts_per_die(hw, g) * number(g["attn_tp"])  # a DP-attention rank's prompts (its attn_tp dies')
+    return sched.with_host(prefill_host(hw.stack, sched.launches(), moe, n, T, per_rank)), sched
 
 
 def prompts_per_die(hw, g) -> np.ndarray:

@@ -835,6 +835,10 @@ class StackSpec(Strict):
     dp_sync: Optional[SourcedBool] = None  # the scheduler all-gathers its metadata across DP-attention ranks each step
     dp_sync_hop_s: Optional[HostSeconds] = None  # one hop of that CPU all-gather (a ring: ranks - 1 hops)
     host_sync_s: Optional[HostSeconds] = None  # device idle per device-to-host sync (read, host work, re-issue)
+    prefill_request_s: Optional[HostSeconds] = None  # host work per prompt of a prefill pass, per DP rank (device idle)
+    # share of the chip's calibrated attention rates the stack's attention backend reaches on a
+    # prompt's attention (prefill passes and co-located chunks; docs/model.md §11.2); absent: 1
+    prefill_attention_efficiency: Optional[Fraction] = None
     dispatch_host_syncs: Optional[SourcedInt] = None  # host syncs per normal-mode dispatch round (prefill)
     dispatch_round_tokens: Optional[SourcedInt] = None  # tokens per die a normal-mode dispatch round takes (0: one round)
     two_batch_overlap: SourcedBool  # two microbatches in decode and prefill (the faster, 'auto'), else one
