@@ -398,10 +398,12 @@ class Prediction:
             calls = pick(p.calls)
             if calls == 0:
                 continue
-            for t in p.t.ops():
+            impls = p.t.implementations
+            for i, t in enumerate(p.t.ops()):
                 per = pick(t.time_s)
                 ops.append({
                     "section": p.section, "stream": p.stream, "op": t.name, "engine": t.engine,
+                    "implementation": (impls[i] if impls else None) or "",
                     "calls": calls, "time_us": per * 1e6, "total_ms": per * calls * 1e3,
                     "compute_us": pick(t.compute_s) * 1e6, "vector_us": pick(t.vector_s) * 1e6,
                     "memory_us": pick(t.memory_s) * 1e6,

@@ -146,8 +146,8 @@ def quoted(cli) -> dict[str, str]:
         "50 % hits: 715.9": f"50 % hits: {hits['0.5']:.1f}",
         "90 %: 1,419.0": f"90 %: {hits['0.9']:,.1f}",
         "VPC plane (680.8 and\n1,273.8)": f"VPC plane ({vpc['0.5']:.1f} and\n{vpc['0.9']:,.1f})",
-        "serves 69.1 requests/s": f"serves {h100['goodput_rps']:.1f} requests/s",
-        "co-located instances serve\n1.43×": f"co-located instances serve\n{node['colocated_vs_pd_goodput']:.2f}×",
+        "serves 68.8 requests/s": f"serves {h100['goodput_rps']:.1f} requests/s",
+        "co-located instances serve\n1.45×": f"co-located instances serve\n{node['colocated_vs_pd_goodput']:.2f}×",
     }
 
 

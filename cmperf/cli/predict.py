@@ -156,7 +156,11 @@ def _run_predict(phase: str, values: dict, hardware: str, model: Optional[str], 
         if breakdown:
             cols = ["section", "stream", "op", "calls", "time_us", "compute_us", "vector_us", "memory_us", "network_us",
                     "latency_us", "bound", "total_ms"]
-            print_table(_rounded(ops, cols, 2), "per-operator time (one call = one microbatch; bound = largest term)")
+            note = ""
+            if any(o.get("implementation") for o in ops):  # a stack's own measured collective (docs/model.md §4.5)
+                cols.insert(3, "implementation")
+                note = "; implementation: the measured collective the stack calls, else the system's per-call floor"
+            print_table(_rounded(ops, cols, 2), f"per-operator time (one call = one microbatch; bound = largest term{note})")
             print_table(_rounded(sections, None, 3), "how the operators combine")
 
 

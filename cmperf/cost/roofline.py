@@ -429,6 +429,7 @@ class OpTimes:
     chained: np.ndarray  # per op: cube and vector phases alternate (see Op.chained)
     tiled: np.ndarray  # per op: timed tile by tile (its GEMMs' p-norm applies)
     overlap_p: Any = None  # p of a tiled GEMM's p-norm of compute, memory and stream (None: max)
+    implementations: tuple = ()  # per op: the measured collective it calls (all_reduce_protocols' name), or None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -505,6 +506,7 @@ class OpTimes:
             part = OpTimes.__new__(OpTimes)
             d = part.__dict__
             d["names"], d["engines"], d["overlap_p"] = self.names[at:at + n], self.engines[at:at + n], self.overlap_p
+            d["implementations"] = self.implementations[at:at + n]
             d["_rows_of"] = (self, at, at + n)
             for f, a in derived:
                 d[f] = a[at:at + n]
@@ -595,6 +597,39 @@ def launch_s(hw, engine: str, local: bool):
     if engine == "vector" and local and ratio is not None:
         return lat.kernel_launch_s * ratio
     return lat.kernel_launch_s
+
+
+def all_reduce_protocols(hw, kind: str, tier: str) -> tuple | None:
+    """The measured all-reduce the serving stack calls on ``tier`` (docs/model.md §4.5): (its
+    name, [(group size, (small_floor_s, small_Bps, large_floor_s, large_Bps)), ...] by group
+    size), from the stack's ``all_reduce`` and the system's
+    ``collectives.all_reduce_implementations``; None for another collective, without a stack
+    naming one, or where the system has not measured it on that tier (the call_floor_s path)."""
+    if kind != "all_reduce" or hw.stack is None:
+        return None
+    try:
+        name = hw.stack["all_reduce"]
+    except (AttributeError, KeyError):
+        return None
+    table = hw.system.collectives.all_reduce_implementations
+    if name is None or table is None or name not in table.keys() or tier not in table[name].keys():
+        return None
+    sizes = table[name][tier]
+    lines = sorted((int(k[2:]), tuple(sizes[k][f] for f in ("small_floor_s", "small_Bps", "large_floor_s", "large_Bps")))
+                   for k in sizes.keys())
+    return str(name), lines
+
+
+def protocol_time_s(lines: list, group, x_B):
+    """One call's time of a measured all-reduce (:func:`all_reduce_protocols`' lines) in a group
+    of ``group`` dies, ``x_B`` of ring bytes per die (2 (n - 1) / n of its buffer): the faster of
+    its two lines, ``min(a1 + x / B1, a2 + x / B2)``, at the smallest measured group size at
+    least ``group`` (the largest measured beyond it); 0 for a group of one (no call)."""
+    t = None
+    for n, (a1, b1, a2, b2) in reversed(lines):  # the largest first: each smaller one where it holds the group
+        at_n = np.minimum(a1 + x_B / b1, a2 + x_B / b2)
+        t = at_n if t is None else np.where(group <= n, at_n, t)
+    return np.where(group > 1, t, 0.0)
 
 
 def call_floor_s(hw, kind: str, tier: str):
@@ -734,6 +769,7 @@ class StageConstants:
     round_s: Any  # per op of ``net``: one synchronisation round on its tier
     floor_s: Any  # per op of ``net``: a collective's per-call floor (0: none)
     collective: Any  # per op of ``net``: a collective
+    protocols: list = None  # per op of ``net``: the measured all-reduce it calls (all_reduce_protocols), or None
     gemm_runs: Any = None  # each tiled op's GEMMs in the stage's GEMM table (:class:`Runs`)
     ndim: int = 1  # axes of a stacked table on this chip: 1 + the grid's rows' in a swept number (0: none)
 
@@ -770,11 +806,13 @@ def stage_constants(hw, kinds: tuple) -> StageConstants:
             owner.append(j)
             bandwidth.append(tier_bandwidth_Bps(hw, t))
     floors = [call_floor_s(hw, collectives[i], tiers[i]) if collectives[i] is not None else 0.0 for i in net]
+    protocols = [all_reduce_protocols(hw, collectives[i], tiers[i]) for i in net]
     untiled = [i for i, n in enumerate(n_gemms) if not n]
     rounds = [sync_round_s(hw, tiers[i]) for i in net]
     out = StageConstants(stack(rate), stack(k0), stack(launch), flags, tiled, untiled, unit_rate, net, owner,
                          stack(bandwidth) if net else None, stack(rounds) if net else None,
-                         stack(floors) if net else None, np.array([collectives[i] is not None for i in net]))
+                         stack(floors) if net else None, np.array([collectives[i] is not None for i in net]),
+                         protocols)
     lengths = np.array([n_gemms[i] for i in tiled], dtype=int)
     out.gemm_runs = Runs(np.cumsum(lengths) - lengths, lengths)
     swept = (out.rate, out.k0, out.launch, out.unit_rate, out.bandwidth, out.round_s, out.floor_s)
@@ -829,7 +867,18 @@ def op_times(c: OpColumns, hw, cube_share=1.0, vector_share=1.0, by_op: bool = F
     return OpTimes(tuple(c.names), tuple(c.engines), *arrays[:8],
                    flops=x["flops"], hbm_bytes=x["hbm_bytes"], net_bytes=net_bytes, weight_bytes=x["weight_bytes"],
                    stream_s=arrays[8], launches=x["launches"], chained=flags[0], tiled=flags[1],
-                   overlap_p=eff.matmul_overlap_exponent if tiled else None)
+                   overlap_p=eff.matmul_overlap_exponent if tiled else None, implementations=_implementations(k, n))
+
+
+def _implementations(k: StageConstants, n: int) -> tuple:
+    """Per op of a stage: the measured collective it calls, or None (() where none does)."""
+    if not k.protocols or all(p is None for p in k.protocols):
+        return ()
+    out = [None] * n
+    for j, i in enumerate(k.net):
+        if k.protocols[j] is not None:
+            out[i] = k.protocols[j][0]
+    return tuple(out)
 
 
 def _join(n: int, *parts) -> np.ndarray:
@@ -903,6 +952,14 @@ def _network(c: OpColumns, x: dict, k: StageConstants, hw, latency, ndim: int) -
     if k.collective.any():  # a collective is never faster per call than measured
         floor = np.where(group > 1, per_op(k.floor_s, ndim), 0.0)
         lat = np.where(per_op(k.collective, ndim), np.maximum(lat, launches * floor), lat)
+    measured = [j for j, p in enumerate(k.protocols or ()) if p is not None]
+    if measured:  # the stack's own all-reduce, timed as its table measured it: each call, launch included
+        net_rows, lat_rows = list(network), list(lat)
+        for j in measured:
+            calls = launches[j]
+            per_call = protocol_time_s(k.protocols[j][1], group[j], b[j] / np.where(calls > 0, calls, 1.0))
+            net_rows[j], lat_rows[j] = calls * per_call, 0.0 * per_call
+        network, lat = np.stack(np.broadcast_arrays(*net_rows)), np.stack(np.broadcast_arrays(*lat_rows))
     return _scatter(network, net, len(c)), _put(latency, net, lat), _put(x["net_bytes"], net, sent)
 
 

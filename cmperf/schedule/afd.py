@@ -73,7 +73,7 @@ def slower(a: OpTimes, b: OpTimes, name: str) -> OpTimes:
     def field(f):  # a time or an amount, each row its side's
         return np.where(pick, getattr(a, f), getattr(b, f))
 
-    kept = ("names", "engines", "chained", "tiled", "overlap_p")
+    kept = ("names", "engines", "chained", "tiled", "overlap_p", "implementations")
     return replace(a, **{f.name: field(f.name) for f in fields(OpTimes) if f.name not in kept}, names=(name,))
 
 

@@ -298,6 +298,19 @@ COLLECTIVE_KINDS = ("all_reduce", "all_gather", "all_to_all", "expert_all_to_all
 FLOOR_KINDS = COLLECTIVE_KINDS[:3]  # the kinds whose per-call floor every system states
 
 
+class Protocols(Strict):
+    """One all-reduce implementation's measured time per call at one group size (docs/model.md
+    §4.5): the faster of a low-latency and a high-bandwidth line, ``t = min(small_floor_s + x /
+    small_Bps, large_floor_s + x / large_Bps)``, x a die's ring bytes of the call (2 (n - 1) / n
+    of the buffer), as the library picks its protocol by size; fitted to a measured table."""
+
+    small_floor_s: float = Field(ge=0, allow_inf_nan=False)
+    small_Bps: float = Field(gt=0, allow_inf_nan=False)
+    large_floor_s: float = Field(ge=0, allow_inf_nan=False)
+    large_Bps: float = Field(gt=0, allow_inf_nan=False)
+    source: str = Field(min_length=3)
+
+
 class Collectives(Strict):
     """Expert-parallel dispatch/combine (docs/model.md §4.2-§4.3) and the per-call floor of
     every collective (docs/model.md §4.5)."""
@@ -308,6 +321,20 @@ class Collectives(Strict):
     # §4.5): required for every kind of FLOOR_KINDS, over the same tiers each; expert_all_to_all
     # (dispatch/combine) may be left out: none beyond its kernel's launch and barrier rounds
     call_floor_s: dict[str, dict[str, NonNegative]]
+    # measured all-reduce implementations a stack may call (its ``all_reduce``): implementation ->
+    # tier -> group size ("tp2", "tp4", "tp8") -> its two lines (docs/model.md §4.5); absent: the
+    # floor above for every stack
+    all_reduce_implementations: Optional[dict[str, dict[str, dict[str, Protocols]]]] = None
+
+    @model_validator(mode="after")
+    def _implementation_sizes(self):
+        for impl, tiers in (self.all_reduce_implementations or {}).items():
+            for tier, sizes in tiers.items():
+                bad = [k for k in sizes if not (k.startswith("tp") and k[2:].isdigit() and int(k[2:]) > 1)]
+                if bad or not sizes:
+                    raise ValueError(f"all_reduce_implementations.{impl}.{tier}: expected group sizes tp2, tp4, ... "
+                                     f"(got {bad[0] if bad else 'none'})")
+        return self
 
     @model_validator(mode="after")
     def _floor_kinds(self):
@@ -853,6 +880,9 @@ class StackSpec(Strict):
     # vLLM automatic prefix caching; docs/model.md §9.5); absent: 1 (every free page)
     prefix_cache_hbm_share: Optional[CacheShare] = None
     dp_balance: DPBalance
+    # the all-reduce implementation the stack calls within a node (a key of the system's
+    # collectives.all_reduce_implementations; absent, or not measured on the system: its call_floor_s)
+    all_reduce: Optional[SourcedChoice] = None
     # how prompts reach a PD deployment's prefill instances; absent: round_robin (cmperf/simulate/engine.py)
     prefill_router: Optional[PrefillRouter] = None
     expert_balance: ExpertBalance
