@@ -381,6 +381,14 @@ CATALOGUE += [
              "            share = min(new, self.R) * self.pred.dies_per_rank\n",
              "            share = self.R * self.pred.dies_per_rank\n",
              "a co-located prompt's pool read is spread over every rank's dies, not its own rank's"),
+    Mutation("study-rows-completion-order", "cmperf/study/__init__.py", "order",
+             "rows = in_order(qs, ((futures[f], f.result()) for f in as_completed(futures)), tick)",
+             "rows = in_order(qs, enumerate(f.result() for f in as_completed(futures)), tick)",
+             "a local study's rows placed in the order the pool answered them (tests/test_study_edges.py)"),
+    Mutation("study-dask-repeat-one-row", "cmperf/study/__init__.py", "count dropped",
+             "            where.setdefault(f.key, []).append(i)\n",
+             "            where[f.key] = [i]\n",
+             "a question repeated in a Dask study answers one of its rows, the other left empty (tests/test_study_edges.py)"),
 ]
 
 
