@@ -51,9 +51,14 @@ def _ctrl_c_as_in_a_shell():
     old = signal.getsignal(signal.SIGINT)
     if old is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    hup = signal.getsignal(signal.SIGHUP)  # the same for SIGHUP under nohup (a suite run in the background)
+    if hup is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
     yield
     if old is signal.SIG_IGN:
         signal.signal(signal.SIGINT, old)
+    if hup is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, hup)
 
 
 @pytest.fixture
