@@ -207,12 +207,24 @@ def _with_stack(specs: "Specs", hardware: str, stack: str | None, overrides: Map
 
     out = copy.copy(specs)  # the given specs are left as they were
     out.stack, out.stack_name = load_stack(name, overrides), name
+    _check_all_reduce(out, hardware, "--set stack.all_reduce" if "all_reduce" in overrides else f"stack {name}: all_reduce")
     vendor = str(specs.views()[0].chip.vendor)
     vendors = out.stack.get("vendors")
     if vendors and vendor not in vendors:
         out.notes = [*specs.notes, f"stack {name} runs on {', '.join(vendors)} chips; the chip of {hardware} is {vendor}'s: "
                                    f"its host costs and limits are another platform's (give --stack for this chip, or none)"]
     return out
+
+
+def _check_all_reduce(specs: "Specs", hardware: str, where: str) -> None:
+    """The all-reduce a stack names (``all_reduce``) is one the system measured, where it has
+    measured any (collectives.all_reduce_implementations; a system without them times every
+    stack's at its call_floor_s, docs/model.md §4.5): else one line naming both."""
+    impl = specs.stack_view()["all_reduce"] if "all_reduce" in specs.stack_view().keys() else None
+    table = specs.views()[0].system.collectives.all_reduce_implementations
+    if impl is not None and table is not None and impl not in table.keys():
+        raise SpecError(f"{where} {str(impl)[:60]!r}: not an implementation {hardware} has measured "
+                        f"(collectives.all_reduce_implementations: {', '.join(table.keys())})")
 
 
 def _check_spec_names(hardware, model, sets, stack) -> list[str]:

@@ -135,3 +135,29 @@ def test_a_stack_that_names_no_measured_allreduce_keeps_the_systems_floor():
     name, lines = all_reduce_protocols(hw, "all_reduce", "nvlink")
     assert name == "vllm_custom" and [n for n, _ in lines] == [2, 4, 8]
     assert float(protocol_time_s(lines, 1.0, 1e6)) == 0.0  # a group of one calls nothing
+
+
+def test_a_stack_naming_an_unmeasured_allreduce_is_one_line(cli):
+    """A misspelt implementation on a system that measured some: one line naming what was
+    written and what the system has (a system that measured none keeps the floor path)."""
+    from helpers import one_line_error
+
+    code, _, err = cli("predict", "decode", "--hardware", "h100-cluster", "--model", "llama-3.1-70b", "--stack", "vllm",
+                       "--set", "stack.all_reduce=vllm_cusotm")
+    one_line_error(code, err, "--set stack.all_reduce", "vllm_cusotm", "vllm_custom")
+    code, _, err = cli("predict", "decode", "--hardware", "mi300x-cluster", "--stack", "vllm")
+    assert code == 0, err
+
+
+def test_a_swept_line_moves_the_step_as_the_same_value_set():
+    """A what-if sweep of a measured line's constants answers each point as --set does (the
+    lines broadcast against the grid's rows), and a slower line is never faster."""
+    p = "system.collectives.all_reduce_implementations.vllm_custom.nvlink.tp8."
+    base = {"batch": 8, "tp": 8, "dies": 8}
+    specs = load_specs("h100-cluster", "llama-3.1-70b", [], "vllm")
+    swept = predict("decode", base, specs, sweeps={p + "small_floor_s": [50e-6], p + "large_floor_s": [10.5e-6, 60e-6]})
+    tpot = swept.columns["tpot_ms"].tolist()
+    for v, t in zip((10.5e-6, 60e-6), tpot):
+        one = load_specs("h100-cluster", "llama-3.1-70b", [f"{p}small_floor_s=50e-6", f"{p}large_floor_s={v}"], "vllm")
+        assert predict("decode", base, one).columns["tpot_ms"].iat[0] == pytest.approx(t, rel=1e-12)
+    assert tpot[1] > tpot[0]

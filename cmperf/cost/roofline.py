@@ -816,7 +816,8 @@ def stage_constants(hw, kinds: tuple) -> StageConstants:
     lengths = np.array([n_gemms[i] for i in tiled], dtype=int)
     out.gemm_runs = Runs(np.cumsum(lengths) - lengths, lengths)
     swept = (out.rate, out.k0, out.launch, out.unit_rate, out.bandwidth, out.round_s, out.floor_s)
-    out.ndim = max(1 + _rows_ndim(hw), *(np.ndim(a) for a in swept if a is not None))
+    measured = [v for p in protocols if p is not None for _, line in p[1] for v in line]  # a swept line: an array
+    out.ndim = max(1 + _rows_ndim(hw), *(np.ndim(a) for a in swept if a is not None), *(1 + np.ndim(v) for v in measured))
     return out
 
 
@@ -955,9 +956,11 @@ def _network(c: OpColumns, x: dict, k: StageConstants, hw, latency, ndim: int) -
     measured = [j for j, p in enumerate(k.protocols or ()) if p is not None]
     if measured:  # the stack's own all-reduce, timed as its table measured it: each call, launch included
         net_rows, lat_rows = list(network), list(lat)
+        wire = x["net_bytes"][net]  # each op's bytes (b is per link where an op spans tiers)
         for j in measured:
             calls = launches[j]
-            per_call = protocol_time_s(k.protocols[j][1], group[j], b[j] / np.where(calls > 0, calls, 1.0))
+            lines = [(n, tuple(per_op(stack([v]), ndim)[0] for v in line)) for n, line in k.protocols[j][1]]  # rows on the right
+            per_call = protocol_time_s(lines, group[j], wire[j] / np.where(calls > 0, calls, 1.0))
             net_rows[j], lat_rows[j] = calls * per_call, 0.0 * per_call
         network, lat = np.stack(np.broadcast_arrays(*net_rows)), np.stack(np.broadcast_arrays(*lat_rows))
     return _scatter(network, net, len(c)), _put(latency, net, lat), _put(x["net_bytes"], net, sent)
