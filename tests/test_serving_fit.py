@@ -25,7 +25,7 @@ def _ref(perturbed: dict[str, float], not_fitted=()):
         rows.append(row)
     return {"rows": rows, "stack": "x", "targets": {"output_throughput_tps": 0.15, "mean_tpot_ms": 0.15, "mean_ttft_ms": 0.25},
             "fit": [{"path": "stack.a", "lo": 5e-3, "hi": 0.1, "meaning": "a"},
-                    {"path": "stack.b", "lo": 0.1, "hi": 2.0, "meaning": "b"}]}  # log ranges of 20: 3 % steps at the end
+                    {"path": "stack.b", "lo": 0.1, "hi": 2.0, "meaning": "b"}]}  # log ranges of 20: 0.6 % steps at the end
 
 
 def _fake(ref, sweeps, seed=0, inputs=None):

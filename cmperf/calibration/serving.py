@@ -8,7 +8,7 @@ constants that no micro-benchmark publishes (the file's ``fit:``) are fitted to 
 
 Speed (CPU, ``benchmarks/serving_fit_speed.py``): a run's step-time grids (``predict``) are
 ~0.035 s per batch of points, its engine up to ~0.07 s per point (the HT run's 3,328 requests);
-the fit of sglang-a3-serving.yaml ~7.5 s over 60 points. The fit evaluates its points in batches: one simulate call per
+the fit of sglang-a3-serving.yaml ~10 s over 122 points (all its folds). The fit evaluates its points in batches: one simulate call per
 run with the batch as a zipped sweep of stack paths, whose grids come from one vectorised
 ``predict`` per instance (``simulate(..., sweeps=)``), every (run, point) once and only where a
 fold needs it: not the run it leaves out, nor a run no fit sees (:class:`_Points`).
@@ -213,7 +213,9 @@ def fit_serving(path: Path, seed: int = 0) -> dict:
     """The stack's host constants of the file's ``fit:`` section, fitted to every run and,
     for each run, to the others alone (leave-one-run-out); each run's metrics at the fit that
     did not see it; the runs each constant's fit moves (elasticity of a metric > ELASTIC when
-    the constant moves by 10 %). Returns {"values", "folds", "rows", "moves", "evaluations"}."""
+    the constant moves by 10 %); and the folds that hold out a family of runs
+    (:func:`group_folds`). Returns {"values" (all runs and each leave-one-run-out fold), "rows",
+    "moves", "evaluations", "params", "group_folds", "counts"}."""
     import pandas as pd
 
     ref = load_serving(path)

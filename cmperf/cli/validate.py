@@ -199,7 +199,7 @@ def _print_file(r) -> None:
 
 def _fit_serving_cached(path) -> dict:
     """:func:`fit_serving` of one serving file, kept in the answer cache (cli/cache.py): the
-    leave-one-run-out fit re-simulates every run at up to 60 points (~7.5 s of CPU), and its
+    leave-one-run-out fit re-simulates every run at up to 122 points (~10 s of CPU), and its
     answer depends only on the file, the specs it names and cmperf's code, which the key holds."""
     import json
 
