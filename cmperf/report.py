@@ -272,6 +272,7 @@ def os_reason(e: OSError, path: str) -> str:
 # Anything else is the user's: refused unless --force (an empty file holds nothing to lose).
 MARK = "written by cmperf"
 MARK_PATTERN = re.compile(rb"written by cmperf \d+\.\d+")  # the mark with its version: not prose quoting it
+CSV_MARK = re.compile(rb"# cmperf: \d+\.\d+")  # a CSV report's first line, with the version (not a note of the user's)
 MARK_LINES = 20  # a text file's mark is in its first lines (YAML, HTML, JSON: 1 or 2; SVG and PostScript metadata: ~12)
 MARK_WINDOW = 65536  # a binary file's mark is in its first or last bytes (PDF and Parquet keep theirs at the end)
 BINARY_MAGIC = (b"%PDF", b"\x89PNG", b"PAR1", b"GIF8", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*", b"RIFF",
@@ -320,7 +321,7 @@ def cmperf_wrote(path: str | Path) -> bool:
                 tail = f.read(MARK_WINDOW)
     except OSError:
         return False
-    if size == 0 or head.startswith(b"# cmperf: "):
+    if size == 0 or CSV_MARK.match(head):
         return True
     if head.startswith(BINARY_MAGIC) or head[4:8] == b"ftyp" or b"\x00" in head:
         return bool(MARK_PATTERN.search(head) or MARK_PATTERN.search(tail))

@@ -354,3 +354,12 @@ def test_a_file_quoting_the_mark_is_not_cmperfs(tmp_path):
     yaml = tmp_path / "d.yaml"
     yaml.write_text("# written by cmperf 0.1.0: hw show x --deployment-out\nprefill: []\n")
     assert cmperf_wrote(yaml)
+
+
+def test_a_users_csv_that_starts_like_cmperfs_is_still_the_users(cli, tmp_path):
+    """'# cmperf: my notes' is not cmperf's first line (that one carries its version): kept."""
+    out = tmp_path / "notes.csv"
+    out.write_text("# cmperf: my notes\n1,2\n")
+    code, _, err = cli("search", "decode", "--tpot-slo", "50", "--batch", "8", "--out", out)
+    one_line_error(code, err, "--out", "notes.csv", "--force")
+    assert out.read_text() == "# cmperf: my notes\n1,2\n"
