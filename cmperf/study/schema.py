@@ -15,6 +15,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
 from ..errors import ConfigError, short, short_path
+from ..plan.workload import SLO_STATS
 
 SHAPES = ("pd", "colocated", "afd")
 
@@ -57,11 +58,14 @@ class Workload(_Strict):
         return v
 
 
+Stat = Literal[tuple(SLO_STATS)]  # the statistics an SLO may bound (cmperf/plan/workload.py, one list)
+
+
 class Slo(_Strict):
     ttft_ms: float = Field(2000.0, gt=0)
     tpot_ms: float = Field(50.0, gt=0)
-    ttft_stat: Literal["mean", "p50", "p90", "p99"] = "mean"  # the statistic each SLO bounds (cmperf.plan.workload.SLO_STATS)
-    tpot_stat: Literal["mean", "p50", "p90", "p99"] = "mean"
+    ttft_stat: Stat = "mean"  # the statistic each SLO bounds
+    tpot_stat: Stat = "mean"
 
 
 class Simulate(_Strict):
