@@ -208,6 +208,7 @@ def _with_stack(specs: "Specs", hardware: str, stack: str | None, overrides: Map
     out = copy.copy(specs)  # the given specs are left as they were
     out.stack, out.stack_name = load_stack(name, overrides), name
     _check_all_reduce(out, hardware, "--set stack.all_reduce" if "all_reduce" in overrides else f"stack {name}: all_reduce")
+    _check_attention(out, hardware, "--set stack.attention" if "attention" in overrides else f"stack {name}: attention")
     vendor = str(specs.views()[0].chip.vendor)
     vendors = out.stack.get("vendors")
     if vendors and vendor not in vendors:
@@ -225,6 +226,17 @@ def _check_all_reduce(specs: "Specs", hardware: str, where: str) -> None:
     if impl is not None and table is not None and impl not in table.keys():
         raise SpecError(f"{where} {str(impl)[:60]!r}: not an implementation {hardware} has measured "
                         f"(collectives.all_reduce_implementations: {', '.join(table.keys())})")
+
+
+def _check_attention(specs: "Specs", hardware: str, where: str) -> None:
+    """The attention kernels a stack names (``attention``) are ones the chip measured, where it
+    has measured any (chip attention_implementations; a chip without them times every stack's
+    attention on the roofline, docs/model.md §3.3): else one line naming both."""
+    impl = specs.stack_view()["attention"] if "attention" in specs.stack_view().keys() else None
+    table = specs.views()[0].chip.attention_implementations
+    if impl is not None and table is not None and impl not in table.keys():
+        raise SpecError(f"{where} {str(impl)[:60]!r}: not an implementation the chip of {hardware} has measured "
+                        f"(attention_implementations: {', '.join(table.keys())})")
 
 
 def _check_spec_names(hardware, model, sets, stack) -> list[str]:
@@ -376,6 +388,9 @@ class Prediction:
     # where a row's schedules are when the rows of several microbatch counts shared them
     # (:func:`microbatch_blocks`): (counts, rows of a count, each row's position in count order)
     schedule_rows: Any = field(repr=False, default=None)
+    # the stack's measured attention kernel per phase of its attention (prefill, decode), or None
+    # (docs/model.md §3.3): what --breakdown names on an attention core
+    attention: dict = field(repr=False, default_factory=dict)
 
     @cached_property
     def table(self):
@@ -394,6 +409,15 @@ class Prediction:
 
         ops, sections = self.breakdown_records(row)
         return pd.DataFrame(ops), pd.DataFrame(sections)
+
+    def _attention_of(self, op: str) -> str | None:
+        """The measured attention kernel an op of the breakdown ran (a prompt's: a prefill pass's
+        or a co-located chunk's core; else a decode step's), or None."""
+        from .schedule.common import MEASURED_CORES
+
+        if op not in MEASURED_CORES:
+            return None
+        return self.attention.get("prefill" if self.phase == "prefill" or op == "chunk_attention" else "decode")
 
     def breakdown_records(self, row: int = 0) -> tuple[list[dict], list[dict]]:
         """The rows of :meth:`breakdown`, as lists of dicts."""
@@ -415,7 +439,7 @@ class Prediction:
                 per = pick(t.time_s)
                 ops.append({
                     "section": p.section, "stream": p.stream, "op": t.name, "engine": t.engine,
-                    "implementation": (impls[i] if impls else None) or "",
+                    "implementation": (impls[i] if impls else None) or self._attention_of(t.name) or "",
                     "calls": calls, "time_us": per * 1e6, "total_ms": per * calls * 1e3,
                     "compute_us": pick(t.compute_s) * 1e6, "vector_us": pick(t.vector_s) * 1e6,
                     "memory_us": pick(t.memory_s) * 1e6,
@@ -530,7 +554,15 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
         at = np.empty(n, dtype=int)
         at[blocks[0]] = np.arange(n)
         schedule_rows = (len(blocks[1]), blocks[2], at if kept is None else at[kept])
-    return Prediction(phase, table, invalid, out["_schedules"], schedule_rows)
+    return Prediction(phase, table, invalid, out["_schedules"], schedule_rows, _attention_names(hw0, m0))
+
+
+def _attention_names(hw, m) -> dict:
+    """Per phase of attention, the stack's measured kernel that times it, if any (--breakdown)."""
+    from .schedule.common import attention_line
+
+    name = hw.stack["attention"] if hw.stack is not None and "attention" in hw.stack.keys() else None
+    return {ph: str(name) for ph in ("prefill", "decode") if name is not None and attention_line(hw, m, ph) is not None}
 
 
 def given_values(values: Mapping[str, Any] | None, call: str) -> dict[str, Any]:

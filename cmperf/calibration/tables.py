@@ -452,6 +452,43 @@ def attention_fits(df: pd.DataFrame, platform: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+# the chip's attention_implementations key of each attention table: (the stack's kernel, phase, kind)
+KIND_LINE = {"context_attention": ("prefill", "gqa"), "generation_attention": ("decode", "gqa"),
+             "context_mla": ("prefill", "mla"), "generation_mla": ("decode", "mla")}
+
+
+def attention_lines(att: pd.DataFrame, package: str) -> dict:
+    """The chip's ``attention_implementations`` of :func:`attention_fits`' rows: the backend
+    (the stack's name for its kernels: vllm, sglang) -> phase -> kind -> {call_s, row_s,
+    busy_efficiency, source} (docs/model.md §3.3; 4 significant digits); ``package``: the
+    extract's package and version, as its source."""
+    out: dict = {}
+    for _, r in att.iterrows():
+        if not r.c > 0:
+            raise ValueError(f"{r.kind} {r.backend}: the fit gives no busy term (c = {r.c}): not a line to ship")
+        phase, kind = KIND_LINE[r.kind]
+        out.setdefault(r.backend, {}).setdefault(phase, {})[kind] = {
+            "call_s": float(f"{r.a_s:.4g}"), "row_s": float(f"{r.r_s:.4g}"), "busy_efficiency": float(f"{1 / r.c:.4g}"),
+            "source": f"MEASURED: {package} {r.file} ({r.backend} {r.version}, {r.impl} "
+                      f"rows; cmperf/reference/measured-tables): t = a + r x rows + c x cmperf's busy time fitted by "
+                      f"python -m cmperf.calibration.tables, one sequence length held out: median "
+                      f"{r.held_out_median:.1%}"}
+    return out
+
+
+def attention_yaml(lines: dict) -> str:
+    """:func:`attention_lines` as the chip file's block."""
+    text = ["attention_implementations:"]
+    for impl, phases in lines.items():
+        text.append(f"  {impl}:")
+        for phase, kinds in phases.items():
+            text.append(f"    {phase}:")
+            for kind, v in kinds.items():
+                text.append(f"      {kind}: {{call_s: {v['call_s']:.4g}, row_s: {v['row_s']:.4g}, "
+                            f"busy_efficiency: {v['busy_efficiency']:.4g}, source: \"{v['source']}\"}}")
+    return "\n".join(text)
+
+
 # --------------------------------------------------------------------------- report
 def report(platforms, directory: str | Path = TABLE_DIR, out=sys.stdout) -> dict:
     """Fit every table of each platform's extract and print, per table, its source and
@@ -522,6 +559,8 @@ def main(argv=None) -> int:
                     help="platform (repeatable; default: all)")
     ap.add_argument("--out-dir", default=str(TABLE_DIR), help="where the extracts are written and read")
     ap.add_argument("--markdown", action="store_true", help="also print the tables docs/calibration.md quotes")
+    ap.add_argument("--yaml", action="store_true",
+                    help="also print each chip file's attention_implementations block (hardware/<chip>.yaml)")
     args = ap.parse_args(argv)
     platforms = args.platform or list(PLATFORMS)
     if args.wheel:
@@ -533,6 +572,11 @@ def main(argv=None) -> int:
     results = report(platforms, args.out_dir)
     if args.markdown:
         print("\n\n".join(markdown(results)))
+    if args.yaml:
+        for p, (_, att) in results.items():
+            _, meta = read_extract(p, args.out_dir)
+            lines = attention_lines(att, f"{meta['package']} {meta['version']}")
+            print(f"# hardware/{p}.yaml ({PLATFORMS[p][1]}'s chip)\n{attention_yaml(lines)}")
     return 0
 
 

@@ -23,6 +23,12 @@ docs/model.md §11.2) keeps the cores busy 1 / kernel times as long for the same
 scales an untiled op's compute and every op's vector work; a tiled GEMM's tiles are timed on
 the chip's own GEMM rates (no stack sets a kernel efficiency on one).
 
+A stack's **measured kernel** (its attention backend as a table timed it on the chip, docs/model.md
+§3.3: ``Op.call_s``, ``Op.busy_efficiency``, set by cmperf/schedule/common.py) keeps the roofline's
+terms as its busy time and replaces the launch by the table's fixed time per call and query row:
+
+    t = max(terms) / busy_efficiency + launches x call_s,   call_s = fixed + row_s x rows
+
 ``outputs`` is twice the output elements of the op's GEMMs: every output tile pays a
 prologue and epilogue worth ``K0`` (``matmul_k_overhead``) steps of its reduction, so short
 reductions run below the large-K efficiency (DeepGEMM: 775 TFLOPS at K = 512, 1,520 at
@@ -99,6 +105,8 @@ class Op:
     collective: str | None = None  # a collective's kind (specs COLLECTIVE_KINDS): its per-call floor applies
     in_B: Any = 0.0  # bytes of its input a fused producer hands over on chip (not re-read; cmperf/cost/fusion.py)
     kernel_efficiency: Any = 1.0  # share of the chip's calibrated compute and vector rates the stack's kernel reaches
+    busy_efficiency: Any = 1.0  # a measured kernel's: its roofline busy time (every term) over the kernel's (§3.3)
+    call_s: Any = math.nan  # a measured kernel's fixed time per call, rows included (NaN: launches x the chip's launch)
 
 
 @dataclass
@@ -239,7 +247,8 @@ def waves(tiles, units) -> np.ndarray:
 # one op (``op_time``: a table of one).
 
 NUMERIC = ("flops", "outputs", "hbm_bytes", "weight_bytes", "vector_ops", "tile_efficiency", "launches", "in_B",
-           "net_bytes", "net_messages", "sync_group", "sm_work_s", "comm_units", "kernel_efficiency")
+           "net_bytes", "net_messages", "sync_group", "sm_work_s", "comm_units", "kernel_efficiency", "busy_efficiency",
+           "call_s")
 GEMM_FIELDS = ("m", "n", "k", "groups", "masked", "in_B", "out_B", "w_B")
 
 
@@ -350,7 +359,8 @@ def rows_of(ops: list[Op]) -> OpRows:
     """``ops`` as :class:`OpRows`."""
     values = [(o.flops, o.outputs, o.hbm_bytes, o.weight_bytes, o.vector_ops, o.tile_efficiency, o.launches, o.in_B,
                o.net_bytes, o.net_messages, 1.0 if o.sync_group is None else o.sync_group, o.sm_work_s,
-               0.0 if o.comm_units is None else o.comm_units, o.kernel_efficiency) for o in ops]
+               0.0 if o.comm_units is None else o.comm_units, o.kernel_efficiency, o.busy_efficiency, o.call_s)
+              for o in ops]
     gemms = [None if o.gemm is None else (o.gemm,) if isinstance(o.gemm, Gemm) else tuple(o.gemm) for o in ops]
     return OpRows([o.name for o in ops], [o.engine for o in ops], [o.dtype for o in ops], [o.flop_kind for o in ops],
                   [o.tier for o in ops], [o.tier_bytes for o in ops], [o.collective for o in ops],
@@ -861,6 +871,12 @@ def op_times(c: OpColumns, hw, cube_share=1.0, vector_share=1.0, by_op: bool = F
     network, net_bytes = 0.0, x["net_bytes"]
     if k.net:
         network, latency, net_bytes = _network(c, x, k, hw, latency, ndim)
+    measured = ~np.isnan(x["call_s"])
+    if measured.any():  # a stack's measured kernel (its table's line, §3.3): busy / its efficiency + its calls
+        e = x["busy_efficiency"]
+        compute, pool_compute, pool_vector, memory, activation_memory = (
+            a / e for a in (compute, pool_compute, pool_vector, memory, activation_memory))
+        latency = np.where(measured, x["launches"] * np.where(measured, x["call_s"], 0.0), latency)
     vector = pool_vector / vector_share
     arrays = broadcast(compute, vector, memory, network, latency, pool_compute, pool_vector, activation_memory,
                        stream)

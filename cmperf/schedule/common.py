@@ -23,15 +23,47 @@ def timed(ops: list[Op], hw, cube_share=1.0, vector_share=1.0) -> OpTimes:
     return timed_parts([(ops, cube_share, vector_share)], hw)[0]
 
 
-def prompt_attention(hw, ops: list) -> list:
-    """``ops`` with their prompt attention (the ops of flop kind attention of a prefill pass or
-    a co-located chunk) at the stack's ``prefill_attention_efficiency``: the share of the
-    chip's calibrated attention rates its attention backend reaches (docs/model.md §11.2;
-    1 without a stack or a figure)."""
-    eff = host.stack_value(hw.stack, "prefill_attention_efficiency", 1.0)
-    if np.all(np.asarray(eff) == 1.0):
+MEASURED_CORES = ("attention_core", "window_attention_core", "chunk_attention")  # the cores a table's kernel is
+
+
+def attention_line(hw, m, phase: str):
+    """The stack's measured attention kernel on the chip for ``phase`` (prefill, decode) and the
+    model's attention kind (docs/model.md §3.3): the chip's ``attention_implementations`` line of
+    the stack's ``attention``, or None (no stack naming one, not measured for that phase and
+    kind, or an attention the tables do not time: sparse, linear)."""
+    from ..cost import arch
+
+    name = host.stack_value(hw.stack, "attention", None)
+    table = hw.chip.attention_implementations
+    if name is None or table is None or arch.is_dsa(m) or name not in table.keys():
+        return None
+    kind = "mla" if arch.is_mla(m) else "gqa"
+    if phase not in table[name].keys() or kind not in table[name][phase].keys():
+        return None
+    return table[name][phase][kind]
+
+
+def stack_attention(hw, m, ops: list, phase: str, rows) -> list:
+    """``ops`` with the attention core run as the serving stack runs it: a prompt's attention
+    (``phase`` prefill: passes and co-located chunks) at the stack's
+    ``prefill_attention_efficiency`` (the share of the chip's calibrated attention rates its
+    backend reaches, docs/model.md §11.2; 1 without a stack or a figure), and on a chip that
+    measured the stack's kernel (:func:`attention_line`) the core at its table's line: busy /
+    busy_efficiency + call_s + row_s x ``rows`` (the core's query rows per die in full-head
+    units: a die's own tokens, whatever its TP group; §3.3)."""
+    eff = host.stack_value(hw.stack, "prefill_attention_efficiency", 1.0) if phase == "prefill" else 1.0
+    line = attention_line(hw, m, phase)
+    if line is None and np.all(np.asarray(eff) == 1.0):
         return ops
-    return [replace(o, kernel_efficiency=eff) if o.flop_kind == "attention" else o for o in ops]
+    out = []
+    for o in ops:
+        if o.flop_kind == "attention":
+            o = replace(o, kernel_efficiency=eff)
+            if line is not None and o.name in MEASURED_CORES:
+                o = replace(o, busy_efficiency=line["busy_efficiency"],
+                            call_s=line["call_s"] + line["row_s"] * np.asarray(rows, dtype=float))
+        out.append(o)
+    return out
 
 
 def timed_parts(parts: list[tuple], hw) -> list[OpTimes]:

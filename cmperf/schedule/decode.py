@@ -25,7 +25,7 @@ from ..cost.ops import (activation_op, attention_decode_kernels, chunk_attention
 from ..cost.ops import Bytes, vocab_tp
 from ..cost.host import decode_host
 from ..cost.roofline import core_split_fits, number, tier_for_group
-from .common import (LayerMix, prompt_attention, Part, Schedule, Section, Timing, choose, grid_rows, layer_section, select, timed_parts,
+from .common import (LayerMix, stack_attention, Part, Schedule, Section, Timing, choose, grid_rows, layer_section, select, timed_parts,
                      tokens_per_s_per_tflops, wait_after)
 from .pipeline import Pipeline, Stage, pipeline
 
@@ -61,14 +61,15 @@ def attention_ops(hw, m, g, T, R, C=0.0, kind: str = "full") -> list:
     tp = g["tp"]
     C = number(C)
     rows = (T + C) * tp
-    ops = attention_decode_kernels(m, T * tp, R * tp, g["kv_len"], tp, kind)
+    ops = stack_attention(hw, m, attention_decode_kernels(m, T * tp, R * tp, g["kv_len"], tp, kind), "decode", T)
     if np.any(C > 0):
         fused = attention_decode_kernels(m, (T + C) * tp, R * tp, g["kv_len"], tp, kind)
         ops = [own if own.flop_kind == "attention" else both for own, both in zip(ops, fused)]
         core = next(i for i, o in enumerate(ops) if o.flop_kind == "attention")
         # the chunk's attention right after the decode tokens' core: the kernels a stack fuses
         # around the block (O-proj and the residual add) stay adjacent
-        ops[core + 1:core + 1] = prompt_attention(hw, chunk_attention_ops(m, C, g["prompt_len"], chunk_geometry(hw, g)["chunk"], tp, kind))
+        ops[core + 1:core + 1] = stack_attention(hw, m, chunk_attention_ops(m, C, g["prompt_len"], chunk_geometry(hw, g)["chunk"], tp, kind),
+                                                 "prefill", C)
     ops = residual_norm_ops(m, rows) + ops
     if np.any(np.asarray(tp) > 1):
         ops.append(tp_allreduce_op(m, rows, tp, tier_for_group(hw, tp), "attn_allreduce"))

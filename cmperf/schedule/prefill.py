@@ -29,7 +29,7 @@ from ..cost.collectives import route_of
 from ..cost.host import prefill_host
 from ..cost.pool import pass_with_pool_s, pool_read_s, pool_write_s, tail_bytes, written_blocks
 from ..cost.roofline import number, tier_bandwidth_Bps, tier_for_group
-from .common import (Schedule, prompt_attention, Timing, choose, grid_rows, layer_section, select, timed_parts, tokens_per_s_per_tflops,
+from .common import (Schedule, stack_attention, Timing, choose, grid_rows, layer_section, select, timed_parts, tokens_per_s_per_tflops,
                      wait_after)
 from .pipeline import Stage, pipeline
 
@@ -61,8 +61,8 @@ def layer_parts(hw, m, g, T, moe: bool, kind: str = "full") -> list[tuple]:
     ``T`` tokens per die, compute and communication stages in turn, each on all the die's
     cores (as :func:`timed_parts` takes them); :func:`layer_of` makes the stages."""
     tp_tier = tier_for_group(hw, g["attn_tp"])
-    c1, gather, c2, a2a, (o_proj,) = split_at_collectives(prompt_attention(
-        hw, attention_prefill_ops(m, T, g["prompt_len"], g["attn_tp"], tp_tier, g["cached_len"], kind)))
+    c1, gather, c2, a2a, (o_proj,) = split_at_collectives(stack_attention(
+        hw, m, attention_prefill_ops(m, T, g["prompt_len"], g["attn_tp"], tp_tier, g["cached_len"], kind), "prefill", T))
     # the previous block's residual add first (this block's RMSNorm is in the attention's
     # first op), the attention's residual add and the FFN's RMSNorm after O-proj (§2.9)
     c1 = [residual_add_op(m, T)] + c1

@@ -158,6 +158,23 @@ class ChipMemory(Strict):
     runtime_reserved_B: NonNegativeBytes
 
 
+class AttentionLine(Strict):
+    """One stack's attention kernel as a measured table timed it on the chip, for one phase and
+    attention kind (docs/model.md §3.3): ``t = call_s + row_s x rows + busy / busy_efficiency``,
+    ``busy`` the roofline's busy time of cmperf's attention core at the chip's calibrated
+    efficiencies and ``rows`` its query rows (tokens x the share of the model's heads a die
+    holds); fitted to the table by python -m cmperf.calibration.tables."""
+
+    call_s: float = Field(ge=0, allow_inf_nan=False)  # fixed time per call, launch included
+    row_s: float = Field(ge=0, allow_inf_nan=False)  # per query row at the model's heads (request metadata, split-KV combine)
+    busy_efficiency: float = Field(gt=0, allow_inf_nan=False)  # the roofline's busy time over the kernel's
+    source: str = Field(min_length=3)
+
+
+ATTENTION_PHASES = ("prefill", "decode")  # a prompt's attention (prefill passes, co-located chunks), a decode step's
+ATTENTION_KINDS = ("gqa", "mla")  # grouped-query (MHA) attention, multi-head latent attention
+
+
 class ChipSpec(Strict):
     kind: Literal["chip"]
     name: str
@@ -169,6 +186,23 @@ class ChipSpec(Strict):
     efficiency: Efficiency
     latency: Latency
     memory: ChipMemory
+    # measured attention kernels a stack may call (its ``attention``): implementation -> phase
+    # (prefill, decode) -> kind (gqa, mla) -> its line (docs/model.md §3.3); absent, or a phase
+    # or kind not measured: the roofline at the chip's efficiencies and launch latency
+    attention_implementations: Optional[dict[str, dict[str, dict[str, AttentionLine]]]] = None
+
+    @model_validator(mode="after")
+    def _attention_keys(self):
+        for impl, phases in (self.attention_implementations or {}).items():
+            for phase, kinds in phases.items():
+                if phase not in ATTENTION_PHASES:
+                    raise ValueError(f"attention_implementations.{impl}.{phase}: expected a phase "
+                                     f"({', '.join(ATTENTION_PHASES)})")
+                bad = [k for k in kinds if k not in ATTENTION_KINDS]
+                if bad or not kinds:
+                    raise ValueError(f"attention_implementations.{impl}.{phase}: expected attention kinds "
+                                     f"{', '.join(ATTENTION_KINDS)} (got {bad[0] if bad else 'none'})")
+        return self
 
 
 # --------------------------------------------------------------------------- system
@@ -883,6 +917,9 @@ class StackSpec(Strict):
     # the all-reduce implementation the stack calls within a node (a key of the system's
     # collectives.all_reduce_implementations; absent, or not measured on the system: its call_floor_s)
     all_reduce: Optional[SourcedChoice] = None
+    # the attention kernels the stack calls (a key of the chip's attention_implementations; absent,
+    # or not measured on the chip: the roofline at the chip's efficiencies)
+    attention: Optional[SourcedChoice] = None
     # how prompts reach a PD deployment's prefill instances; absent: round_robin (cmperf/simulate/engine.py)
     prefill_router: Optional[PrefillRouter] = None
     expert_balance: ExpertBalance
