@@ -16,6 +16,9 @@ from cmperf.calibration import tables as T
 
 PLATFORMS = sorted(T.PLATFORMS)
 SIZES = 2.0 ** np.arange(8, 31)  # 256 B ... 1 GiB, as the tables' message sizes
+# the all-reduce group sizes a platform's tables measured (the others: 2, 4 and 8 GPUs): GB200 no
+# 8-GPU rows; GB300 4 GPUs a tray, SGLang's and TRT-LLM's rows over 2 and 4 trays too
+GROUP_SIZES = {"gb200": {2, 4}, "gb300": {2, 4, 8, 16}}
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +117,7 @@ def test_report_on_the_committed_extracts(fits):
                  "mla/sglang/0.5.14/context_mla_perf.parquet", "mla/sglang/0.5.14/generation_mla_perf.parquet"):
         assert name in text
     for p, (coll, att) in results.items():
-        assert set(coll["num_gpus"]) == ({2, 4} if p == "gb200" else {2, 4, 8})
+        assert set(coll["num_gpus"]) == GROUP_SIZES.get(p, {2, 4, 8})
         # the numbers docs/calibration.md records: held-out medians within the 10 % target
         assert coll["two_held_out_median"].median() <= 0.10, p
         assert coll["held_out_median"].median() <= 0.15, p
@@ -129,7 +132,7 @@ def test_docs_quote_the_fits(fits):
     of the two tables ``python -m cmperf.calibration.tables --markdown`` prints."""
     results, _ = fits
     doc = (Path(__file__).resolve().parent.parent / "docs" / "calibration.md").read_text()
-    order = {p: results[p] for p in ("h100", "h200", "b200", "gb200")}
+    order = {p: results[p] for p in ("h100", "h200", "b200", "gb200", "gb300")}
     for table in T.markdown(order):
         missing = [line for line in table.splitlines() if line not in doc]
         assert not missing, missing[:3]

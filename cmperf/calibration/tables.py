@@ -62,11 +62,14 @@ PLATFORMS = {
     "h200": ("h200_sxm", "h200-cluster"),
     "b200": ("b200_sxm", "b200-cluster"),
     "gb200": ("gb200", "gb200-nvl72"),
+    "gb300": ("gb300", "gb300-nvl72"),
 }
 
 # All-reduce tables read: (backend, version, file, column naming the implementation, the rows
 # kept). The newest version of each backend in the 0.12.0 wheel, CUDA-graph rows only (an
-# eager call adds the host's launch, which cmperf counts apart: cmperf/cost/host.py).
+# eager call adds the host's launch, which cmperf counts apart: cmperf/cost/host.py). GB300 alone
+# also has vLLM 0.27.0 (the only vLLM there with 8- and 16-GPU rows): not read, every platform's
+# vLLM rows are 0.24.0's, the version stacks/vllm.yaml names.
 COMM_TABLES = (
     ("nccl", "2.29.2", "nccl_perf.parquet", None, {"op_name": "all_reduce", "nccl_dtype": "half"}),
     ("vllm", "0.24.0", "custom_allreduce_perf.parquet", "backend", {"backend": "vllm_graph"}),
