@@ -231,7 +231,7 @@ def _check_all_reduce(specs: "Specs", hardware: str, where: str) -> None:
 def _check_attention(specs: "Specs", hardware: str, where: str) -> None:
     """The attention kernels a stack names (``attention``) are ones the chip measured, where it
     has measured any (chip attention_implementations; a chip without them times every stack's
-    attention on the roofline, docs/model.md §3.3): else one line naming both."""
+    attention on the roofline, docs/model.md §11.3): else one line naming both."""
     impl = specs.stack_view()["attention"] if "attention" in specs.stack_view().keys() else None
     table = specs.views()[0].chip.attention_implementations
     if impl is not None and table is not None and impl not in table.keys():
@@ -389,7 +389,7 @@ class Prediction:
     # (:func:`microbatch_blocks`): (counts, rows of a count, each row's position in count order)
     schedule_rows: Any = field(repr=False, default=None)
     # the stack's measured attention kernel per phase of its attention (prefill, decode), or None
-    # (docs/model.md §3.3): what --breakdown names on an attention core
+    # (docs/model.md §11.3): what --breakdown names on an attention core
     attention: dict = field(repr=False, default_factory=dict)
 
     @cached_property

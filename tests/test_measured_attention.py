@@ -1,4 +1,4 @@
-"""The attention kernels a stack calls (issue 32, docs/model.md §3.3): a stack's ``attention``
+"""The attention kernels a stack calls (issue 32, docs/model.md §11.3): a stack's ``attention``
 names the kernels a chip measured (``attention_implementations``: per phase and kind a line
 t = call_s + row_s x rows + busy / busy_efficiency, fitted to aiconfigurator's tables in
 cmperf/reference/measured-tables/); an attention core of that stack is timed at its line.

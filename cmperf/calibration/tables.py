@@ -463,7 +463,7 @@ KIND_LINE = {"context_attention": ("prefill", "gqa"), "generation_attention": ("
 def attention_lines(att: pd.DataFrame, package: str) -> dict:
     """The chip's ``attention_implementations`` of :func:`attention_fits`' rows: the backend
     (the stack's name for its kernels: vllm, sglang) -> phase -> kind -> {call_s, row_s,
-    busy_efficiency, source} (docs/model.md §3.3; 4 significant digits); ``package``: the
+    busy_efficiency, source} (docs/model.md §11.3; 4 significant digits); ``package``: the
     extract's package and version, as its source."""
     out: dict = {}
     for _, r in att.iterrows():

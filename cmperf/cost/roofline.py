@@ -24,7 +24,7 @@ scales an untiled op's compute and every op's vector work; a tiled GEMM's tiles 
 the chip's own GEMM rates (no stack sets a kernel efficiency on one).
 
 A stack's **measured kernel** (its attention backend as a table timed it on the chip, docs/model.md
-§3.3: ``Op.call_s``, ``Op.busy_efficiency``, set by cmperf/schedule/common.py) keeps the roofline's
+§11.3: ``Op.call_s``, ``Op.busy_efficiency``, set by cmperf/schedule/common.py) keeps the roofline's
 terms as its busy time and replaces the launch by the table's fixed time per call and query row:
 
     t = max(terms) / busy_efficiency + launches x call_s,   call_s = fixed + row_s x rows
@@ -105,7 +105,7 @@ class Op:
     collective: str | None = None  # a collective's kind (specs COLLECTIVE_KINDS): its per-call floor applies
     in_B: Any = 0.0  # bytes of its input a fused producer hands over on chip (not re-read; cmperf/cost/fusion.py)
     kernel_efficiency: Any = 1.0  # share of the chip's calibrated compute and vector rates the stack's kernel reaches
-    busy_efficiency: Any = 1.0  # a measured kernel's: its roofline busy time (every term) over the kernel's (§3.3)
+    busy_efficiency: Any = 1.0  # a measured kernel's: its roofline busy time (every term) over the kernel's (§11.3)
     call_s: Any = math.nan  # a measured kernel's fixed time per call, rows included (NaN: launches x the chip's launch)
 
 
@@ -872,7 +872,7 @@ def op_times(c: OpColumns, hw, cube_share=1.0, vector_share=1.0, by_op: bool = F
     if k.net:
         network, latency, net_bytes = _network(c, x, k, hw, latency, ndim)
     measured = ~np.isnan(x["call_s"])
-    if measured.any():  # a stack's measured kernel (its table's line, §3.3): busy / its efficiency + its calls
+    if measured.any():  # a stack's measured kernel (its table's line, §11.3): busy / its efficiency + its calls
         e = x["busy_efficiency"]
         compute, pool_compute, pool_vector, memory, activation_memory = (
             a / e for a in (compute, pool_compute, pool_vector, memory, activation_memory))

@@ -28,7 +28,7 @@ MEASURED_CORES = ("attention_core", "window_attention_core", "chunk_attention") 
 
 def attention_line(hw, m, phase: str):
     """The stack's measured attention kernel on the chip for ``phase`` (prefill, decode) and the
-    model's attention kind (docs/model.md §3.3): the chip's ``attention_implementations`` line of
+    model's attention kind (docs/model.md §11.3): the chip's ``attention_implementations`` line of
     the stack's ``attention``, or None (no stack naming one, not measured for that phase and
     kind, or an attention the tables do not time: sparse, linear)."""
     from ..cost import arch
@@ -50,7 +50,7 @@ def stack_attention(hw, m, ops: list, phase: str, rows) -> list:
     backend reaches, docs/model.md §11.2; 1 without a stack or a figure), and on a chip that
     measured the stack's kernel (:func:`attention_line`) the core at its table's line: busy /
     busy_efficiency + call_s + row_s x ``rows`` (the core's query rows per die in full-head
-    units: a die's own tokens, whatever its TP group; §3.3)."""
+    units: a die's own tokens, whatever its TP group; §11.3)."""
     eff = host.stack_value(hw.stack, "prefill_attention_efficiency", 1.0) if phase == "prefill" else 1.0
     line = attention_line(hw, m, phase)
     if line is None and np.all(np.asarray(eff) == 1.0):

@@ -160,7 +160,7 @@ class ChipMemory(Strict):
 
 class AttentionLine(Strict):
     """One stack's attention kernel as a measured table timed it on the chip, for one phase and
-    attention kind (docs/model.md §3.3): ``t = call_s + row_s x rows + busy / busy_efficiency``,
+    attention kind (docs/model.md §11.3): ``t = call_s + row_s x rows + busy / busy_efficiency``,
     ``busy`` the roofline's busy time of cmperf's attention core at the chip's calibrated
     efficiencies and ``rows`` its query rows (tokens x the share of the model's heads a die
     holds); fitted to the table by python -m cmperf.calibration.tables."""
@@ -187,7 +187,7 @@ class ChipSpec(Strict):
     latency: Latency
     memory: ChipMemory
     # measured attention kernels a stack may call (its ``attention``): implementation -> phase
-    # (prefill, decode) -> kind (gqa, mla) -> its line (docs/model.md §3.3); absent, or a phase
+    # (prefill, decode) -> kind (gqa, mla) -> its line (docs/model.md §11.3); absent, or a phase
     # or kind not measured: the roofline at the chip's efficiencies and launch latency
     attention_implementations: Optional[dict[str, dict[str, dict[str, AttentionLine]]]] = None
 
