@@ -376,3 +376,23 @@ def stack_sources(path: Path, f: dict) -> dict[str, str]:
                           f"leave-one-run-out folds {min(folds):.3g} ... {max(folds):.3g} "
                           f"(docs/calibration.md#serving-evidence)")
     return out
+
+
+# --------------------------------------------------------------------------- what a log bounds
+def burst_rate_needed_tps(concurrency: float, prompts: float, p99_ttft_s: float, prompt_tokens: float) -> float:
+    """The least prompt-token rate (tokens/s) a closed-loop run's first wave needs by its logged
+    P99 TTFT: ``concurrency`` requests are sent at once; at most 1 % of all ``prompts`` have a
+    TTFT above the P99, so at least concurrency - 0.01 x prompts of the first wave had their
+    prompt prefilled by then (docs/calibration.md#serving-evidence, "what the logs bound")."""
+    return (concurrency - 0.01 * prompts) * prompt_tokens / p99_ttft_s
+
+
+def wave_rate_allowed_tps(prompts: float, median_ttft_s: float, prompt_tokens: float, pass_prompts: float,
+                          latency_s: float = 0.0) -> float:
+    """The most prompt-token rate (tokens/s) a single-wave run (every prompt sent at once) allows,
+    by its logged median TTFT, when a prompt's TTFT is its prefill queue and pass plus
+    ``latency_s`` of anything outside them: at the median at most half the prompts have their
+    first token, and prefilling at X tokens/s in passes of ``pass_prompts`` prompts (all the
+    deployment's instances together) would have finished at least X (t - latency) / p -
+    pass_prompts of them by then; so X <= (N / 2 + pass_prompts) p / (t - latency)."""
+    return (prompts / 2 + pass_prompts) * prompt_tokens / (median_ttft_s - latency_s)
