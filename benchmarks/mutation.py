@@ -391,6 +391,19 @@ CATALOGUE += [
              "            where.setdefault(f.key, []).append(i)\n",
              "            where[f.key] = [i]\n",
              "a question repeated in a Dask study answers one of its rows, the other left empty (tests/test_study_edges.py)"),
+    Mutation("measured-attention-rows-of-the-group", "cmperf/schedule/decode.py", "factor",
+             'kind), "decode", T)\n',
+             'kind), "decode", T * tp)\n',
+             "a decode core's per-row cost counted on the TP group's tokens, not a die's full-head share "
+             "(tests/test_measured_attention.py)"),
+    Mutation("measured-attention-busy-times-efficiency", "cmperf/cost/roofline.py", "inverted",
+             "            a / e for a in (compute, pool_compute, pool_vector, memory, activation_memory))",
+             "            a * e for a in (compute, pool_compute, pool_vector, memory, activation_memory))",
+             "a measured kernel's busy time multiplied by its efficiency instead of divided (tests/test_measured_attention.py)"),
+    Mutation("measured-attention-launch-kept", "cmperf/cost/roofline.py", "term dropped",
+             '        latency = np.where(measured, x["launches"] * np.where(measured, x["call_s"], 0.0), latency)\n',
+             '        latency = latency\n',
+             "a measured kernel's fixed time per call never charged (the chip's launch kept) (tests/test_measured_attention.py)"),
 ]
 
 
