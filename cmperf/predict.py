@@ -207,8 +207,7 @@ def _with_stack(specs: "Specs", hardware: str, stack: str | None, overrides: Map
 
     out = copy.copy(specs)  # the given specs are left as they were
     out.stack, out.stack_name = load_stack(name, overrides), name
-    _check_all_reduce(out, hardware, "--set stack.all_reduce" if "all_reduce" in overrides else f"stack {name}: all_reduce")
-    _check_attention(out, hardware, "--set stack.attention" if "attention" in overrides else f"stack {name}: attention")
+    _check_implementations(out, hardware, name, overrides)
     vendor = str(specs.views()[0].chip.vendor)
     vendors = out.stack.get("vendors")
     if vendors and vendor not in vendors:
@@ -217,26 +216,22 @@ def _with_stack(specs: "Specs", hardware: str, stack: str | None, overrides: Map
     return out
 
 
-def _check_all_reduce(specs: "Specs", hardware: str, where: str) -> None:
-    """The all-reduce a stack names (``all_reduce``) is one the system measured, where it has
-    measured any (collectives.all_reduce_implementations; a system without them times every
-    stack's at its call_floor_s, docs/model.md §4.5): else one line naming both."""
-    impl = specs.stack_view()["all_reduce"] if "all_reduce" in specs.stack_view().keys() else None
-    table = specs.views()[0].system.collectives.all_reduce_implementations
-    if impl is not None and table is not None and impl not in table.keys():
-        raise SpecError(f"{where} {str(impl)[:60]!r}: not an implementation {hardware} has measured "
-                        f"(collectives.all_reduce_implementations: {', '.join(table.keys())})")
-
-
-def _check_attention(specs: "Specs", hardware: str, where: str) -> None:
-    """The attention kernels a stack names (``attention``) are ones the chip measured, where it
-    has measured any (chip attention_implementations; a chip without them times every stack's
-    attention on the roofline, docs/model.md §11.3): else one line naming both."""
-    impl = specs.stack_view()["attention"] if "attention" in specs.stack_view().keys() else None
-    table = specs.views()[0].chip.attention_implementations
-    if impl is not None and table is not None and impl not in table.keys():
-        raise SpecError(f"{where} {str(impl)[:60]!r}: not an implementation the chip of {hardware} has measured "
-                        f"(attention_implementations: {', '.join(table.keys())})")
+def _check_implementations(specs: "Specs", hardware: str, stack: str, overrides) -> None:
+    """The implementations a stack names of the hardware's measured ones exist there: its
+    all-reduce on the system (``collectives.all_reduce_implementations``, docs/model.md §4.5),
+    its attention kernels on the chip (``attention_implementations``, §11.3), where the
+    hardware has measured any (else every stack's is timed on the floor or the roofline);
+    else one line naming what was written and what there is."""
+    hw, names = specs.views()[0], specs.stack_view()
+    for field, table, listing, what in (
+            ("all_reduce", hw.system.collectives.all_reduce_implementations, "collectives.all_reduce_implementations",
+             hardware),
+            ("attention", hw.chip.attention_implementations, "attention_implementations", f"the chip of {hardware}")):
+        impl = names[field] if field in names.keys() else None
+        if impl is not None and table is not None and impl not in table.keys():
+            where = f"--set stack.{field}" if field in overrides else f"stack {stack}: {field}"
+            raise SpecError(f"{where} {str(impl)[:60]!r}: not an implementation {what} has measured "
+                            f"({listing}: {', '.join(table.keys())})")
 
 
 def _check_spec_names(hardware, model, sets, stack) -> list[str]:
@@ -559,10 +554,11 @@ def predict(phase: str, values: Mapping[str, Any] | None = None, specs: Specs | 
 
 def _attention_names(hw, m) -> dict:
     """Per phase of attention, the stack's measured kernel that times it, if any (--breakdown)."""
+    from .cost.host import stack_value
     from .schedule.common import attention_line
 
-    name = hw.stack["attention"] if hw.stack is not None and "attention" in hw.stack.keys() else None
-    return {ph: str(name) for ph in ("prefill", "decode") if name is not None and attention_line(hw, m, ph) is not None}
+    name = stack_value(hw.stack, "attention", None)
+    return {ph: str(name) for ph in ("prefill", "decode") if attention_line(hw, m, ph) is not None}
 
 
 def given_values(values: Mapping[str, Any] | None, call: str) -> dict[str, Any]:

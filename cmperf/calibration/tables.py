@@ -148,35 +148,25 @@ def extract(wheel: str | Path, platform: str) -> tuple[pd.DataFrame, dict]:
                 "impl": df[impl_col] if impl_col else backend, "file": rel,
                 "num_gpus": df["num_gpus"], "message_elems": df["message_size"],
                 "elem_B": df[dtype_col].map(ELEMENT_B), "latency_ms": df["latency"]}))
-        backend, ver = ATTENTION_BACKEND
-        for phase in ("context", "generation"):
-            rel = f"attention/{backend}/{ver}/{phase}_attention_perf.parquet"
-            if base + rel not in names:
-                continue
-            df = _select(_parquet(z, base + rel), ATTENTION_SHAPE)
-            df = df[df["kernel_source"].isin(ATTENTION_KERNELS[phase])]
-            files.append(rel)
-            kv = df["isl"] if phase == "context" else df["step"] + 1
-            rows.append(pd.DataFrame({
-                "kind": f"{phase}_attention", "backend": backend, "version": ver, "impl": df["kernel_source"],
-                "file": rel, "batch": df["batch_size"], "isl": df["isl"], "kv_len": kv,
-                "heads": df["num_heads"], "kv_heads": df["num_key_value_heads"], "head_dim": df["head_dim"],
-                "latency_ms": df["latency"]}))
-        backend, ver = MLA_BACKEND
-        for phase in ("context", "generation"):
-            rel = f"mla/{backend}/{ver}/{phase}_mla_perf.parquet"
-            if base + rel not in names:
-                continue
-            df = _select(_parquet(z, base + rel), MLA_SHAPE)
-            df = df[df["batch_size"].isin(MLA_BATCHES)]
-            keys = ["kernel_source", "batch_size", "isl", "step"]
-            df = df.groupby(keys, as_index=False)["latency"].median()  # a shape collected twice: its median
-            files.append(rel)
-            kv = df["isl"] if phase == "context" else df["step"] + 1
-            rows.append(pd.DataFrame({
-                "kind": f"{phase}_mla", "backend": backend, "version": ver, "impl": df["kernel_source"],
-                "file": rel, "batch": df["batch_size"], "isl": df["isl"], "kv_len": kv,
-                "heads": MLA_SHAPE["num_heads"], "latency_ms": df["latency"]}))
+        for (backend, ver), table, shape in ((ATTENTION_BACKEND, "attention", ATTENTION_SHAPE), (MLA_BACKEND, "mla", MLA_SHAPE)):
+            for phase in ("context", "generation"):
+                rel = f"{table}/{backend}/{ver}/{phase}_{table}_perf.parquet"
+                if base + rel not in names:
+                    continue
+                df = _select(_parquet(z, base + rel), shape)
+                if table == "attention":  # the kernel kept where the table holds several
+                    df = df[df["kernel_source"].isin(ATTENTION_KERNELS[phase])]
+                    heads = {"heads": df["num_heads"], "kv_heads": df["num_key_value_heads"], "head_dim": df["head_dim"]}
+                else:  # every fourth power of two of the batch; a shape collected twice: its median
+                    df = df[df["batch_size"].isin(MLA_BATCHES)]
+                    df = df.groupby(["kernel_source", "batch_size", "isl", "step"], as_index=False)["latency"].median()
+                    heads = {"heads": shape["num_heads"]}
+                files.append(rel)
+                kv = df["isl"] if phase == "context" else df["step"] + 1
+                rows.append(pd.DataFrame({
+                    "kind": f"{phase}_{table}", "backend": backend, "version": ver, "impl": df["kernel_source"],
+                    "file": rel, "batch": df["batch_size"], "isl": df["isl"], "kv_len": kv, **heads,
+                    "latency_ms": df["latency"]}))
         for rel in sorted({f"{'/'.join(f.split('/')[:3])}/collection_meta.yaml" for f in files}):
             if base + rel not in names:
                 raise ValueError(f"{wheel.name}: {base + rel} missing (the version of a table is read from it)")
