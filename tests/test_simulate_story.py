@@ -20,6 +20,7 @@ class _Step:
     """A step time by hand: 10 ms + 10 us per chunk token per NPU (+ nothing per request)."""
 
     npus = 1.0
+    dies_per_rank = 1.0  # one rank of one die per NPU unless a test says otherwise
     kv_tokens_per_rank = 1e9
 
     def step(self, batch_per_npu, kv, chunk_per_npu=0.0):
@@ -92,6 +93,46 @@ def test_whole_prompts_without_chunked_prefill_by_hand():
     r = _two(False, 600.0)
     assert r.first_token_s == pytest.approx([0.020, 0.040])
     assert r.finish_s == pytest.approx([0.050, 0.060])
+
+
+def _ranks2(arrival, prompt, steps, budget, chunked, delay=0):
+    """Two ranks of one die on one NPU (2 dies per NPU), the stub's step time."""
+    n = len(prompt)
+    req = Requests(arrival_s=np.asarray(arrival, dtype=float), prompt=np.asarray(prompt, dtype=float),
+                   output=np.asarray(steps, dtype=float) + 1.0, cached=np.zeros(n), steps=np.asarray(steps))
+    stats = Stats()
+    inst = CoLocatedInstance(0, _Step(), 2, 1.0, math.inf, "round_robin", req, stats, budget, math.inf, chunked, delay)
+    Simulation(req, [], [inst], math.inf, stats).run()
+    return req
+
+
+def test_a_rank_takes_its_own_budget_and_the_iteration_waits_for_the_hot_rank_by_hand():
+    """Two ranks of one die on one NPU, budget 1,000 (500 a rank), chunked, prompts of 1,000
+    tokens. One prompt alone: its rank takes 500 an iteration, timed at the hot rank's
+    500 x 2 dies per NPU = 1,000 tokens per NPU (20 ms): its first token at 40 ms, not at 20 ms
+    as an even spread of 1,000 tokens over the NPU would give. Two prompts (one a rank): the same
+    20 ms iterations, both first tokens at 40 ms (docs/model.md §12.3)."""
+    one = _ranks2([0.0], [1000.0], [0], 1000.0, True)
+    assert one.first_token_s == pytest.approx([0.040])
+    two = _ranks2([0.0, 0.0], [1000.0, 1000.0], [0, 0], 1000.0, True)
+    assert two.first_token_s == pytest.approx([0.040, 0.040])
+
+
+def test_the_prefill_delayer_holds_a_lone_prompt_by_hand():
+    """Two ranks, whole prompts of 100 tokens, budget 200 (100 a rank), the delayer at 4 passes.
+    Requests 0 and 1 at t = 0 (the instance idle: nothing held) go in one iteration at
+    max(200, 100 x 2) = 200 tokens per NPU (12 ms); then 10 ms decode steps (22, 32, 42, 52 ms,
+    ...). Request 2 arrives at 50 ms, is seen at the 52 ms boundary (step 4) with one prompt
+    waiting for two ranks: held 4 - 1 = 3 passes (to step 7, 82 ms), then its 12 ms iteration:
+    first token at 94 ms (64 ms without the delayer). Requests 2 and 3 arriving together fill
+    both ranks: prefilled at once, 64 ms."""
+    arrive, prompt, steps = [0.0, 0.0, 0.05], [100.0] * 3, [30, 30, 0]
+    held = _ranks2(arrive, prompt, steps, 200.0, False, delay=4)
+    assert held.first_token_s == pytest.approx([0.012, 0.012, 0.094])
+    free = _ranks2(arrive, prompt, steps, 200.0, False, delay=0)
+    assert free.first_token_s == pytest.approx([0.012, 0.012, 0.064])
+    both = _ranks2(arrive + [0.05], prompt + [100.0], steps + [0], 200.0, False, delay=4)
+    assert both.first_token_s == pytest.approx([0.012, 0.012, 0.064, 0.064])
 
 
 @pytest.fixture(scope="module")

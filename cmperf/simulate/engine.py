@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cost.pool import pass_with_pool_s
-from .predictor import DecodePredictor, PrefillPredictor, pool_traffic_s
+from .predictor import DecodePredictor, PrefillPredictor, pass_tokens_per_npu, pool_traffic_s
 
 
 TRIED_ALONE = 4  # ranks a round robin tries one by one before testing every rank at once (_rank_for)
@@ -228,7 +228,7 @@ class DecodeInstance:
                 return self.pending[0][0]
             return None
         self._drop_stale()
-        k_c = min(max(self.finishing[0][0] - self.s, 1.0), self._steps_to_full())
+        k_c = min(max(self.finishing[0][0] - self.s, 1.0), self._forced_steps())
         t_goal = None
         if self.pending and self._room():
             t_goal = self.pending[0][0]
@@ -239,9 +239,9 @@ class DecodeInstance:
         """A rank has fewer requests than it may run."""
         return bool(_min(self._load_n()) < self.cap_n)
 
-    def _steps_to_full(self) -> float:
-        """Steps until a rank's KV outgrows what it holds (a forced boundary; none here:
-        admission reserves each request's whole context)."""
+    def _forced_steps(self) -> float:
+        """Steps until a boundary the instance must stop at (none here: admission reserves
+        each request's whole context, so no rank's KV outgrows what it holds)."""
         return math.inf
 
     def _drop_stale(self) -> None:
@@ -392,12 +392,28 @@ class CoLocatedInstance(DecodeInstance):
     T_c(b, L_hot, c) at the decode batch b per NPU, the hot rank's KV and c chunk tokens per NPU;
     each such iteration is also one decode step. A prompt's first token comes at the end of the
     iteration that ran its last piece; its KV stays on the instance (no transfer). With no
-    prompt to prefill the instance jumps from boundary to boundary as a decode instance."""
+    prompt to prefill the instance jumps from boundary to boundary as a decode instance.
+
+    Each DP-attention rank schedules its own prompts (SGLang's scheduler per DP rank, vLLM's
+    engine per DP rank): a rank takes at most ``budget_tokens / ranks`` prompt tokens an
+    iteration (the stack's per-rank --max-prefill-tokens, or chunk), its first prompt whatever
+    its length, and the iteration is timed at its most-loaded rank's tokens
+    (:func:`cmperf.simulate.predictor.pass_tokens_per_npu`): a rank computes its prompts'
+    attention and dense layers on its own dies. With ``delay_passes`` (SGLang's prefill delayer,
+    ``--enable-prefill-delayer`` / ``SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE=1``; docs/model.md
+    §12.3) new prompts wait until every rank can prefill at once, or ``delay_passes - 1``
+    forward passes: :meth:`_held_back`."""
 
     def __init__(self, idx, pred, ranks, mu, cap_requests, policy, req, stats, budget_tokens: float,
-                 budget_requests: float, chunked: bool):
+                 budget_requests: float, chunked: bool, delay_passes: int = 0):
         super().__init__(idx, pred, ranks, mu, cap_requests, policy, req, stats)
         self.budget_tokens, self.budget_requests, self.chunked = budget_tokens, budget_requests, chunked
+        self.per_rank_tokens = budget_tokens / ranks  # a rank's own prefill budget per iteration
+        self.delay_passes = int(delay_passes)
+        self.delay_from = None  # the step the delayer began holding new prompts back at
+        self.recent_bs: deque = deque(maxlen=16)  # largest prompts per rank of the latest iterations with new prompts
+        self.first_slot_delay = True  # the delayer lets its first slot-limited wait pass (SGLang's skip_first_delayer)
+        self._shut = np.zeros(ranks)  # while composing a chunk: inf on ranks whose own budget is spent
         self.filling: list = []  # [request, rank, prompt tokens still to compute], FCFS
         self.held_n = np.zeros(ranks)  # ranks reserved by the prompts being filled
         self.held_kv = np.zeros(ranks)
@@ -412,7 +428,7 @@ class CoLocatedInstance(DecodeInstance):
         return super().next_event()
 
     def _load_n(self) -> np.ndarray:
-        return self.n_r + self.held_n
+        return self.n_r + self.held_n + self._shut
 
     def _load_kv(self) -> np.ndarray:
         return self._kv_at(self.s) + self.held_kv
@@ -423,15 +439,49 @@ class CoLocatedInstance(DecodeInstance):
         self._preempt()
         self._start_iteration(now)
 
-    def _steps_to_full(self) -> float:
+    def _forced_steps(self) -> float:
         """Steps until the first rank's KV (its requests' growing KV and its prompts being
-        filled) outgrows what the rank holds: S_r(s) = A_r + n_r mu s + held_r."""
+        filled) outgrows what the rank holds, S_r(s) = A_r + n_r mu s + held_r, or until the
+        prefill delayer stops holding prompts back, whichever comes first."""
         busy = self.n_r > 0
         if not busy.any():
             return math.inf
         room = self.cap_kv - self.A_r[busy] - self.held_kv[busy]
         s_full = room / (self.n_r[busy] * self.mu) - self.s
-        return float(max(math.ceil(float(s_full.min())), 1.0))
+        k = float(max(math.ceil(float(s_full.min())), 1.0))
+        if self.delay_from is not None and self.waiting:
+            k = min(k, max(self.delay_from + self.delay_passes - 1 - self.s, 1.0))
+        return k
+
+    def _held_back(self) -> bool:
+        """SGLang's prefill delayer (sglang/srt/managers/prefill_delayer.py): the ranks gather
+        which of them can prefill. None can: nothing is held. Every rank can (here: every rank
+        has room and at least one waiting prompt each, as the DP controller's round robin gives
+        them) and each has as many free slots as its largest recent prefill batch: prefill now.
+        Otherwise (some ranks only, or a rank too full to take a whole batch) new prompts wait,
+        at most ``delay_passes - 1`` forward passes, then go. A release starts the count anew.
+        An idle instance (no decode batch: no forward passes to count) holds nothing back."""
+        if self.delay_passes <= 0 or self.R == 1 or not self.waiting or self.n == 0:
+            self.delay_from = None
+            return False
+        free = self.cap_n - self._load_n()
+        if not (free >= 1).any():
+            self.delay_from = None
+            return False
+        if (free >= 1).all() and len(self.waiting) >= self.R:
+            if float(free.min()) >= max(self.recent_bs, default=0):
+                self.delay_from = None
+                return False
+            if self.first_slot_delay:
+                self.first_slot_delay = False
+                self.delay_from = None
+                return False
+        if self.delay_from is None:
+            self.delay_from = self.s
+        if self.s - self.delay_from < self.delay_passes - 1:
+            return True
+        self.delay_from = None
+        return False
 
     def _preempt(self) -> None:
         """vLLM's recompute preemption: while a rank's KV exceeds what it holds, its newest request
@@ -486,20 +536,26 @@ class CoLocatedInstance(DecodeInstance):
     def _start_iteration(self, now: float) -> None:
         """Compose the next iteration's chunk (class docstring); none when nothing is to prefill."""
         req = self.req
-        room = self.budget_tokens
+        per_rank = self.per_rank_tokens
         chunk = []
+        taken: dict = {}  # rank -> its prompt tokens in this chunk
+        count: dict = {}  # rank -> its prompts in this chunk
         new, pool_B, blocks, write_B, write_blocks = 0, 0.0, 0.0, 0.0, 0.0  # the prompts this iteration starts
-        for e in self.filling:
-            take = min(e[2], room) if self.chunked else (e[2] if e[2] <= room or not chunk else 0.0)
+        for e in self.filling:  # the prompts in flight first, each within its own rank's budget
+            r = e[1]
+            left = per_rank - taken.get(r, 0.0)
+            take = min(e[2], left) if self.chunked else (e[2] if e[2] <= left or r not in taken else 0.0)
             if take <= 0:
-                break
+                continue
             chunk.append((e, take))
-            room -= take
-        while self.waiting and room > 0 and len(self.filling) < self.budget_requests:
+            taken[r] = taken.get(r, 0.0) + take
+            count[r] = count.get(r, 0) + 1
+        held = self._held_back()
+        while not held and self.waiting and len(self.filling) < self.budget_requests:
             rid = self.waiting[0]
             c = max(self.q.prompt[rid] - self.q.cached[rid], 1.0) + self.extra.get(rid, 0.0)  # a preempted one recomputes
-            if not self.chunked and c > room and chunk:
-                break
+            for rr, t in taken.items():  # a rank whose own budget this prompt would overrun takes no more
+                self._shut[rr] = math.inf if (t >= per_rank if self.chunked else t + c > per_rank) else 0.0
             r = self._rank_for(rid)
             if r is None:
                 break
@@ -515,12 +571,18 @@ class CoLocatedInstance(DecodeInstance):
             blocks += self.q.blocks[rid]
             write_B += self.q.write_B[rid]
             write_blocks += self.q.write_blocks[rid]
-            take = min(c, room) if self.chunked else c
+            take = min(c, per_rank - taken.get(r, 0.0)) if self.chunked else c
             chunk.append((e, take))
-            room -= take
+            taken[r] = taken.get(r, 0.0) + take
+            count[r] = count.get(r, 0) + 1
+        self._shut[:] = 0.0
         if not chunk:
             return
-        tokens = sum(t for _, t in chunk) / self.pred.npus
+        if new:
+            self.recent_bs.append(max(count.values()))
+        dies_per_rank = self.pred.dies_per_rank
+        tokens = pass_tokens_per_npu(sum(taken.values()), self.pred.npus, max(taken.values()), dies_per_rank,
+                                     self.R * dies_per_rank / self.pred.npus)
         b = self.n / self.pred.npus
         if self.n > 0:
             kv = self._kv_at(self.s)

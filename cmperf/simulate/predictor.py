@@ -15,8 +15,10 @@ tokens; a GEMM's tile padding makes small steps); where every prompt has one com
 the t axis also holds every pass of whole prompts (the steps of a GEMM's waves are then timed
 exactly, whatever the budget); the grid points themselves are exactly
 ``predict``'s rows (tested). Below the smallest batch (one request per NPU) T is the smallest
-batch's: the weights are read whatever the batch. A prefill pass with fewer prompts than
-attention groups costs what one prompt per group costs (the other groups idle).
+batch's: the weights are read whatever the batch. A pass (a prefill pass, or a co-located
+iteration's prompt chunk) is timed at no fewer tokens per NPU than its most-loaded attention
+group computes (:func:`pass_tokens_per_npu`): a group computes its own prompts' attention and
+dense layers on its own dies, and the pass waits for it (the other groups idle).
 """
 
 from __future__ import annotations
@@ -56,6 +58,22 @@ def whole_prompt_tokens(per_prompt: float, lo: float, hi: float) -> np.ndarray:
     if k_hi - k_lo + 1 > WHOLE_PROMPT_POINTS:
         return np.empty(0)
     return np.round(np.arange(max(k_lo, 1), k_hi + 1) * per_prompt, 6)
+
+
+def pass_tokens_per_npu(tokens: float, npus: float, group_tokens: float, group_dies: float,
+                        dies_per_npu: float) -> float:
+    """The prompt tokens per NPU a pass is timed at: ``tokens`` computed in all, spread over the
+    instance's ``npus``, but no fewer than its most-loaded attention group's, ``group_tokens``
+    over that group's ``group_dies`` (data-parallel attention: a group computes its own prompts'
+    attention and dense layers; every group waits for it at the MoE layers):
+
+        t = max(tokens / npus, group_tokens * dies_per_npu / group_dies)
+
+    A PD prefill pass takes for ``group_tokens`` one prompt (a pass costs what one prompt per
+    group costs); a co-located iteration its hot rank's tokens in the chunk (docs/model.md §12.3).
+    The cost model then times every group at t, the MoE layers too: an upper bound where groups
+    carry fewer tokens than the hot one."""
+    return max(tokens / npus, group_tokens * dies_per_npu / group_dies)
 
 
 def _interp_index(axis: np.ndarray, x: float) -> tuple[int, float]:
@@ -183,7 +201,7 @@ class PrefillPredictor:
         return self._times(tokens, c_eff, C_eff, prompts, pool_B, blocks, kv_B, write_B, write_blocks)
 
     def _pass_times(self, tokens, c_eff, C_eff, prompts, pool_B, blocks, kv_B, write_B, write_blocks):
-        t = max(tokens / self.npus, self.min_tokens_per_npu(c_eff))
+        t = pass_tokens_per_npu(tokens, self.npus, max(c_eff, 1.0), self.tp, self.dies / self.npus)
         levels = self.compute_s
         if len(levels) == 1 or C_eff <= levels[0][0]:
             comp = levels[0][1].at(t, c_eff)
@@ -338,8 +356,8 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
     c_max = float(np.max(cached)) if len(cached) else 0.0
     levels = [0.0] + ([float(x) for x in geometric(min(256.0, c_max), c_max, 2.0)] if c_max >= 1 else [])
 
-    def min_tokens(c: float) -> float:  # one prompt's computed tokens per attention TP group
-        return max(c, 1.0) * dpp / tp
+    def min_tokens(c: float) -> float:  # a pass of one prompt per attention TP group
+        return pass_tokens_per_npu(0.0, npus, max(c, 1.0), tp, dpp)
 
     t_hi = max(max_tokens / npus, min_tokens(cs[-1]))
     ts = geometric(min_tokens(cs[0]), t_hi, 1.3)

@@ -909,6 +909,13 @@ class StackSpec(Strict):
     max_prefill_tokens: PassTokens  # prompt tokens one prefill pass takes at most (per instance)
     max_prefill_requests: Optional[PassRequests] = None  # prompts one prefill pass takes at most (per instance)
     chunked_prefill_tokens: ChunkTokens  # 0: a prompt is prefilled whole; else chunks of at most this many
+    # SGLang's prefill delayer (DP attention, co-located): new prompts wait until every rank can
+    # prefill at once, at most this many forward passes less one (docs/model.md §12.3); absent or 0: off
+    prefill_delay_passes: Optional[SourcedInt] = None
+    # a co-located iteration mixes its prompt chunk into the decode batch (one engine step: vLLM
+    # V1, Sarathi); off: the prompts run as their own extend forward and the iteration pays a
+    # prefill pass's host terms too (SGLang without --enable-mixed-chunk; cmperf/cost/host.py); absent: on
+    mixed_chunks: Optional[SourcedBool] = None
     kv_block_tokens: BlockTokens  # tokens per KV page / block
     # share of an instance's free HBM that keeps computed prefixes' KV for reuse (RadixAttention,
     # vLLM automatic prefix caching; docs/model.md §9.5); absent: 1 (every free page)
