@@ -115,6 +115,23 @@ def test_a_decode_host_term_never_enters_a_prefill_pass_and_vice_versa():
         predict("decode", {"batch": 8}, specs).columns["iteration_ms"].iat[0]
 
 
+def test_an_extend_iteration_pays_the_prefill_pass_host_where_the_stack_does_not_mix_chunks():
+    """A co-located iteration with a prompt chunk, by hand at fixed values: 0.1 s a pass and
+    2 ms a prompt, 4,096 prompt tokens per NPU = one 2,048-token prompt per die, one die per
+    rank (tp 1): SGLang's extend forward (mixed_chunks off) adds 0.1 + 1 x 0.002 s to the
+    iteration the same stack mixing its chunks takes; a decode step without a chunk pays
+    neither (cost/host.with_extend, docs/model.md §12.3)."""
+    sets = ["stack.prefill_overhead_s=0.1", "stack.prefill_request_s=0.002"]
+    row = {"dies": 16, "tp": 1, "batch": 8, "chunk_tokens": 4096.0, "prompt_len": 2048}
+    ms = {}
+    for mixed in ("true", "false"):
+        specs = load_specs("cloudmatrix384", stack="sglang-ascend", sets=sets + [f"stack.mixed_chunks={mixed}"])
+        ms[mixed] = (predict("decode", row, specs).columns["iteration_ms"].iat[0],
+                     predict("decode", {**row, "chunk_tokens": 0.0}, specs).columns["iteration_ms"].iat[0])
+    assert ms["false"][0] - ms["true"][0] == pytest.approx(102.0, rel=1e-9)
+    assert ms["false"][1] == ms["true"][1]
+
+
 def test_the_simulators_steps_carry_the_host_time_of_their_own_phase():
     """The simulation's step-time grids are predict's rows (host time included), and a decode
     constant moves only decode steps, a prefill constant only passes."""

@@ -168,6 +168,14 @@ def moe_layers(m) -> int:
     return m.num_layers - m.first_dense_layers if m.moe is not None else 0
 
 
+def dispatching_layers(m, mtp):
+    """MoE layers a prompt's tokens are dispatched in: the model's, and the MTP module's where
+    ``mtp`` (0/1, arrays) runs it; 0 for a dense model."""
+    if m.moe is None:
+        return 0.0
+    return moe_layers(m) + (np.asarray(mtp, dtype=float) if m.mtp.modules else 0.0)
+
+
 def embedding_params(m) -> int:
     return m.vocab_size * m.hidden_size
 

@@ -79,7 +79,9 @@ tokens: a longer prompt costs more rounds, more prompts more admissions, more la
 
 A decode term (the scheduler, the DP sync, the seams) never enters a prefill pass and a
 prefill term (the pass overhead, the dispatch syncs) never a decode step: each phase reads its
-own fields.
+own fields. A co-located iteration carrying prompts is both when the stack runs its prompts as
+their own extend forward rather than mixing them into the decode batch (``mixed_chunks`` off,
+SGLang's default): it pays the decode step's terms and the prefill pass's (:func:`with_extend`).
 """
 
 from __future__ import annotations
@@ -184,15 +186,41 @@ def dispatch_syncs(stack, moe_layers, microbatches, tokens_per_microbatch) -> np
     return np.asarray(moe_layers, dtype=float) * np.asarray(microbatches, dtype=float) * rounds * per
 
 
+def prefill_serial(stack, moe_layers, microbatches, tokens_per_microbatch, prompts_per_rank) -> dict:
+    """The host terms of a prefill pass the device waits for (module docstring): the pass's
+    own, its prompts' admission (one DP-attention rank's ``prompts_per_rank``) and the
+    dispatch syncs of ``moe_layers`` x ``microbatches`` of ``tokens_per_microbatch`` tokens
+    per die."""
+    syncs = dispatch_syncs(stack, moe_layers, microbatches, tokens_per_microbatch)
+    return {"pass": np.asarray(stack_value(stack, "prefill_overhead_s"), dtype=float),
+            "requests": np.asarray(prompts_per_rank, dtype=float) * stack_value(stack, "prefill_request_s"),
+            "dispatch_syncs": syncs * stack_value(stack, "host_sync_s")}
+
+
 def prefill_host(stack, n_launches, moe_layers, microbatches, tokens_per_microbatch, prompts_per_rank) -> HostTime:
     """Host time of one prefill pass (module docstring): ``moe_layers`` layers that dispatch
     (the MTP module's included when it runs), ``microbatches`` of ``tokens_per_microbatch``
     tokens per die, ``prompts_per_rank`` prompts admitted by each DP-attention rank."""
     if stack is None:
         return HostTime(np.asarray(0.0))
-    syncs = dispatch_syncs(stack, moe_layers, microbatches, tokens_per_microbatch)
-    return HostTime(launch_s(stack, stack.prefill_graph, n_launches), {
-        "pass": np.asarray(stack_value(stack, "prefill_overhead_s"), dtype=float),
-        "requests": np.asarray(prompts_per_rank, dtype=float) * stack_value(stack, "prefill_request_s"),
-        "dispatch_syncs": syncs * stack_value(stack, "host_sync_s"),
-    })
+    return HostTime(launch_s(stack, stack.prefill_graph, n_launches),
+                    prefill_serial(stack, moe_layers, microbatches, tokens_per_microbatch, prompts_per_rank))
+
+
+def with_extend(stack, h: HostTime, chunk_prompts_per_rank, moe_layers, chunk_tokens_per_die) -> HostTime:
+    """A co-located iteration's host time, ``h`` its decode step's: a stack that does not mix
+    prompt chunks into the decode batch (``mixed_chunks`` off: SGLang without
+    --enable-mixed-chunk runs them as their own extend forward, the DP ranks' batches in one
+    pass) pays, on the iterations that carry prompts (``chunk_prompts_per_rank`` > 0 on the
+    hot rank), a prefill pass's host terms too (:func:`prefill_serial`):
+
+        H = H_decode + [chunk > 0] x (H_pass + H_requests + H_syncs)
+
+    A stack that mixes them (vLLM V1, Sarathi: one engine step) pays the decode step's alone."""
+    if stack is None or bool(stack_value(stack, "mixed_chunks", True)):
+        return h
+    on = np.asarray(chunk_prompts_per_rank, dtype=float) > 0
+    if not np.any(on):
+        return h
+    extend = prefill_serial(stack, moe_layers, 1.0, chunk_tokens_per_die, chunk_prompts_per_rank)
+    return HostTime(h.overlapped_s, {**h.serial, **{k: np.where(on, v, 0.0) for k, v in extend.items()}})

@@ -23,7 +23,7 @@ from ..cost.collectives import route_of
 from ..cost.ops import (activation_op, attention_decode_kernels, chunk_attention_ops, dense_ffn_op, embedding_ops, head_ops,
                         moe_ops, mtp_proj_op, placement, residual_norm_ops, router_topk_op, tp_allreduce_op)
 from ..cost.ops import Bytes, vocab_tp
-from ..cost.host import decode_host
+from ..cost.host import decode_host, with_extend
 from ..cost.roofline import core_split_fits, number, tier_for_group
 from .common import (LayerMix, stack_attention, Part, Schedule, Section, Timing, choose, grid_rows, layer_section, select, timed_parts,
                      tokens_per_s_per_tflops, wait_after)
@@ -242,7 +242,10 @@ def iteration(hw, m, g, n: int, overlap=None, shared: dict | None = None,
                  "embedding + final norm + vocab-parallel LM head, logits gather and sampling over all tokens "
                  "(a chunk: the last token of each prompt it finishes) + iteration overhead",
                  hw.chip.latency.iteration_overhead_s)
-    return sched.with_host(decode_host(hw.stack, sched.launches(), draft_tokens(g), dp_ranks(g))), sched, main
+    h = decode_host(hw.stack, sched.launches(), draft_tokens(g), dp_ranks(g))
+    if np.any(C > 0):  # a co-located chunk: the stack's extend forward pays the prefill pass's host terms
+        h = with_extend(hw.stack, h, chunk_geometry(hw, g)["in_flight"] * number(g["tp"]), arch.dispatching_layers(m, k > 0), C)
+    return sched.with_host(h), sched, main
 
 
 def dp_ranks(g) -> np.ndarray:

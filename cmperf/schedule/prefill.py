@@ -157,7 +157,7 @@ def forward(hw, m, g, n: int, shared: dict | None = None, layers: dict | None = 
     if np.any(np.asarray(g["pool_len"]) > 0):
         sched.serial("pool_load", [], 1, "the cached prefixes' pool-held tails read from the pool before the pass",
                      pool_load_s(hw, m, g))
-    moe = (arch.moe_layers(m) + (number(g["mtp"]) if m.mtp.modules else 0.0)) if m.moe is not None else 0.0
+    moe = arch.dispatching_layers(m, number(g["mtp"]))
     per_rank = prompts_per_die(hw, g) * number(g["attn_tp"])  # a DP-attention rank's prompts (its attn_tp dies')
     return sched.with_host(prefill_host(hw.stack, sched.launches(), moe, n, T, per_rank)), sched
 
