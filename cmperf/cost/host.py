@@ -207,14 +207,16 @@ def prefill_host(stack, n_launches, moe_layers, microbatches, tokens_per_microba
                     prefill_serial(stack, moe_layers, microbatches, tokens_per_microbatch, prompts_per_rank))
 
 
-def with_extend(stack, h: HostTime, chunk_prompts_per_rank, moe_layers, chunk_tokens_per_die) -> HostTime:
+def with_extend(stack, h: HostTime, n_launches, chunk_prompts_per_rank, moe_layers, chunk_tokens_per_die) -> HostTime:
     """A co-located iteration's host time, ``h`` its decode step's: a stack that does not mix
     prompt chunks into the decode batch (``mixed_chunks`` off: SGLang without
     --enable-mixed-chunk runs them as their own extend forward, the DP ranks' batches in one
     pass) pays, on the iterations that carry prompts (``chunk_prompts_per_rank`` > 0 on the
-    hot rank), a prefill pass's host terms too (:func:`prefill_serial`):
+    hot rank), a prefill pass's host terms too (:func:`prefill_serial`), and launches its
+    ``n_launches`` kernels in the stack's prefill mode (SGLang: eager; its decode graphs take
+    decode batches only):
 
-        H = H_decode + [chunk > 0] x (H_pass + H_requests + H_syncs)
+        H = H_decode + [chunk > 0] x (H_pass + H_requests + H_syncs), launched as prefill_graph says
 
     A stack that mixes them (vLLM V1, Sarathi: one engine step) pays the decode step's alone."""
     if stack is None or bool(stack_value(stack, "mixed_chunks", True)):
@@ -223,4 +225,5 @@ def with_extend(stack, h: HostTime, chunk_prompts_per_rank, moe_layers, chunk_to
     if not np.any(on):
         return h
     extend = prefill_serial(stack, moe_layers, 1.0, chunk_tokens_per_die, chunk_prompts_per_rank)
-    return HostTime(h.overlapped_s, {**h.serial, **{k: np.where(on, v, 0.0) for k, v in extend.items()}})
+    ahead = np.where(on, launch_s(stack, stack.prefill_graph, n_launches), h.overlapped_s)
+    return HostTime(ahead, {**h.serial, **{k: np.where(on, v, 0.0) for k, v in extend.items()}})

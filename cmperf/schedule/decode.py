@@ -244,7 +244,7 @@ def iteration(hw, m, g, n: int, overlap=None, shared: dict | None = None,
                  hw.chip.latency.iteration_overhead_s)
     h = decode_host(hw.stack, sched.launches(), draft_tokens(g), dp_ranks(g))
     if np.any(C > 0):  # a co-located chunk: the stack's extend forward pays the prefill pass's host terms
-        h = with_extend(hw.stack, h, chunk_geometry(hw, g)["in_flight"] * number(g["tp"]), arch.dispatching_layers(m, k > 0), C)
+        h = with_extend(hw.stack, h, sched.launches(), chunk_geometry(hw, g)["in_flight"] * number(g["tp"]), arch.dispatching_layers(m, k > 0), C)
     return sched.with_host(h), sched, main
 
 
