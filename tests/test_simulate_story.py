@@ -95,13 +95,14 @@ def test_whole_prompts_without_chunked_prefill_by_hand():
     assert r.finish_s == pytest.approx([0.050, 0.060])
 
 
-def _ranks2(arrival, prompt, steps, budget, chunked, delay=0):
+def _ranks2(arrival, prompt, steps, budget, chunked, delay=0, pauses=False):
     """Two ranks of one die on one NPU (2 dies per NPU), the stub's step time."""
     n = len(prompt)
     req = Requests(arrival_s=np.asarray(arrival, dtype=float), prompt=np.asarray(prompt, dtype=float),
                    output=np.asarray(steps, dtype=float) + 1.0, cached=np.zeros(n), steps=np.asarray(steps))
     stats = Stats()
-    inst = CoLocatedInstance(0, _Step(), 2, 1.0, math.inf, "round_robin", req, stats, budget, math.inf, chunked, delay)
+    inst = CoLocatedInstance(0, _Step(), 2, 1.0, math.inf, "round_robin", req, stats, budget, math.inf, chunked, delay,
+                             pauses)
     Simulation(req, [], [inst], math.inf, stats).run()
     return req
 
@@ -133,6 +134,21 @@ def test_the_prefill_delayer_holds_a_lone_prompt_by_hand():
     assert free.first_token_s == pytest.approx([0.012, 0.012, 0.064])
     both = _ranks2(arrive + [0.05], prompt + [100.0], steps + [0], 200.0, False, delay=4)
     assert both.first_token_s == pytest.approx([0.012, 0.012, 0.064, 0.064])
+
+
+def test_a_rank_that_extends_does_not_step_its_own_decode_batch_by_hand():
+    """SGLang without --enable-mixed-chunk: a rank's iteration is its prompts or its decode
+    batch. Two ranks, whole prompts of 100 tokens, budget 200: requests 0 (rank 0, 3 steps) and
+    1 (rank 1) prefilled together (12 ms), decode steps at 22 and 32 ms; request 2 arrives at
+    30 ms and goes to rank 0: its 12 ms iteration ends at 44 ms (its first token) and is
+    request 0's third step where prompts mix into the batch (done at 44 ms), but not where rank
+    0 extended instead: one more 10 ms step, done at 54 ms."""
+    arrive, prompt, steps = [0.0, 0.0, 0.03], [100.0] * 3, [3, 30, 0]
+    mixed = _ranks2(arrive, prompt, steps, 200.0, False)
+    paused = _ranks2(arrive, prompt, steps, 200.0, False, pauses=True)
+    assert mixed.first_token_s[2] == pytest.approx(0.044) and paused.first_token_s[2] == pytest.approx(0.044)
+    assert mixed.finish_s[0] == pytest.approx(0.044)
+    assert paused.finish_s[0] == pytest.approx(0.054)
 
 
 @pytest.fixture(scope="module")

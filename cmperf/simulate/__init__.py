@@ -97,7 +97,8 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
             # rank's budget when prompts are not split), as if every rank carried it
             hot = budget_t / ranks if chunked else max(budget_t / ranks, float(np.max(computed)))
             kw = {"chunks": tuple(geometric(64.0, hot * ranks / npus, 2.0)), "chunk_prompt": float(np.sum(computed ** 2) / np.sum(computed))}
-            budgets = (budget_t, budget_r, chunked, _delay_passes(st))
+            budgets = (budget_t, budget_r, chunked, _delay_passes(st),
+                       st is not None and getattr(st, "mixed_chunks", None) is False)
         pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
                                 ref_kv=float(workload.decode_kv_len), sweeps=sweeps, pool_readers=coloc_readers, **kw)
         made.append((g, pred if sweeps else [pred], ranks, cap, budgets))

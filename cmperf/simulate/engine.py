@@ -405,11 +405,12 @@ class CoLocatedInstance(DecodeInstance):
     forward passes: :meth:`_held_back`."""
 
     def __init__(self, idx, pred, ranks, mu, cap_requests, policy, req, stats, budget_tokens: float,
-                 budget_requests: float, chunked: bool, delay_passes: int = 0):
+                 budget_requests: float, chunked: bool, delay_passes: int = 0, extend_pauses: bool = False):
         super().__init__(idx, pred, ranks, mu, cap_requests, policy, req, stats)
         self.budget_tokens, self.budget_requests, self.chunked = budget_tokens, budget_requests, chunked
         self.per_rank_tokens = budget_tokens / ranks  # a rank's own prefill budget per iteration
         self.delay_passes = int(delay_passes)
+        self.extend_pauses = bool(extend_pauses)  # a rank that extends does not step its decode batch (mixed_chunks off)
         self.delay_from = None  # the step the delayer began holding new prompts back at
         self.recent_bs: deque = deque(maxlen=16)  # largest prompts per rank of the latest iterations with new prompts
         self.first_slot_delay = True  # the delayer lets its first slot-limited wait pass (SGLang's skip_first_delayer)
@@ -452,6 +453,18 @@ class CoLocatedInstance(DecodeInstance):
         if self.delay_from is not None and self.waiting:
             k = min(k, max(self.delay_from + self.delay_passes - 1 - self.s, 1.0))
         return k
+
+    def _pause(self, ranks: set) -> None:
+        """The running requests of ``ranks``, which ran an extend forward in the iteration just
+        ended (their rank's batch was its prompts: SGLang without --enable-mixed-chunk), did not
+        step: each is one step later from here on (its admit step and its last step moved on by
+        one, its rank's KV one step's tokens less)."""
+        for rid, r in self.rank_of.items():
+            if r in ranks:
+                self.admit_step[rid] += 1
+                self.live[rid] += 1
+                heapq.heappush(self.finishing, (self.live[rid], rid))
+                self._move(r, 0, -self.mu)
 
     def _held_back(self) -> bool:
         """SGLang's prefill delayer (sglang/srt/managers/prefill_delayer.py): the ranks gather
@@ -513,6 +526,8 @@ class CoLocatedInstance(DecodeInstance):
         if self.n > 0:
             self.stats.intervals.append((T, 0.0, 1, self.n, T_mean))
             self.s += 1
+            if self.extend_pauses:
+                self._pause({e[1] for e, _ in chunk})
         self.busy += T
         self.prefill_busy += T
         self.t = now
