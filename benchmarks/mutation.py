@@ -83,6 +83,8 @@ BOOKKEEPING = (
     "tests/test_measured_tables.py::test_docs_quote_the_fits",
     # the stack's host constants are re-fitted by `--stack NAME --write`, which a mutation's re-fit does not run
     "tests/test_serving_fit.py::test_the_shipped_stack_constants_are_a_fresh_fit",
+    # the catalogue's own check: in a mutated copy the planted text is gone, so it fails for every mutation
+    "tests/test_planted.py::test_the_mutation_catalogue_still_plants_every_bug",
 )
 
 
@@ -404,6 +406,23 @@ CATALOGUE += [
              '        latency = np.where(measured, x["launches"] * np.where(measured, x["call_s"], 0.0), latency)\n',
              '        latency = latency\n',
              "a measured kernel's fixed time per call never charged (the chip's launch kept) (tests/test_measured_attention.py)"),
+    # ---- issue 31: co-located admission as SGLang runs it
+    Mutation("colocated-chunk-spread-evenly", "cmperf/simulate/predictor.py", "term dropped",
+             "    return max(tokens / npus, group_tokens * dies_per_npu / group_dies)\n",
+             "    return tokens / npus\n",
+             "a pass timed at its tokens spread over the NPUs, never at its most-loaded rank's (tests/test_simulate_story.py)"),
+    Mutation("prefill-delayer-never-holds", "cmperf/simulate/engine.py", "condition",
+             "        if self.s - self.delay_from < self.delay_passes - 1:\n            return True\n",
+             "        if self.s - self.delay_from < 0:\n            return True\n",
+             "SGLang's prefill delayer lets a lone rank's prompt go at once (tests/test_simulate_story.py)"),
+    Mutation("extending-rank-still-steps", "cmperf/simulate/engine.py", "term dropped",
+             "            if self.extend_pauses:\n",
+             "            if False:\n",
+             "a rank that ran an extend forward still steps its decode batch in that pass (tests/test_simulate_story.py)"),
+    Mutation("extend-pays-no-pass-host", "cmperf/cost/host.py", "inverted",
+             "    if stack is None or mixes_chunks(stack):\n",
+             "    if stack is None or not mixes_chunks(stack):\n",
+             "an extend iteration of a stack that does not mix chunks pays only the decode step's host time (tests/test_host.py)"),
 ]
 
 

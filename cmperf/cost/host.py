@@ -207,6 +207,12 @@ def prefill_host(stack, n_launches, moe_layers, microbatches, tokens_per_microba
                     prefill_serial(stack, moe_layers, microbatches, tokens_per_microbatch, prompts_per_rank))
 
 
+def mixes_chunks(stack) -> bool:
+    """The stack mixes a co-located iteration's prompt chunk into the decode batch (its
+    ``mixed_chunks``; absent, or no stack: on)."""
+    return bool(stack_value(stack, "mixed_chunks", True))
+
+
 def with_extend(stack, h: HostTime, n_launches, chunk_prompts_per_rank, moe_layers, chunk_tokens_per_die) -> HostTime:
     """A co-located iteration's host time, ``h`` its decode step's: a stack that does not mix
     prompt chunks into the decode batch (``mixed_chunks`` off: SGLang without
@@ -219,7 +225,7 @@ def with_extend(stack, h: HostTime, n_launches, chunk_prompts_per_rank, moe_laye
         H = H_decode + [chunk > 0] x (H_pass + H_requests + H_syncs), launched as prefill_graph says
 
     A stack that mixes them (vLLM V1, Sarathi: one engine step) pays the decode step's alone."""
-    if stack is None or bool(stack_value(stack, "mixed_chunks", True)):
+    if stack is None or mixes_chunks(stack):
         return h
     on = np.asarray(chunk_prompts_per_rank, dtype=float) > 0
     if not np.any(on):

@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..cost.host import mixes_chunks, stack_value
 from ..errors import ConfigError
 from ..predict import Specs, load_specs
 from ..plan.workload import Workload
@@ -97,8 +98,7 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
             # rank's budget when prompts are not split), as if every rank carried it
             hot = budget_t / ranks if chunked else max(budget_t / ranks, float(np.max(computed)))
             kw = {"chunks": tuple(geometric(64.0, hot * ranks / npus, 2.0)), "chunk_prompt": float(np.sum(computed ** 2) / np.sum(computed))}
-            budgets = (budget_t, budget_r, chunked, _delay_passes(st),
-                       st is not None and getattr(st, "mixed_chunks", None) is False)
+            budgets = (budget_t, budget_r, chunked, int(stack_value(st, "prefill_delay_passes", 0)), not mixes_chunks(st))
         pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
                                 ref_kv=float(workload.decode_kv_len), sweeps=sweeps, pool_readers=coloc_readers, **kw)
         made.append((g, pred if sweeps else [pred], ranks, cap, budgets))
@@ -252,13 +252,6 @@ def _chunk_budget(st, ranks: int, npus: float) -> tuple[float, float, bool]:
     if st is not None and int(st.chunked_prefill_tokens) > 0:
         return min(budget_t, ranks * float(st.chunked_prefill_tokens)), budget_r, True
     return budget_t, budget_r, False
-
-
-def _delay_passes(st) -> int:
-    """Forward passes SGLang's prefill delayer holds a co-located instance's new prompts back
-    at most (the stack's ``prefill_delay_passes``; absent or 0: no delayer)."""
-    v = getattr(st, "prefill_delay_passes", None) if st is not None else None
-    return int(v) if v else 0
 
 
 def _ranks(phase: str, inp: dict) -> int:

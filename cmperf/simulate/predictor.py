@@ -178,7 +178,6 @@ class PrefillPredictor:
     groups: int  # attention TP groups: a pass is as slow as one prompt per group at least
     tp: float
     compute_s: list  # [(C, Grid2 over (t, c))]: the pass without its pool read, per cached-prefix level C
-    min_tokens_per_npu: Any  # callable c -> the smallest valid tokens per NPU (one prompt per group)
     pool_read_s: Any  # callable (bytes per die, blocks per die) -> the pool read's time (cmperf/cost/pool.py)
     send_s: Any  # callable bytes per die -> the KV transfer's time (cmperf/schedule/prefill.py)
     inputs: dict = None  # the instance's full predict inputs (as predict resolved them)
@@ -379,7 +378,6 @@ def prefill_predictor(specs: Specs, instance: Mapping[str, Any], max_tokens: flo
     out = [PrefillPredictor(
         inputs=inputs, npus=npus, dies=dies, groups=groups, tp=tp,
         compute_s=[(C, Grid2(list(ts), list(cs), comp[j])) for j, C in enumerate(levels)],
-        min_tokens_per_npu=min_tokens,
         pool_read_s=_pool_fn(hw, pool_read_s, readers), pool_write_s=_pool_fn(hw, pool_write_s, readers),
         send_s=_memoised(lambda B: float(kv_send_s(hw, B)))) for comp in comps]
     return out if sweeps else out[0]
