@@ -43,7 +43,7 @@ def test_the_readme_has_commands():
 
 FILE_SUFFIXES = (".csv", ".json", ".yaml", ".yml", ".png", ".svg", ".pdf", ".html", ".parquet", ".txt")
 WRITE_FLAGS = ("--out", "--export", "--deployment-out", "--plot", "--html")
-CHUNKS = 8  # groups of commands the suite's workers share (pytest-xdist)
+CHUNKS = 16  # groups of commands the suite's workers share (pytest-xdist): small enough that no group is a long tail
 
 
 def _scratch_names(cmd: str) -> set[str]:
