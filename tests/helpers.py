@@ -56,3 +56,28 @@ def check_default_simulate(code, out, err, model=None):
         assert math.isfinite(m[k]) and m[k] > 0, (model, k, m[k])
     assert m["mean_ttft_ms"] <= 1.1 * 2000 and m["mean_tpot_ms"] <= 1.1 * 50, (model, m["mean_ttft_ms"], m["mean_tpot_ms"])
     return m
+
+
+def shared_serving_fit(path):
+    """The leave-one-run-out fit of a serving file (``fit_serving``, ~10-15 s of CPU), computed
+    once per test session: through the answer cache ``cmperf validate --serving`` keeps it in
+    (cmperf/cli/validate.py ``_fit_serving_cached``, keyed by the file, its specs and the code),
+    which is the session's own folder (tests/conftest.py, shared by the pytest-xdist workers).
+    A lock on a file of that folder makes a second worker that asks while the first computes
+    wait for its entry instead of fitting again; every value is the fresh fit's (a cached
+    entry is the fit's JSON: floats read back exactly)."""
+    import fcntl
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from cmperf.cli.validate import _fit_serving_cached
+
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or tempfile.gettempdir())
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "cmperf-test-servingfit.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _fit_serving_cached(path)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

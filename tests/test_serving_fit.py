@@ -149,14 +149,18 @@ def test_the_counts_name_the_metrics_fitted_and_those_only_predicted(fit):
 def test_the_shipped_stack_constants_are_a_fresh_fit():
     """stacks/sglang-ascend.yaml holds what `python -m cmperf.calibration --stack
     sglang-ascend --write` gives from today's code and runs (written to 4 significant
-    digits): a change to the cost model that moves the fit must re-write them."""
+    digits): a change to the cost model that moves the fit must re-write them. The fit is the
+    session's one (tests/helpers.py ``shared_serving_fit``): README's `cmperf validate --serving`
+    (tests/test_readme.py) reads the same answer instead of fitting again."""
     from pathlib import Path
+
+    from helpers import shared_serving_fit
 
     from cmperf.predict import load_specs
 
     path = Path(serving.REFERENCE_DIR) / "sglang-a3-serving.yaml"
     ref = serving.load_serving(path)
-    f = serving.fit_serving(path)
+    f = shared_serving_fit(path)
     stack = load_specs(ref["hardware"], ref["model"], [], ref["stack"]).stack_view()
     for p, v in f["values"]["all runs"].items():
         assert float(getattr(stack, p.split(".", 1)[1])) == pytest.approx(v, rel=1e-3), p
