@@ -423,6 +423,11 @@ CATALOGUE += [
              "    if stack is None or mixes_chunks(stack):\n",
              "    if stack is None or not mixes_chunks(stack):\n",
              "an extend iteration of a stack that does not mix chunks pays only the decode step's host time (tests/test_host.py)"),
+    Mutation("hit-skips-pass-host", "cmperf/schedule/prefill.py", "term dropped",
+             "    return sched.with_host(prefill_host(hw.stack, sched.launches(), moe, n, T, per_rank)), sched\n",
+             "    cached = bool(np.any(np.asarray(g[\"cached_len\"]) > 0))\n"
+             "    return sched.with_host(prefill_host(None if cached else hw.stack, sched.launches(), moe, n, T, per_rank)), sched\n",
+             "a pass with a cached prefix pays none of the stack's host work (tests/test_prefix_cache.py: the gain's bound)"),
 ]
 
 

@@ -287,3 +287,69 @@ def test_pool_len_reads_the_tail_from_the_pool(cli):
     assert rows[1]["pool_blocks_per_die"] == rows[0]["pool_blocks_per_die"] / 2
     assert rows[2]["pool_load_ms"] == 0 < rows[1]["pool_load_ms"] < rows[0]["pool_load_ms"]
     assert rows[2]["forward_ms"] < rows[1]["forward_ms"] < rows[0]["forward_ms"]
+
+
+# --------------------------------------------------------------------------- what caching cannot remove
+# (docs/model.md §9.5, "What a hit cannot remove: the gain's bound")
+ASCEND_STACKS = ("cloudmatrix-infer", "sglang-ascend", "vllm-ascend", "xdeepserve")
+
+
+def _hand_read_s(hw, m, mtp, prompts_per_die, tail, readers):
+    """A die's read of its prompts' ``tail``-token pool-held prefixes, by the formula of §9.5
+    from the spec's own figures: bytes / min(r, N s / n) + blocks x (latency + overhead)."""
+    from cmperf.cost.arch import kv_cache
+    from cmperf.cost.ops import Bytes
+
+    if tail <= 0:
+        return 0.0
+    pool = hw.system.memory_pool
+    read = pool.reads[pool.tier]
+    rate = min(read.bandwidth_Bps, hw.system.nodes * pool.serve_per_node_Bps / readers)
+    kv_B = float(kv_cache(m, Bytes.of(m).kv, mtp).bytes(float(tail)))
+    return prompts_per_die * (kv_B / rate + np.ceil(tail / pool.block_tokens) * (read.latency_s + pool.block_overhead_s))
+
+
+def test_the_gain_of_a_hit_is_bounded_by_what_caching_cannot_remove():
+    """Every shipped system with its default model and stack, and CloudMatrix384 with each Ascend
+    stack, from the first tier and wholly from the pool: 4 prompts of 4,096 tokens per die, a
+    share h of each cached. The device work of the computed tokens is at least (1 - h) of the
+    uncached pass's (linear work falls as P - C, attention over the whole context as
+    (P - C)(C + (P - C + 1)/2) >= (1 - h) P (P + 1)/2, weights and latencies not at all), and
+    the pool read and the pass's own host work are not removed at all:
+
+        T(h) >= R(h) + (1 - h)(T(0) - H) + H,   gain T(0)/T(h) <= T(0) / (R(h) + (1 - h)(T(0) - H) + H)
+
+    with R the die's pool read and H = prefill_overhead_s + prompts per rank x
+    prefill_request_s, both hand-derived from the spec files. And a cached prompt is never
+    faster than a fresh prompt of its computed tokens plus the read: T(P, C) >= T(P - C, 0) + R.
+    A planted bug that lets a hit skip a pass's host work, or its pool read, breaks one of them."""
+    from cmperf.cost.host import stack_value
+
+    P = 4096
+    cases = [(s, None) for s in SYSTEMS] + [("cloudmatrix384", st) for st in ASCEND_STACKS]
+    checked = 0
+    for system, stack in cases:
+        specs = load_specs(system, system_model(system), stack=stack)
+        hw, m = specs.views()
+        dpp = hw.chip.dies_per_package
+        for tail in [None] + (["pool"] if hw.system.memory_pool is not None else []):
+            for h in (0.5, 0.9):
+                C = int(round(h * P))
+                pool = {"pool_len": C} if tail else {}
+                rows = [{"tokens_per_npu": 4 * P * dpp, "prompt_len": P},
+                        {"tokens_per_npu": 4 * (P - C) * dpp, "prompt_len": P, "cached_len": C, **pool},
+                        {"tokens_per_npu": 4 * (P - C) * dpp, "prompt_len": P - C}]
+                r0, rh, fresh = predict("prefill", rows=rows, specs=specs).columns.records()
+                per_rank = 4 * float(rh["attn_tp"])
+                H = (float(stack_value(hw.stack, "prefill_overhead_s"))
+                     + per_rank * float(stack_value(hw.stack, "prefill_request_s"))) if hw.stack is not None else 0.0
+                R = _hand_read_s(hw, m, float(rh["mtp"]), 4.0, float(rh["pool_len"]), float(rh["pool_readers"])) \
+                    if hw.system.memory_pool is not None else 0.0
+                t0, th = r0["forward_ms"] / 1e3, rh["forward_ms"] / 1e3
+                where = (system, stack, tail, h)
+                assert rh["pool_load_ms"] / 1e3 == pytest.approx(R, rel=1e-9, abs=1e-12), where
+                assert th >= R + (1 - h) * (t0 - H) + H - 1e-9 * t0, (where, th, R, H, t0)
+                assert 1.0 <= t0 / th <= t0 / (R + (1 - h) * (t0 - H) + H) + 1e-9, where
+                assert th >= fresh["forward_ms"] / 1e3 + R - 1e-9 * th, (where, th, fresh["forward_ms"], R)
+                checked += 1
+    assert checked >= 2 * (len(cases) + 4)  # the pool rows too, on the systems that have one
