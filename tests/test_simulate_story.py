@@ -95,6 +95,25 @@ def test_whole_prompts_without_chunked_prefill_by_hand():
     assert r.finish_s == pytest.approx([0.050, 0.060])
 
 
+def test_a_shared_token_budget_takes_the_running_requests_tokens_first_by_hand():
+    """vLLM V1's one token budget (the stack's budget_counts_decode; docs/model.md §12.3): the
+    running requests' tokens come out of it before the prompts'. Budget 600, prompts split, each
+    running request taking 300 (1 + drafts, exaggerated to be seen): iterations 1-2 as without
+    (600 of request 0; its last 400 and 200 of request 1: its first token at 32 ms); then request 0
+    runs and leaves 300 a step for request 1: 300 (13 ms, 45), 300 (13 ms, 58: request 0 done),
+    the last 200 (12 ms): request 1's first token at 70 ms, not 60, then its steps at 80 and 90 ms."""
+    req = Requests(arrival_s=np.zeros(2), prompt=np.array([1000.0, 1000.0]), output=np.array([3.0, 3.0]),
+                   cached=np.zeros(2), steps=np.array([2, 2]))
+    stats = Stats()
+    inst = CoLocatedInstance(0, _Step(), 1, 1.0, math.inf, "round_robin", req, stats, 600.0, math.inf, True,
+                             decode_budget_tokens=300.0)
+    Simulation(req, [], [inst], math.inf, stats).run()
+    assert req.first_token_s == pytest.approx([0.032, 0.070])
+    assert req.finish_s == pytest.approx([0.058, 0.090])
+    r = _two(True, 600.0)  # the budget the prompts' alone: 60 and 80 ms
+    assert r.first_token_s[1] == pytest.approx(0.060) and r.finish_s[1] == pytest.approx(0.080)
+
+
 def _ranks2(arrival, prompt, steps, budget, chunked, delay=0, pauses=False):
     """Two ranks of one die on one NPU (2 dies per NPU), the stub's step time."""
     n = len(prompt)

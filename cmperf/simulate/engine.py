@@ -405,9 +405,11 @@ class CoLocatedInstance(DecodeInstance):
     forward passes: :meth:`_held_back`."""
 
     def __init__(self, idx, pred, ranks, mu, cap_requests, policy, req, stats, budget_tokens: float,
-                 budget_requests: float, chunked: bool, delay_passes: int = 0, extend_pauses: bool = False):
+                 budget_requests: float, chunked: bool, delay_passes: int = 0, extend_pauses: bool = False,
+                 decode_budget_tokens: float = 0.0):
         super().__init__(idx, pred, ranks, mu, cap_requests, policy, req, stats)
         self.budget_tokens, self.budget_requests, self.chunked = budget_tokens, budget_requests, chunked
+        self.decode_budget_tokens = float(decode_budget_tokens)  # budget tokens a running request takes first (vLLM V1)
         self.per_rank_tokens = budget_tokens / ranks  # a rank's own prefill budget per iteration
         self.delay_passes = int(delay_passes)
         self.extend_pauses = bool(extend_pauses)  # a rank that extends does not step its decode batch (mixed_chunks off)
@@ -551,14 +553,15 @@ class CoLocatedInstance(DecodeInstance):
     def _start_iteration(self, now: float) -> None:
         """Compose the next iteration's chunk (class docstring); none when nothing is to prefill."""
         req = self.req
-        per_rank = self.per_rank_tokens
+        # each rank's budget for prompt tokens: its own, less what its running requests take first
+        room = np.maximum(self.per_rank_tokens - self.decode_budget_tokens * self.n_r, 0.0)
         chunk = []
         taken: dict = {}  # rank -> its prompt tokens in this chunk
         count: dict = {}  # rank -> its prompts in this chunk
         new, pool_B, blocks, write_B, write_blocks = 0, 0.0, 0.0, 0.0, 0.0  # the prompts this iteration starts
         for e in self.filling:  # the prompts in flight first, each within its own rank's budget
             r = e[1]
-            left = per_rank - taken.get(r, 0.0)
+            left = room[r] - taken.get(r, 0.0)
             take = min(e[2], left) if self.chunked else (e[2] if e[2] <= left or r not in taken else 0.0)
             if take <= 0:
                 continue
@@ -569,8 +572,10 @@ class CoLocatedInstance(DecodeInstance):
         while not held and self.waiting and len(self.filling) < self.budget_requests:
             rid = self.waiting[0]
             c = max(self.q.prompt[rid] - self.q.cached[rid], 1.0) + self.extra.get(rid, 0.0)  # a preempted one recomputes
+            if self.decode_budget_tokens > 0:  # a rank whose decode batch takes its whole budget takes no prompt
+                self._shut[:] = np.where(room <= 0, math.inf, 0.0)
             for rr, t in taken.items():  # a rank whose own budget this prompt would overrun takes no more
-                self._shut[rr] = math.inf if (t >= per_rank if self.chunked else t + c > per_rank) else 0.0
+                self._shut[rr] = math.inf if (t >= room[rr] if self.chunked else t + c > room[rr]) else 0.0
             r = self._rank_for(rid)
             if r is None:
                 break
@@ -586,7 +591,7 @@ class CoLocatedInstance(DecodeInstance):
             blocks += self.q.blocks[rid]
             write_B += self.q.write_B[rid]
             write_blocks += self.q.write_blocks[rid]
-            take = min(c, per_rank - taken.get(r, 0.0)) if self.chunked else c
+            take = min(c, room[r] - taken.get(r, 0.0)) if self.chunked else c
             chunk.append((e, take))
             taken[r] = taken.get(r, 0.0) + take
             count[r] = count.get(r, 0) + 1

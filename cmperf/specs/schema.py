@@ -916,6 +916,10 @@ class StackSpec(Strict):
     # V1, Sarathi); off: the prompts run as their own extend forward and the iteration pays a
     # prefill pass's host terms too (SGLang without --enable-mixed-chunk; cmperf/cost/host.py); absent: on
     mixed_chunks: Optional[SourcedBool] = None
+    # a co-located iteration's token budget (the stack's chunk) is shared with its decode batch:
+    # each running request takes its 1 + draft tokens of it first, the prompts the rest (vLLM V1's
+    # scheduler: RUNNING before WAITING from one token_budget; docs/model.md §12.3); absent: off
+    budget_counts_decode: Optional[SourcedBool] = None
     kv_block_tokens: BlockTokens  # tokens per KV page / block
     # share of an instance's free HBM that keeps computed prefixes' KV for reuse (RadixAttention,
     # vLLM automatic prefix caching; docs/model.md §9.5); absent: 1 (every free page)
