@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..stack import budget_counts_decode
 
 LAUNCHERS = Path(__file__).with_name("launchers.yaml")
 # which launchers a vendor's chips run (the stacks' own platform pages: SGLASC / VASC for Ascend)
@@ -276,8 +275,9 @@ def vllm_args(i: Instance, ctx: Context, pd: bool) -> list[str]:
     if i.role != "prefill" and i.batch_per_npu > 0:
         a += ["--max-num-seqs", str(seqs)]
     tokens = i.tokens_per_npu * npus / dp
-    if i.role == "colocated" and tokens > 0 and i.batch_per_npu > 0 and budget_counts_decode(ctx.stack):
-        # V1's one budget serves the running requests first (1 + drafts each): the plan's chunk is the prompts' rest
+    if i.role == "colocated" and tokens > 0 and i.batch_per_npu > 0:
+        # vLLM V1's one budget serves the running requests first, 1 + drafts each (vllm 0.11.0
+        # v1/core/sched/scheduler.py, docs/model.md §12.3): the plan's chunk is the prompts' rest
         tokens += seqs * (1 + (int(ctx.stack_value("mtp_draft_tokens", 1) or 1) if ctx.mtp_on else 0))
     if tokens > 0:
         a += ["--max-num-batched-tokens", str(int(tokens))]
