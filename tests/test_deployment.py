@@ -196,7 +196,7 @@ NO_PLAN = {"gb300-nvl72": ("deepseek-r1",), "h20-cluster": ("glm-4.5",)}  # pair
 def planned_models(system: str) -> list[str]:
     """The models ``system`` plans in the suite: its own, and one of a cyclic pairing (system i
     with model i of the sorted lists), so that every model is planned on at least one system
-    beyond the systems it is the default of, and every system plans one or two; and the pairs
+    and every system plans one or two; and the pairs
     that say in one line why there is none (exit 1, today: deepseek-r1 in INT8 on GB300, GLM-4.5
     on H20 within the default SLOs). The whole matrix (168 plans, ~120 s of CPU on the shared
     2-core machine) is benchmarks/plan_matrix.py, held to the same check."""
