@@ -304,7 +304,8 @@ def test_every_system_exports_and_reads_back(tmp_path):
 
 def test_colocated_export_reads_back(tmp_path):
     """A co-located plan's deployment.yaml (``colocated:`` instances) is one plan --deployment
-    evaluates (it refused any deployment without one prefill and one decode group)."""
+    evaluates (it refused any deployment without one prefill and one decode group); its vllm.sh
+    budget holds the chunk and the running requests' tokens."""
     from cmperf.plan import default_workload
     from cmperf.plan.planner import plan
 
@@ -315,21 +316,13 @@ def test_colocated_export_reads_back(tmp_path):
     assert args.disaggregation_mode is None  # aggregated: Dynamo's default
     engine = check_engine((tmp_path / args.extra_engine_args).read_text())
     assert engine["enable_chunked_prefill"] is True
-
-
-def test_a_colocated_vllm_budget_holds_the_chunk_and_the_running_requests(tmp_path):
-    """vLLM V1 serves the running requests' 1 + drafts tokens out of --max-num-batched-tokens
-    before the prompts' (docs/model.md §12.3), so a co-located plan's vllm.sh sets it to the
-    plan's chunk (its prompts' tokens per DP rank) plus --max-num-seqs x (1 + drafts)."""
-    from cmperf.plan import default_workload
-    from cmperf.plan.planner import plan
-
-    w = default_workload()
-    p = plan(w, hardware="h800-cluster", npus=16, shape_names=("colocated",))
+    # vLLM V1 serves the running requests' 1 + drafts tokens out of --max-num-batched-tokens before
+    # the prompts' (docs/model.md §12.3): the plan's chunk (its prompts' tokens per DP rank) plus
+    # --max-num-seqs x (1 + drafts)
+    (v,) = commands((tmp_path / "vllm.sh").read_text(), "vllm serve")
     best = p.best
-    files = launch_files(from_plan(best), context(p.specs, p.workload.slo))
-    (v,) = commands(files["vllm.sh"], "vllm serve")
     ranks = v.tensor_parallel_size * (v.data_parallel_size or 1)
-    chunk = best["prefill_tokens_per_npu"] * best["decode_dies"] / ranks  # one GPU a die, per DP rank's GPUs x TP
+    chunk = best["prefill_tokens_per_npu"] * best["decode_dies"] / ranks  # one GPU a die
     drafts = v.speculative_config["num_speculative_tokens"] if v.speculative_config else 0
     assert v.max_num_batched_tokens == int(chunk * v.tensor_parallel_size + v.max_num_seqs * (1 + drafts))
+
