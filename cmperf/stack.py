@@ -91,16 +91,3 @@ def prefill_router(stack) -> str:
         value = value.get("value")
     return value or DEFAULT_ROUTER
 
-
-
-def budget_counts_decode(stack) -> bool:
-    """A co-located iteration's token budget is shared with its decode batch, the running
-    requests' tokens (1 + drafts each) taken first (the profile's ``budget_counts_decode``: vLLM
-    V1; docs/model.md §12.3); absent, or no stack: off (the budget is the prompts' alone)."""
-    if stack is None:
-        return False
-    try:
-        value = stack["budget_counts_decode"]
-    except (AttributeError, KeyError):
-        return False
-    return bool(value.get("value") if isinstance(value, dict) else value)

@@ -175,6 +175,12 @@ class Context:
         v = v.get("value") if isinstance(v, dict) else v
         return default if v is None else v
 
+    @property
+    def drafts(self) -> int:
+        """Draft tokens each request verifies a step: the stack's ``mtp_draft_tokens`` (1 where
+        it says none) when MTP is on, else 0."""
+        return int(self.stack_value("mtp_draft_tokens", 1) or 1) if self.mtp_on else 0
+
 
 def context(specs, slo) -> Context:
     """The :class:`Context` of ``specs`` (a predict.Specs) and the workload's SLO."""
@@ -250,7 +256,7 @@ def sglang_args(i: Instance, ctx: Context, pd: bool) -> list[str]:
         if ctx.vendor == "huawei":
             a += ["--disaggregation-transfer-backend", "ascend"]
     if ctx.mtp_on:
-        k = int(ctx.stack_value("mtp_draft_tokens", 1) or 1)
+        k = ctx.drafts
         a += ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
               "--speculative-num-draft-tokens", str(k + 1)]
     return a
@@ -278,14 +284,14 @@ def vllm_args(i: Instance, ctx: Context, pd: bool) -> list[str]:
     if i.role == "colocated" and tokens > 0 and i.batch_per_npu > 0:
         # vLLM V1's one budget serves the running requests first, 1 + drafts each (vllm 0.11.0
         # v1/core/sched/scheduler.py, docs/model.md §12.3): the plan's chunk is the prompts' rest
-        tokens += seqs * (1 + (int(ctx.stack_value("mtp_draft_tokens", 1) or 1) if ctx.mtp_on else 0))
+        tokens += seqs * (1 + ctx.drafts)
     if tokens > 0:
         a += ["--max-num-batched-tokens", str(int(tokens))]
     page = ctx.stack_value("kv_block_tokens")
     if page:
         a += ["--block-size", str(int(page))]
     if ctx.mtp_on:
-        k = int(ctx.stack_value("mtp_draft_tokens", 1) or 1)
+        k = ctx.drafts
         a += ["--speculative-config", json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": k})]
     if pd:
         connector = "MooncakeConnector" if ctx.vendor == "huawei" else "NixlConnector"
@@ -311,7 +317,7 @@ def trtllm_args(i: Instance, ctx: Context, pd: bool) -> tuple[list[str], dict]:
                             "tensor_parallel_size)")
     dp = ranks // attn_tp  # attention-DP ranks: every GPU (attention TP 1) or one
     npus = i.dies / ctx.dies_per_package
-    k = int(ctx.stack_value("mtp_draft_tokens", 1) or 1) if ctx.mtp_on else 0
+    k = ctx.drafts
     # the KV block: the plan's stack's when it is this one, else Dynamo's default (launchers.yaml)
     doc = documented()["trtllm"]
     default_block = int(doc["flags"]["--kv-block-size"]["default"])

@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..predict import Specs, load_specs
 from ..plan.workload import Workload
 from .deployment import DeploymentSpec, InstanceGroup, default_deployment
-from ..stack import budget_counts_decode, prefill_router
+from ..stack import prefill_router
 from .engine import (CoLocatedInstance, DecodeInstance, PrefillInstance, Requests, Router, Simulation, Stats, draw_steps,
                      mtp_tokens_per_step)
 from .metrics import metrics
@@ -98,15 +98,14 @@ def simulate(specs: Specs | None = None, workload: Workload | None = None, deplo
             # rank's budget when prompts are not split), as if every rank carried it
             hot = budget_t / ranks if chunked else max(budget_t / ranks, float(np.max(computed)))
             kw = {"chunks": tuple(geometric(64.0, hot * ranks / npus, 2.0)), "chunk_prompt": float(np.sum(computed ** 2) / np.sum(computed))}
-            given_chunk = "pass_tokens" in g.limits  # the planner's chunk is the prompts' (its launch config adds the decode tokens)
-            budgets = (budget_t, budget_r, chunked, int(stack_value(st, "prefill_delay_passes", 0)), not mixes_chunks(st),
-                       budget_counts_decode(st) and not given_chunk)
+            budgets = (budget_t, budget_r, chunked, int(stack_value(st, "prefill_delay_passes", 0)), not mixes_chunks(st))
         pred = decode_predictor(specs, inp, max_batch=min(cap * ranks / npus, 2048.0), max_kv=max_ctx, phase=dec_phase,
                                 ref_kv=float(workload.decode_kv_len), sweeps=sweeps, pool_readers=coloc_readers, **kw)
-        if budgets is not None:  # a running request takes 1 + its drafts of a shared budget first
+        # a budget shared with the decode batch (vLLM V1): each running request's 1 + drafts first; the
+        # planner's chunk (pass_tokens) is the prompts' already (its launch config adds the decode tokens)
+        if budgets is not None and bool(stack_value(st, "budget_counts_decode", False)) and "pass_tokens" not in g.limits:
             p0 = (pred if sweeps else [pred])[0].inputs
-            drafts = int(p0["mtp_k"]) if p0.get("mtp") else 0
-            budgets = (*budgets[:5], float(1 + drafts) if budgets[5] else 0.0)
+            budgets = (*budgets, 1.0 + (int(p0["mtp_k"]) if p0.get("mtp") else 0))
         made.append((g, pred if sweeps else [pred], ranks, cap, budgets))
     dec_inputs = [preds[0].inputs for _, preds, _, _, _ in made]
     k = int(dec_inputs[0]["mtp_k"]) if dec_inputs[0].get("mtp") else 0

@@ -572,8 +572,7 @@ class CoLocatedInstance(DecodeInstance):
         while not held and self.waiting and len(self.filling) < self.budget_requests:
             rid = self.waiting[0]
             c = max(self.q.prompt[rid] - self.q.cached[rid], 1.0) + self.extra.get(rid, 0.0)  # a preempted one recomputes
-            if self.decode_budget_tokens > 0:  # a rank whose decode batch takes its whole budget takes no prompt
-                self._shut[:] = np.where(room <= 0, math.inf, 0.0)
+            self._shut[:] = np.where(room <= 0, math.inf, 0.0)  # a rank whose decode batch takes its whole budget
             for rr, t in taken.items():  # a rank whose own budget this prompt would overrun takes no more
                 self._shut[rr] = math.inf if (t >= room[rr] if self.chunked else t + c > room[rr]) else 0.0
             r = self._rank_for(rid)
