@@ -428,6 +428,10 @@ CATALOGUE += [
              "    cached = bool(np.any(np.asarray(g[\"cached_len\"]) > 0))\n"
              "    return sched.with_host(prefill_host(None if cached else hw.stack, sched.launches(), moe, n, T, per_rank)), sched\n",
              "a pass with a cached prefix pays none of the stack's host work (tests/test_prefix_cache.py: the gain's bound)"),
+    Mutation("shared-budget-ignores-decode", "cmperf/simulate/engine.py", "term dropped",
+             "        room = np.maximum(self.per_rank_tokens - self.decode_budget_tokens * self.n_r, 0.0)\n",
+             "        room = np.full(self.R, self.per_rank_tokens)\n",
+             "vLLM's token budget all the prompts', the running requests' tokens not taken first (tests/test_simulate_story.py)"),
 ]
 
 
